@@ -1,0 +1,35 @@
+# Ferrolet: the two set-up commands are `make node` and `make test` (as root, Debian 12).
+SHELL := /bin/bash
+CARGO ?= cargo
+CRI_SOCK ?= unix:///run/ferrolet/cri.sock
+
+.PHONY: node test env stop status build lint unit images
+
+## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
+node: env build
+	@scripts/node.sh
+
+## test: environment + formatting + lints + every test (unit and integration, real containerd)
+test: env lint
+	$(CARGO) test --workspace --no-fail-fast
+
+## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config
+env:
+	@scripts/env.sh up
+
+## stop: tear the environment down
+stop:
+	@scripts/env.sh down
+
+status:
+	@scripts/env.sh status
+
+build:
+	$(CARGO) build --workspace --bins
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+images:
+	$(CARGO) run -q -p ferrolet-integration --bin ferrolet-testimages

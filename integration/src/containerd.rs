@@ -1,0 +1,270 @@
+//! One private containerd per test binary: its own root, state and socket under a scratch dir,
+//! its CRI plugin off, stopped (and everything under it unmounted) when the process exits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ferrolet_proto::containerd::Containerd;
+use ferrolet_proto::containerd::services::v1::DeleteNamespaceRequest;
+
+use crate::leak::{self, LeakChecker};
+use crate::scratch::{self, SCRATCH_ROOT};
+
+/// Snapshotter every test uses (overlayfs works on this machine's ext4).
+pub const SNAPSHOTTER: &str = "overlayfs";
+
+/// A running private containerd.
+#[derive(Debug)]
+pub struct TestContainerd {
+    dir: PathBuf,
+    socket: PathBuf,
+    pid: u32,
+}
+
+static DAEMON: OnceLock<Result<TestContainerd, String>> = OnceLock::new();
+static CHILD: Mutex<Option<Child>> = Mutex::new(None);
+
+/// The containerd of this test binary, started on first use.
+///
+/// # Panics
+/// If containerd cannot be started: a test that needs it cannot run without it, and must
+/// fail loudly rather than pass vacuously.
+pub fn containerd() -> &'static TestContainerd {
+    match DAEMON.get_or_init(TestContainerd::start) {
+        Ok(d) => d,
+        Err(e) => panic!("starting the test containerd: {e}"),
+    }
+}
+
+impl TestContainerd {
+    fn start() -> Result<Self, String> {
+        let dir = Path::new(SCRATCH_ROOT).join(format!("containerd-{}", std::process::id()));
+        scratch::remove_tree(&dir);
+        for sub in ["root", "state", "opt"] {
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(|e| format!("creating {}: {e}", dir.join(sub).display()))?;
+        }
+        let socket = dir.join("containerd.sock");
+        let config = dir.join("config.toml");
+        std::fs::write(&config, config_toml(&dir, &socket))
+            .map_err(|e| format!("writing {}: {e}", config.display()))?;
+        let log = std::fs::File::create(dir.join("containerd.log"))
+            .map_err(|e| format!("creating containerd.log: {e}"))?;
+        let err_log = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err_log)
+            .spawn()
+            .map_err(|e| format!("spawning containerd (is it installed? run `make env`): {e}"))?;
+        let pid = child.id();
+        leak::register_daemon(pid);
+        if let Ok(mut slot) = CHILD.lock() {
+            *slot = Some(child);
+        }
+        // Stop it however the test binary ends (a failed test exits through exit(3) too).
+        // SAFETY: `stop_at_exit` is a plain `extern "C" fn` that never unwinds.
+        unsafe { libc::atexit(stop_at_exit) };
+        let daemon = Self { dir, socket, pid };
+        daemon.wait_ready(Duration::from_secs(30))?;
+        Ok(daemon)
+    }
+
+    fn wait_ready(&self, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return Ok(());
+            }
+            if let Ok(mut slot) = CHILD.lock()
+                && let Some(child) = slot.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!(
+                    "containerd exited with {status}; log:\n{}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "containerd did not answer on {} within {limit:?}; log:\n{}",
+            self.socket.display(),
+            self.log_tail()
+        ))
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// The daemon's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Directory holding config, root, state and log.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// containerd's state dir (runtime task bundles and rootfs mounts live under it).
+    pub fn state(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    /// containerd's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Connects to the daemon, scoped to `namespace`. Connect per test: a channel lives on the
+    /// runtime that made it, and every `#[tokio::test]` has its own runtime.
+    pub async fn connect(&self, namespace: &str) -> Containerd {
+        let endpoint = self.socket.to_string_lossy().into_owned();
+        match Containerd::connect(&endpoint, namespace).await {
+            Ok(c) => c,
+            Err(e) => panic!("connecting to the test containerd: {e}"),
+        }
+    }
+
+    /// A fresh namespace for one test, named after it.
+    pub async fn namespace(&'static self, test: &str) -> TestNamespace {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!("{test}-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let client = self.connect(&name).await;
+        TestNamespace {
+            daemon: self,
+            name,
+            client,
+        }
+    }
+}
+
+/// A containerd namespace owned by one test.
+pub struct TestNamespace {
+    daemon: &'static TestContainerd,
+    /// The namespace's name.
+    pub name: String,
+    /// A client scoped to it.
+    pub client: Containerd,
+}
+
+impl TestNamespace {
+    /// A leak checker covering this namespace: its containers, tasks, snapshots and leases,
+    /// task mounts, and shim processes.
+    pub fn leak_checker(&self) -> LeakChecker {
+        LeakChecker::new()
+            .containerd(self.client.clone())
+            .mounts_under(
+                self.daemon
+                    .state()
+                    .join("io.containerd.runtime.v2.task")
+                    .join(&self.name),
+            )
+            .processes_mentioning(format!("-namespace {} ", self.name))
+    }
+
+    /// Deletes the namespace; containerd refuses while anything is left in it, which makes
+    /// this a final check as well. A namespace nothing was ever written to does not exist.
+    pub async fn delete(self) -> Result<(), tonic::Status> {
+        match self
+            .client
+            .namespaces()
+            .delete(DeleteNamespaceRequest {
+                name: self.name.clone(),
+            })
+            .await
+        {
+            Err(s) if s.code() != tonic::Code::NotFound => Err(s),
+            _ => Ok(()),
+        }
+    }
+}
+
+extern "C" fn stop_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(Ok(d)) = DAEMON.get() {
+            d.stop();
+        }
+    });
+}
+
+impl TestContainerd {
+    fn stop(&self) {
+        if let Ok(mut slot) = CHILD.lock()
+            && let Some(mut child) = slot.take()
+        {
+            let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Shims outlive containerd by design; any still running belong to a test that leaked
+        // them (its leak check has already failed), so end them before unmounting.
+        kill_processes_mentioning(&self.socket.to_string_lossy());
+        scratch::remove_tree(&self.dir);
+    }
+}
+
+fn kill_processes_mentioning(needle: &str) {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for pid in rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if pid as u32 != std::process::id() && String::from_utf8_lossy(&cmdline).contains(needle) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// containerd's config: everything under `dir`, CRI and snapshotters this machine lacks off.
+pub fn config_toml(dir: &Path, socket: &Path) -> String {
+    let d = dir.display();
+    let s = socket.display();
+    format!(
+        r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+disabled_plugins = [
+  "io.containerd.grpc.v1.cri",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = "{s}"
+
+[ttrpc]
+  address = "{s}.ttrpc"
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/opt"
+"#
+    )
+}

@@ -1,0 +1,22 @@
+//! Ferrolet's wire crate: every byte that crosses a socket between our processes, containerd and
+//! CRI clients is defined or carried here.
+//!
+//! - [`cri`]: the CRI v1 API (`runtime.v1` RuntimeService and ImageService, clients and servers),
+//!   re-exported from the maintained `k8s-cri` crate.
+//! - [`containerd`]: containerd's gRPC API from `containerd-client`, plus [`containerd::Scope`],
+//!   the interceptor that stamps the namespace (and lease) metadata every containerd call needs.
+//! - [`transport`]: unix-socket endpoints shared by both sides: a client connector for
+//!   `unix:///path` endpoints and a listener that owns its socket file (stale-socket removal,
+//!   parent directory, mode).
+
+pub mod containerd;
+pub mod transport;
+
+/// CRI v1 (`runtime.v1`), generated from cri-api v0.32 by `k8s-cri`.
+pub mod cri {
+    pub use k8s_cri::v1::*;
+}
+
+pub use prost;
+pub use prost_types;
+pub use tonic;

@@ -1,0 +1,194 @@
+//! ferrolet-cri's configuration: a TOML file (`--config`) whose every field a flag can override.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The built-in sandbox (pause) image's name; `ferrolet-cri` imports it at start-up.
+pub const BUILTIN_PAUSE_IMAGE: &str = concat!("ferrolet.local/pause:", env!("CARGO_PKG_VERSION"));
+
+/// Everything ferrolet-cri can be told.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields, rename_all = "snake_case")]
+pub struct Config {
+    /// CRI endpoint to serve, `unix:///path`.
+    pub listen: String,
+    /// Mode of the CRI socket, as octal text ("0660").
+    pub socket_mode: String,
+    /// containerd's socket.
+    pub containerd: String,
+    /// containerd namespace holding everything CRI makes.
+    pub namespace: String,
+    /// Directory for ferrolet-cri's own state.
+    pub root: PathBuf,
+    /// Snapshotter images are unpacked into.
+    pub snapshotter: String,
+    /// Image every pod sandbox runs; the built-in one needs no registry.
+    pub sandbox_image: String,
+    /// Layers downloaded at once per pull.
+    pub max_concurrent_downloads: usize,
+    /// Seconds between pull progress lines in the log.
+    pub pull_progress_interval_secs: u64,
+    /// How long in-flight calls may take to finish after SIGTERM.
+    pub shutdown_timeout_secs: u64,
+    /// Log filter (`info`, `debug`, `ferrolet_cri=trace,...`).
+    pub log_level: String,
+    /// `text` or `json`.
+    pub log_format: LogFormat,
+    /// Registry hosts: mirrors, TLS and default credentials.
+    pub registry: RegistryConfig,
+}
+
+/// Registry configuration, per host (`[registry.hosts."docker.io"]`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Per-host settings keyed by registry host (`docker.io`, `127.0.0.1:5000`).
+    pub hosts: crate::registry::HostsConfig,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for machines.
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "unix:///run/ferrolet/cri.sock".into(),
+            socket_mode: "0660".into(),
+            containerd: "/run/containerd/containerd.sock".into(),
+            namespace: "k8s.io".into(),
+            root: "/var/lib/ferrolet/cri".into(),
+            snapshotter: "overlayfs".into(),
+            sandbox_image: BUILTIN_PAUSE_IMAGE.into(),
+            max_concurrent_downloads: 3,
+            pull_progress_interval_secs: 5,
+            shutdown_timeout_secs: 10,
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+            registry: RegistryConfig::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("parsing config {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: Box<toml::de::Error>,
+    },
+    /// A field has a value we refuse.
+    #[error("config field {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+impl Config {
+    /// Reads a config file; fields it omits keep their defaults.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Self, toml::de::Error> {
+        toml::from_str(text)
+    }
+
+    /// The socket mode as a number.
+    pub fn socket_mode(&self) -> Result<u32, ConfigError> {
+        let digits = self.socket_mode.trim_start_matches("0o");
+        match u32::from_str_radix(digits, 8) {
+            Ok(mode) if mode <= 0o777 => Ok(mode),
+            _ => Err(ConfigError::Invalid {
+                field: "socket_mode",
+                reason: format!("{:?} is not an octal file mode", self.socket_mode),
+            }),
+        }
+    }
+
+    /// Checks values a type cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.socket_mode()?;
+        if self.max_concurrent_downloads == 0 {
+            return Err(ConfigError::Invalid {
+                field: "max_concurrent_downloads",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.namespace.is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "namespace",
+                reason: "must not be empty".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Grace period for in-flight calls at shutdown.
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_documented_ones() {
+        let c = Config::default();
+        assert_eq!(c.listen, "unix:///run/ferrolet/cri.sock");
+        assert_eq!(c.socket_mode().unwrap(), 0o660);
+        assert_eq!(c.namespace, "k8s.io");
+        assert!(c.sandbox_image.starts_with("ferrolet.local/pause:"));
+    }
+
+    #[test]
+    fn a_file_overrides_only_what_it_names() {
+        let c = Config::parse("namespace = \"test\"\nsocket_mode = \"0600\"\n").unwrap();
+        assert_eq!(c.namespace, "test");
+        assert_eq!(c.socket_mode().unwrap(), 0o600);
+        assert_eq!(c.containerd, Config::default().containerd);
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_refused() {
+        let err = Config::parse("nmaespace = \"x\"").unwrap_err();
+        assert!(err.to_string().contains("nmaespace"), "{err}");
+        let c = Config {
+            socket_mode: "999".into(),
+            ..Config::default()
+        };
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("socket_mode")
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! The in-memory image index: what CRI calls an image (one config digest, many names), kept
+//! in step with containerd's image records and rebuilt from them at start-up.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::RwLock;
+
+use super::spec::ImageConfig;
+
+/// One CRI image.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// Image id: the config digest.
+    pub id: String,
+    /// Every name pointing at it: tag refs (`repo:tag`) and digest refs (`repo@sha256:...`).
+    pub references: BTreeSet<String>,
+    /// The top-level descriptor the names point at (a manifest, or an index).
+    pub target: ferrolet_proto::containerd::types::Descriptor,
+    /// The platform manifest's digest.
+    pub manifest_digest: String,
+    /// Layers of the platform manifest, base first.
+    pub layers: Vec<super::spec::Descriptor>,
+    /// Chain id of the top layer: the snapshot containers start from.
+    pub chain_id: String,
+    /// Bytes of content the image holds (manifest, config, layers, as pulled).
+    pub size: u64,
+    /// The parsed config.
+    pub config: ImageConfig,
+    /// The config exactly as stored, for verbose status.
+    pub config_json: serde_json::Value,
+    /// Pinned images are never removed by RemoveImage or image GC.
+    pub pinned: bool,
+}
+
+impl Image {
+    /// `repo:tag` names.
+    pub fn repo_tags(&self) -> Vec<String> {
+        self.references
+            .iter()
+            .filter(|r| !r.contains('@'))
+            .cloned()
+            .collect()
+    }
+
+    /// `repo@digest` names.
+    pub fn repo_digests(&self) -> Vec<String> {
+        self.references
+            .iter()
+            .filter(|r| r.contains('@'))
+            .cloned()
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    by_id: HashMap<String, Image>,
+    by_ref: HashMap<String, String>,
+}
+
+/// Images by id and by name.
+#[derive(Default)]
+pub struct Store {
+    inner: RwLock<Inner>,
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds or merges an image: names move to it from any image that held them before, and an
+    /// image left with no name is dropped (containerd would collect it).
+    pub fn insert(&self, image: Image) {
+        let mut inner = self.write();
+        for name in &image.references {
+            if let Some(old) = inner.by_ref.insert(name.clone(), image.id.clone())
+                && old != image.id
+                && let Some(prev) = inner.by_id.get_mut(&old)
+            {
+                prev.references.remove(name);
+                if prev.references.is_empty() {
+                    inner.by_id.remove(&old);
+                }
+            }
+        }
+        match inner.by_id.get_mut(&image.id) {
+            Some(existing) => {
+                existing.references.extend(image.references);
+                existing.pinned |= image.pinned;
+                existing.target = image.target;
+            }
+            None => {
+                inner.by_id.insert(image.id.clone(), image);
+            }
+        }
+    }
+
+    /// Finds an image by name (already normalized), full id, bare hex id or unique id prefix.
+    pub fn get(&self, name_or_id: &str) -> Option<Image> {
+        let inner = self.read();
+        if let Some(id) = inner.by_ref.get(name_or_id) {
+            return inner.by_id.get(id).cloned();
+        }
+        let hex = name_or_id.strip_prefix("sha256:").unwrap_or(name_or_id);
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut found = inner.by_id.values().filter(|i| {
+            i.id.strip_prefix("sha256:")
+                .unwrap_or(&i.id)
+                .starts_with(hex)
+        });
+        match (found.next(), found.next()) {
+            (Some(one), None) => Some(one.clone()),
+            _ => None,
+        }
+    }
+
+    /// Every image.
+    pub fn list(&self) -> Vec<Image> {
+        let mut all: Vec<Image> = self.read().by_id.values().cloned().collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+
+    /// Forgets an image and all its names.
+    pub fn remove(&self, id: &str) {
+        let mut inner = self.write();
+        if let Some(image) = inner.by_id.remove(id) {
+            for name in image.references {
+                inner.by_ref.remove(&name);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(id: &str, refs: &[&str]) -> Image {
+        Image {
+            id: id.into(),
+            references: refs.iter().map(|s| s.to_string()).collect(),
+            target: Default::default(),
+            manifest_digest: String::new(),
+            layers: Vec::new(),
+            chain_id: String::new(),
+            size: 0,
+            config: Default::default(),
+            config_json: serde_json::Value::Null,
+            pinned: false,
+        }
+    }
+
+    #[test]
+    fn finds_by_name_id_and_prefix() {
+        let s = Store::new();
+        let id = format!("sha256:{}", "ab".repeat(32));
+        s.insert(image(&id, &["docker.io/library/busybox:1"]));
+        assert!(s.get("docker.io/library/busybox:1").is_some());
+        assert!(s.get(&id).is_some());
+        assert!(s.get(&"ab".repeat(32)).is_some());
+        assert!(s.get("abab").is_some());
+        assert!(s.get("docker.io/library/busybox:2").is_none());
+        assert!(s.get("zz").is_none());
+    }
+
+    #[test]
+    fn a_retagged_name_moves_and_an_unnamed_image_goes() {
+        let s = Store::new();
+        let a = format!("sha256:{}", "a".repeat(64));
+        let b = format!("sha256:{}", "b".repeat(64));
+        s.insert(image(&a, &["x:1"]));
+        s.insert(image(&b, &["x:1"]));
+        assert_eq!(s.get("x:1").unwrap().id, b);
+        assert!(s.get(&a).is_none());
+        s.remove(&b);
+        assert!(s.get("x:1").is_none());
+        assert!(s.list().is_empty());
+    }
+}

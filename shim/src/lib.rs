@@ -1,0 +1,22 @@
+//! `ferrolet-cri`: a CRI v1 runtime and image service on containerd.
+//!
+//! Module map:
+//! - [`config`]: the TOML config and its defaults; flags override it.
+//! - [`server`]: the gRPC server on a unix socket, graceful shutdown.
+//! - [`runtime`]: the CRI RuntimeService (Version today; sandboxes and containers next).
+//! - [`image`]: the CRI ImageService: pull, list, status, remove, fs info, the pause image.
+//! - [`reference`]: image reference parsing and normalization, as Kubernetes users expect.
+//! - [`registry`]: the registry v2 client: hosts and mirrors, auth, manifests, blobs.
+//! - [`content`]: verified blob writes into containerd's content store.
+//! - [`oci_layout`]: OCI image layouts, and leases.
+//! - [`logging`]: text or JSON logs with per-call spans.
+
+pub mod config;
+pub mod content;
+pub mod image;
+pub mod logging;
+pub mod oci_layout;
+pub mod reference;
+pub mod registry;
+pub mod runtime;
+pub mod server;
