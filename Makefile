@@ -10,7 +10,9 @@ node: env build
 	@scripts/node.sh
 
 ## test: environment + formatting + lints + every test (unit and integration, real containerd)
+# Binaries first: integration tests run the real ferrolet-cri and ferrolet-cni.
 test: env lint
+	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 
 ## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config

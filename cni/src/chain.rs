@@ -148,6 +148,15 @@ impl Cni {
         }
     }
 
+    /// The Go world's defaults: plugins in `/opt/cni/bin` then `/usr/lib/cni`, cache in
+    /// `/var/lib/cni`.
+    pub fn with_defaults() -> Self {
+        Self::new(
+            crate::invoke::default_plugin_dirs(),
+            crate::cache::DEFAULT_CACHE_DIR,
+        )
+    }
+
     /// Per-plugin-call timeout.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.invoker.timeout = timeout;

@@ -17,6 +17,9 @@ pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1
 /// The version results are converted to for callers.
 pub const CURRENT_VERSION: &str = "1.1.0";
 
+/// Default conf dir (libcni's).
+pub const DEFAULT_CONF_DIR: &str = "/etc/cni/net.d";
+
 /// Extensions recognised in a conf dir (libcni's defaults).
 pub const CONF_EXTENSIONS: &[&str] = &["conf", "conflist", "json"];
 

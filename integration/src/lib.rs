@@ -18,3 +18,25 @@ pub mod network;
 pub mod registry;
 pub mod scratch;
 pub mod testimages;
+
+use std::path::{Path, PathBuf};
+
+/// A workspace binary next to the running test executable (`target/<profile>/<name>`).
+///
+/// # Panics
+/// If it has not been built: `make test` builds every binary before testing.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    // Test executables live in target/<profile>/deps; binaries one level up.
+    let candidate = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join(name))
+        .unwrap_or_default();
+    assert!(
+        candidate.is_file(),
+        "{} not found: build it first (`cargo build --workspace --bins`, which `make test` does)",
+        candidate.display()
+    );
+    candidate
+}

@@ -14,27 +14,16 @@ use ferrolet_integration::leak::LeakChecker;
 use ferrolet_integration::network::TestNetwork;
 use serde_json::json;
 
-/// `ferrolet-cni`, next to this test's executable's dir (target/<profile>/), if built.
-fn cli_bin() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.parent()?.join("ferrolet-cni");
-    p.is_file().then_some(p)
+/// `ferrolet-cni`, built beside this test (`make test` builds every binary first); a test
+/// that needs it fails without it rather than skipping.
+fn cli_bin() -> PathBuf {
+    ferrolet_integration::workspace_binary("ferrolet-cni")
 }
 
-/// Run `args` inside the netns at `ns`: via `ferrolet-cni exec` when built, else `nsenter`.
+/// Run `args` inside the netns at `ns` through `ferrolet-cni exec`.
 fn spawn_in_netns(ns: &Path, args: &[&str]) -> Child {
-    let mut cmd = match cli_bin() {
-        Some(bin) => {
-            let mut c = Command::new(bin);
-            c.arg("exec").arg(ns).arg("--");
-            c
-        }
-        None => {
-            let mut c = Command::new("nsenter");
-            c.arg(format!("--net={}", ns.display())).arg("--");
-            c
-        }
-    };
+    let mut cmd = Command::new(cli_bin());
+    cmd.arg("exec").arg(ns).arg("--");
     match cmd.args(args).stdin(Stdio::null()).spawn() {
         Ok(c) => c,
         Err(e) => panic!("spawning {args:?} in {}: {e}", ns.display()),
@@ -664,10 +653,7 @@ async fn bad_configs_unknown_plugin_and_failing_plugin_leave_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_trace_add_exec_del_with_real_plugins() {
-    let Some(bin) = cli_bin() else {
-        eprintln!("skipping: ferrolet-cni not built (cargo build -p ferrolet-cni)");
-        return;
-    };
+    let bin = cli_bin();
     let net = TestNetwork::new("cli");
     net.write_conflist(vec![net.bridge_plugin(), net.portmap_plugin()]);
     let run = |args: &[&str]| {

@@ -622,3 +622,84 @@ async fn images_survive_a_restart_with_the_same_ids_and_shutdown_is_graceful() {
     assert_eq!(list(node.cri.images().await).await, before);
     teardown(node).await;
 }
+
+#[tokio::test]
+async fn image_import_takes_layouts_oci_archives_and_docker_archives() {
+    let node = node("import", "").await;
+    let b = built(node.scratch.path(), "entry");
+    let oci_tar = node.scratch.path().join("entry-oci.tar");
+    let docker_tar = node.scratch.path().join("entry-docker.tar");
+    for (dest, what) in [
+        (
+            format!(
+                "oci-archive:{}:ferrolet.local/arch/entry:oci",
+                oci_tar.display()
+            ),
+            "oci",
+        ),
+        (
+            format!(
+                "docker-archive:{}:ferrolet.local/arch/entry:docker",
+                docker_tar.display()
+            ),
+            "docker",
+        ),
+    ] {
+        let ok = std::process::Command::new("skopeo")
+            .args(["copy", "-q"])
+            .arg(format!("oci:{}:1", b.dir.display()))
+            .arg(&dest)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "skopeo made no {what} archive");
+    }
+    let binary = ferrolet_integration::workspace_binary("ferrolet-cri");
+    let config = node.scratch.path().join("ferrolet-cri.toml");
+    let import = |path: &Path, name: Option<&str>| {
+        let mut cmd = std::process::Command::new(&binary);
+        cmd.arg("--config")
+            .arg(&config)
+            .args(["image", "import"])
+            .arg(path);
+        if let Some(n) = name {
+            cmd.args(["--name", n]);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(
+        import(&b.dir, Some("ferrolet.local/arch/entry:layout")),
+        "ferrolet.local/arch/entry:layout\n"
+    );
+    assert_eq!(import(&oci_tar, None), "ferrolet.local/arch/entry:oci\n");
+    assert_eq!(
+        import(&docker_tar, None),
+        "ferrolet.local/arch/entry:docker\n"
+    );
+
+    // A running ferrolet-cri reads what the imports recorded only at start-up.
+    let mut node = node;
+    node.cri.restart_after_kill();
+    let mut images = node.cri.images().await;
+    for tag in ["layout", "oci", "docker"] {
+        let image = images
+            .image_status(ImageStatusRequest {
+                image: spec(&format!("ferrolet.local/arch/entry:{tag}")),
+                verbose: false,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .image
+            .unwrap_or_else(|| panic!("entry:{tag} not imported"));
+        // A Docker archive keeps the config bytes, so every path gives the same image id.
+        assert_eq!(image.id, b.config_digest, "{tag}");
+    }
+    teardown(node).await;
+}

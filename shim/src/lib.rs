@@ -9,8 +9,10 @@
 //! - [`registry`]: the registry v2 client: hosts and mirrors, auth, manifests, blobs.
 //! - [`content`]: verified blob writes into containerd's content store.
 //! - [`oci_layout`]: OCI image layouts, and leases.
+//! - [`archive`]: OCI and Docker image archives, as OCI layouts.
 //! - [`logging`]: text or JSON logs with per-call spans.
 
+pub mod archive;
 pub mod config;
 pub mod content;
 pub mod image;

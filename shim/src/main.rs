@@ -60,7 +60,7 @@ enum Command {
 
 #[derive(Subcommand, Debug)]
 enum ImageCommand {
-    /// Import an OCI image layout directory or an OCI archive (.tar) into containerd.
+    /// Import an OCI image layout directory, an OCI archive or a Docker archive (.tar).
     Import {
         /// Layout directory or archive.
         path: PathBuf,
@@ -177,27 +177,16 @@ async fn import(config: Config, path: &Path, name: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// A layout directory as is, or an OCI archive unpacked into a temporary directory (kept
-/// alive by the returned guard).
+/// A layout directory as is, or an archive (OCI or Docker) unpacked into a temporary
+/// directory (kept alive by the returned guard).
 async fn open_layout(path: &Path) -> Result<(Layout, Option<tempfile::TempDir>)> {
     if path.is_dir() {
         return Ok((Layout::new(path), None));
     }
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let (archive, target) = (path.to_path_buf(), dir.path().to_path_buf());
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        let file = std::fs::File::open(&archive)
-            .with_context(|| format!("opening {}", archive.display()))?;
-        tar::Archive::new(file)
-            .unpack(&target)
-            .with_context(|| format!("unpacking {}", archive.display()))
-    })
-    .await??;
-    if !dir.path().join("index.json").exists() {
-        anyhow::bail!(
-            "{} is not an OCI archive (no index.json); Docker archives are not supported yet",
-            path.display()
-        );
-    }
-    Ok((Layout::new(dir.path()), Some(dir)))
+    let layout =
+        tokio::task::spawn_blocking(move || ferrolet_cri::archive::to_layout(&archive, &target))
+            .await??;
+    Ok((Layout::new(layout), Some(dir)))
 }

@@ -312,7 +312,8 @@ fn is_alnum(b: u8) -> bool {
 }
 
 fn is_lower_hex(s: &str) -> bool {
-    s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]
@@ -330,7 +331,10 @@ mod tests {
             ("user/app", "docker.io/user/app:latest"),
             ("user/app:v1", "docker.io/user/app:v1"),
             ("docker.io/busybox", "docker.io/library/busybox:latest"),
-            ("index.docker.io/busybox", "docker.io/library/busybox:latest"),
+            (
+                "index.docker.io/busybox",
+                "docker.io/library/busybox:latest",
+            ),
             ("index.docker.io/user/app:2", "docker.io/user/app:2"),
             ("docker.io/library/busybox:1", "docker.io/library/busybox:1"),
             ("localhost/x", "localhost/x:latest"),
@@ -344,7 +348,10 @@ mod tests {
             ("ghcr.io/a/b/c/d:e", "ghcr.io/a/b/c/d:e"),
             ("my.host/x", "my.host/x:latest"),
             ("[::1]:5000/x:1", "[::1]:5000/x:1"),
-            ("a__b/c.d/e-f/g---h:T_a.g-1", "docker.io/a__b/c.d/e-f/g---h:T_a.g-1"),
+            (
+                "a__b/c.d/e-f/g---h:T_a.g-1",
+                "docker.io/a__b/c.d/e-f/g---h:T_a.g-1",
+            ),
             // A first component that is not a host stays in the path, even with a dash.
             ("my-org/app", "docker.io/my-org/app:latest"),
         ];

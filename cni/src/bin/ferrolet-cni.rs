@@ -27,7 +27,7 @@ struct Cli {
         long,
         global = true,
         env = "NETCONFPATH",
-        default_value = "/etc/cni/net.d"
+        default_value = config::DEFAULT_CONF_DIR
     )]
     conf_dir: PathBuf,
     /// Plugin search path, `:`-separated.

@@ -186,10 +186,7 @@ mod tests {
         assert_eq!(c[0].scheme, "bearer");
         assert_eq!(c[0].param("realm"), Some("https://auth.docker.io/token"));
         assert_eq!(c[0].param("service"), Some("registry.docker.io"));
-        assert_eq!(
-            c[0].param("scope"),
-            Some("repository:library/busybox:pull")
-        );
+        assert_eq!(c[0].param("scope"), Some("repository:library/busybox:pull"));
     }
 
     #[test]
@@ -222,7 +219,14 @@ mod tests {
 
     #[test]
     fn garbage_does_not_panic() {
-        for h in ["", "=", "\"", "Bearer realm=\"unterminated", "Bearer ,,, =x", "a=b"] {
+        for h in [
+            "",
+            "=",
+            "\"",
+            "Bearer realm=\"unterminated",
+            "Bearer ,,, =x",
+            "a=b",
+        ] {
             let _ = parse_www_authenticate(h);
         }
         assert!(parse_www_authenticate("").is_empty());
@@ -263,6 +267,9 @@ mod tests {
             }
         );
         assert!(!dbg.contains("secret"), "{dbg}");
-        assert_eq!(basic_header("user", "password"), "Basic dXNlcjpwYXNzd29yZA==");
+        assert_eq!(
+            basic_header("user", "password"),
+            "Basic dXNlcjpwYXNzd29yZA=="
+        );
     }
 }

@@ -23,8 +23,8 @@ use reqwest::{RequestBuilder, Response, StatusCode, Url};
 use sha2::Digest as _;
 
 use crate::reference::Reference;
-use crate::registry::auth::{Challenge, Credentials, TokenResponse, basic_header};
 use crate::registry::auth::parse_www_authenticate;
+use crate::registry::auth::{Challenge, Credentials, TokenResponse, basic_header};
 use crate::registry::error::RegistryError;
 use crate::registry::hosts::{Endpoint, HostsConfig};
 use crate::registry::manifest::{
@@ -199,7 +199,14 @@ fn registry_error(body: &[u8]) -> (Option<String>, String) {
             let e = &b.errors[0];
             (Some(e.code.clone()), format!("{} {}", e.code, e.message))
         }
-        _ => (None, String::from_utf8_lossy(body).trim().chars().take(200).collect()),
+        _ => (
+            None,
+            String::from_utf8_lossy(body)
+                .trim()
+                .chars()
+                .take(200)
+                .collect(),
+        ),
     }
 }
 
@@ -580,7 +587,9 @@ impl Session {
         if challenges.iter().any(|c| c.scheme == "basic") {
             let basic = match creds.map(Credentials::basic).transpose() {
                 Ok(b) => b.flatten(),
-                Err(d) => return Err(self.unauthenticated(ep, format!("unusable credentials: {d}"))),
+                Err(d) => {
+                    return Err(self.unauthenticated(ep, format!("unusable credentials: {d}")));
+                }
             };
             return match basic {
                 Some((u, p)) => Ok(basic_header(&u, &p)),
@@ -615,7 +624,12 @@ impl Session {
         );
         let mut scopes: Vec<String> = c
             .param("scope")
-            .map(|s| s.split(' ').filter(|s| !s.is_empty()).map(String::from).collect())
+            .map(|s| {
+                s.split(' ')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect()
+            })
             .unwrap_or_default();
         let ours = format!("repository:{}:pull", self.inner.reference.repository);
         if !scopes.contains(&ours) {
@@ -639,7 +653,8 @@ impl Session {
                 http.post(realm_url).form(&form)
             }
             None => {
-                let mut query: Vec<(&str, &str)> = scopes.iter().map(|s| ("scope", s.as_str())).collect();
+                let mut query: Vec<(&str, &str)> =
+                    scopes.iter().map(|s| ("scope", s.as_str())).collect();
                 if let Some(s) = service {
                     query.push(("service", s));
                 }
@@ -693,14 +708,23 @@ impl Session {
 
     /// Turns a non-2xx answer into the matching error, using the registry's error code when
     /// it sent one.
-    async fn check(&self, ep: &Endpoint, resp: Response, what: &str) -> Result<Response, RegistryError> {
+    async fn check(
+        &self,
+        ep: &Endpoint,
+        resp: Response,
+        what: &str,
+    ) -> Result<Response, RegistryError> {
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
         }
         let body = read_body(resp, SMALL_BODY_MAX).await.unwrap_or_default();
         let (code, said) = registry_error(&body);
-        let said = if said.is_empty() { status.to_string() } else { format!("{status} {said}") };
+        let said = if said.is_empty() {
+            status.to_string()
+        } else {
+            format!("{status} {said}")
+        };
         let detail = format!("{} answered {said}", ep.address);
         Err(match (status.as_u16(), code.as_deref()) {
             (403, _) | (_, Some("DENIED")) => RegistryError::PermissionDenied {
@@ -732,11 +756,18 @@ impl Session {
         })
     }
 
-    async fn read_limited(&self, ep: &Endpoint, resp: Response, max: usize) -> Result<Vec<u8>, RegistryError> {
+    async fn read_limited(
+        &self,
+        ep: &Endpoint,
+        resp: Response,
+        max: usize,
+    ) -> Result<Vec<u8>, RegistryError> {
         match read_body(resp, max).await {
             Ok(b) => Ok(b),
             Err(ReadError::Http(e)) => Err(RegistryError::unavailable(&ep.address, e)),
-            Err(ReadError::TooLarge) => Err(self.protocol(ep, format!("response over {max} bytes"))),
+            Err(ReadError::TooLarge) => {
+                Err(self.protocol(ep, format!("response over {max} bytes")))
+            }
         }
     }
 }
@@ -850,7 +881,9 @@ impl Stream for BlobStream {
             match ready!(this.body.as_mut().poll_next(cx)) {
                 Some(Ok(mut chunk)) => {
                     if this.skip > 0 {
-                        let n = usize::try_from(this.skip).unwrap_or(usize::MAX).min(chunk.len());
+                        let n = usize::try_from(this.skip)
+                            .unwrap_or(usize::MAX)
+                            .min(chunk.len());
                         let _ = chunk.split_to(n);
                         this.skip -= n as u64;
                     }

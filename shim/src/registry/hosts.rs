@@ -311,7 +311,13 @@ mod tests {
 
     #[test]
     fn loopback() {
-        for d in ["localhost", "LOCALHOST:1", "127.0.0.1", "127.1.2.3:5000", "[::1]:80"] {
+        for d in [
+            "localhost",
+            "LOCALHOST:1",
+            "127.0.0.1",
+            "127.1.2.3:5000",
+            "[::1]:80",
+        ] {
             assert!(is_loopback(d), "{d}");
         }
         for d in ["localhost.example", "10.0.0.1:5000", "docker.io", "[::2]"] {

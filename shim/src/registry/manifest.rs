@@ -172,7 +172,13 @@ struct Probe {
 /// `mediaType` optional, and some registries answer `application/json`.
 pub fn detect_media_type(content_type: Option<&str>, body: &[u8]) -> Result<String, String> {
     let header = content_type
-        .map(|ct| ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .map(|ct| {
+            ct.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
         .filter(|ct| !ct.is_empty());
     if let Some(ct) = &header
         && kind_of(ct).is_some()
@@ -369,7 +375,10 @@ mod tests {
             ("linux", "amd64", None, 'e'),
         ]);
         let entries = parse_index(&body).unwrap();
-        assert_eq!(select_platform(&entries, &amd64()).unwrap().digest, digest('d'));
+        assert_eq!(
+            select_platform(&entries, &amd64()).unwrap().digest,
+            digest('d')
+        );
     }
 
     #[test]
@@ -379,10 +388,16 @@ mod tests {
             ("linux", "amd64", Some("v1"), 'b'),
         ]);
         let entries = parse_index(&body).unwrap();
-        assert_eq!(select_platform(&entries, &amd64()).unwrap().digest, digest('b'));
+        assert_eq!(
+            select_platform(&entries, &amd64()).unwrap().digest,
+            digest('b')
+        );
         let body = index(&[("linux", "amd64", Some("v3"), 'a')]);
         let entries = parse_index(&body).unwrap();
-        assert_eq!(select_platform(&entries, &amd64()).unwrap().digest, digest('a'));
+        assert_eq!(
+            select_platform(&entries, &amd64()).unwrap().digest,
+            digest('a')
+        );
     }
 
     #[test]
@@ -408,7 +423,10 @@ mod tests {
             ]
         });
         let body = serde_json::to_vec(&body).unwrap();
-        assert_eq!(detect_media_type(None, &body).unwrap(), DOCKER_MANIFEST_LIST);
+        assert_eq!(
+            detect_media_type(None, &body).unwrap(),
+            DOCKER_MANIFEST_LIST
+        );
         let entries = parse_index(&body).unwrap();
         let e = select_platform(&entries, &amd64()).unwrap();
         assert_eq!(e.descriptor().size, 7);
@@ -423,17 +441,27 @@ mod tests {
             OCI_MANIFEST
         );
         assert_eq!(
-            detect_media_type(Some("application/vnd.docker.distribution.manifest.v2+json; charset=utf-8"), oci).unwrap(),
+            detect_media_type(
+                Some("application/vnd.docker.distribution.manifest.v2+json; charset=utf-8"),
+                oci
+            )
+            .unwrap(),
             DOCKER_MANIFEST
         );
         // Generic or missing Content-Type: fall back to the document.
-        assert_eq!(detect_media_type(Some("application/json"), oci).unwrap(), OCI_MANIFEST);
+        assert_eq!(
+            detect_media_type(Some("application/json"), oci).unwrap(),
+            OCI_MANIFEST
+        );
         assert_eq!(
             detect_media_type(None, br#"{"schemaVersion":2,"manifests":[]}"#).unwrap(),
             OCI_INDEX
         );
         let s1 = br#"{"schemaVersion":1,"name":"x","fsLayers":[]}"#;
-        assert_eq!(kind_of(&detect_media_type(None, s1).unwrap()), Some(Kind::Schema1));
+        assert_eq!(
+            kind_of(&detect_media_type(None, s1).unwrap()),
+            Some(Kind::Schema1)
+        );
         assert_eq!(
             kind_of(&detect_media_type(Some(DOCKER_SCHEMA1_SIGNED), s1).unwrap()),
             Some(Kind::Schema1)
