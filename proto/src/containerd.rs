@@ -76,6 +76,7 @@ pub type Scoped = InterceptedService<Channel, Scope>;
 pub struct Containerd {
     channel: Channel,
     scope: Scope,
+    namespace: String,
 }
 
 macro_rules! clients {
@@ -94,12 +95,25 @@ impl Containerd {
     pub async fn connect(endpoint: &str, namespace: &str) -> Result<Self, ConnectError> {
         let scope = Scope::new(namespace)?;
         let channel = transport::connect(endpoint).await?;
-        Ok(Self { channel, scope })
+        Ok(Self {
+            channel,
+            scope,
+            namespace: namespace.to_string(),
+        })
     }
 
-    /// Wraps an existing channel.
-    pub fn from_channel(channel: Channel, scope: Scope) -> Self {
-        Self { channel, scope }
+    /// Wraps an existing channel, scoped to `namespace`.
+    pub fn from_channel(channel: Channel, namespace: &str) -> Result<Self, InvalidScope> {
+        Ok(Self {
+            channel,
+            scope: Scope::new(namespace)?,
+            namespace: namespace.to_string(),
+        })
+    }
+
+    /// The namespace every call is scoped to.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// The same connection with every call holding `lease`.
@@ -107,6 +121,7 @@ impl Containerd {
         Ok(Self {
             channel: self.channel.clone(),
             scope: self.scope.with_lease(lease)?,
+            namespace: self.namespace.clone(),
         })
     }
 

@@ -151,6 +151,7 @@ async fn serve(config: Config) -> Result<()> {
         .await
         .context("importing the built-in pause image")?;
     tracing::info!(sandbox_image = %config.sandbox_image, pause_id = %pause, "images ready");
+    let _events = images.follow_events();
     server::serve(
         &config.listen,
         config.socket_mode()?,

@@ -4,11 +4,13 @@
 //! - [`store`]: the in-memory image index CRI calls are answered from.
 //! - [`records`]: containerd's image records and content reads.
 //! - [`unpack`]: layers applied onto snapshots by chain id.
+//! - [`events`]: follows containerd's image events, for records others change.
 //! - [`pull`]: registry → content store → unpack → records, single-flight per blob.
 //! - [`pause`]: the built-in sandbox image.
 //! - [`error`]: errors and their gRPC codes.
 
 pub mod error;
+pub mod events;
 pub mod pause;
 pub mod pull;
 pub mod records;
@@ -105,6 +107,12 @@ impl ImageService {
         credentials: Option<crate::registry::Credentials>,
     ) -> Result<String, ImageError> {
         pull::pull(self, reference, credentials).await
+    }
+
+    /// Follows containerd's image events in the background, so records made by others
+    /// (`ferrolet-cri image import`, `ctr`) show up without a restart.
+    pub fn follow_events(&self) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(events::follow(self.clone()))
     }
 
     /// Imports the built-in pause image unless containerd has it, and pins it.

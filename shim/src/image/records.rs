@@ -12,9 +12,12 @@ use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use tonic::Code;
 
 use super::error::ImageError;
-use super::spec::{ImageConfig, Index, Manifest, is_index};
+use super::spec::ImageConfig;
 use super::store::Image;
 use crate::oci_layout;
+use crate::registry::manifest::{
+    Kind, Platform, kind_of, parse_index, parse_manifest, select_platform,
+};
 
 /// Label containerd's CRI plugin puts on the image records it manages.
 pub const MANAGED_LABEL: &str = "io.cri-containerd.image";
@@ -69,11 +72,17 @@ pub async fn describe(
         .unwrap_or_else(|| target.digest.clone());
     let mut size = target.size.max(0) as u64;
     let mut manifest_desc = target.clone();
-    if is_index(&target.media_type) {
-        let index: Index = parse(&label, "index", &read_blob(cd, &target.digest).await?)?;
-        let chosen = index.linux_amd64().ok_or_else(|| ImageError::Malformed {
+    if kind_of(&target.media_type) == Some(Kind::Index) {
+        let entries = parse_index(&read_blob(cd, &target.digest).await?).map_err(|reason| {
+            ImageError::Malformed {
+                image: label.clone(),
+                reason,
+            }
+        })?;
+        let platform = Platform::current();
+        let chosen = select_platform(&entries, &platform).ok_or_else(|| ImageError::Malformed {
             image: label.clone(),
-            reason: "index has no linux/amd64 manifest".into(),
+            reason: format!("index has no {platform} manifest"),
         })?;
         manifest_desc = CdDescriptor {
             media_type: chosen.media_type.clone(),
@@ -83,11 +92,13 @@ pub async fn describe(
         };
         size += chosen.size.max(0) as u64;
     }
-    let manifest: Manifest = parse(
-        &label,
-        "manifest",
-        &read_blob(cd, &manifest_desc.digest).await?,
-    )?;
+    let manifest =
+        parse_manifest(&read_blob(cd, &manifest_desc.digest).await?).map_err(|reason| {
+            ImageError::Malformed {
+                image: label.clone(),
+                reason,
+            }
+        })?;
     let config_bytes = read_blob(cd, &manifest.config.digest).await?;
     let config: ImageConfig = parse(&label, "config", &config_bytes)?;
     let config_json = parse(&label, "config", &config_bytes)?;

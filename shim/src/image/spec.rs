@@ -1,81 +1,9 @@
-//! The OCI image documents ferrolet-cri reads: index, manifest and image config.
+//! The image config, the part of an image a runtime reads (index and manifest documents are
+//! the registry module's `manifest`).
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-
-/// OCI image index media type.
-pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-/// Docker manifest list media type.
-pub const DOCKER_LIST: &str = "application/vnd.docker.distribution.manifest.list.v2+json";
-
-/// Whether a media type is an index (a list of per-platform manifests).
-pub fn is_index(media_type: &str) -> bool {
-    media_type == OCI_INDEX || media_type == DOCKER_LIST
-}
-
-/// A content descriptor as it appears in JSON documents.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Descriptor {
-    /// Media type of the blob.
-    #[serde(default)]
-    pub media_type: String,
-    /// `sha256:<hex>`.
-    pub digest: String,
-    /// Size in bytes.
-    pub size: i64,
-    /// Platform, in an index.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub platform: Option<Platform>,
-}
-
-/// The platform an index entry is for.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-pub struct Platform {
-    /// CPU architecture (`amd64`).
-    #[serde(default)]
-    pub architecture: String,
-    /// Operating system (`linux`).
-    #[serde(default)]
-    pub os: String,
-    /// CPU variant (`v8`), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variant: Option<String>,
-}
-
-/// An image index or manifest list.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Index {
-    /// Per-platform manifests.
-    pub manifests: Vec<Descriptor>,
-}
-
-impl Index {
-    /// The manifest for linux/amd64, preferring an entry without a variant.
-    pub fn linux_amd64(&self) -> Option<&Descriptor> {
-        let mut matching = self.manifests.iter().filter(|d| {
-            d.platform
-                .as_ref()
-                .is_some_and(|p| p.os == "linux" && p.architecture == "amd64")
-        });
-        let first = matching.next();
-        first
-            .into_iter()
-            .chain(matching)
-            .find(|d| d.platform.as_ref().is_some_and(|p| p.variant.is_none()))
-            .or(first)
-    }
-}
-
-/// An image manifest.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Manifest {
-    /// The image config blob.
-    pub config: Descriptor,
-    /// Layers, base first.
-    pub layers: Vec<Descriptor>,
-}
 
 /// An image config (the parts a runtime uses).
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -202,18 +130,5 @@ mod tests {
         use sha2::{Digest, Sha256};
         let expect = hex::encode(Sha256::digest(format!("{a} {b}").as_bytes()));
         assert_eq!(chain[1], format!("sha256:{expect}"));
-    }
-
-    #[test]
-    fn index_prefers_plain_linux_amd64() {
-        let idx: Index = serde_json::from_str(
-            r#"{"manifests":[
-              {"mediaType":"m","digest":"sha256:1","size":1,"platform":{"architecture":"arm64","os":"linux"}},
-              {"mediaType":"m","digest":"sha256:2","size":1,"platform":{"architecture":"amd64","os":"linux","variant":"v3"}},
-              {"mediaType":"m","digest":"sha256:3","size":1,"platform":{"architecture":"amd64","os":"linux"}}
-            ]}"#,
-        )
-        .unwrap();
-        assert_eq!(idx.linux_amd64().unwrap().digest, "sha256:3");
     }
 }

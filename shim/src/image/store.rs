@@ -18,7 +18,7 @@ pub struct Image {
     /// The platform manifest's digest.
     pub manifest_digest: String,
     /// Layers of the platform manifest, base first.
-    pub layers: Vec<super::spec::Descriptor>,
+    pub layers: Vec<crate::registry::manifest::Descriptor>,
     /// Chain id of the top layer: the snapshot containers start from.
     pub chain_id: String,
     /// Bytes of content the image holds (manifest, config, layers, as pulled).
@@ -130,6 +130,22 @@ impl Store {
         let mut all: Vec<Image> = self.read().by_id.values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
+    }
+
+    /// Forgets one name; an id name forgets the whole image (containerd's CRI keeps an image
+    /// as long as its id record exists, even with no tag left).
+    pub fn remove_name(&self, name: &str) {
+        let mut inner = self.write();
+        if inner.by_id.contains_key(name) {
+            drop(inner);
+            self.remove(name);
+            return;
+        }
+        if let Some(id) = inner.by_ref.remove(name)
+            && let Some(image) = inner.by_id.get_mut(&id)
+        {
+            image.references.remove(name);
+        }
     }
 
     /// Forgets an image and all its names.

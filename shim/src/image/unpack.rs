@@ -14,7 +14,7 @@ use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use tonic::Code;
 
 use super::error::ImageError;
-use super::spec::Descriptor;
+use crate::registry::manifest::Descriptor;
 
 /// Label containerd's unpacker puts on a snapshot to name the chain it belongs to.
 const SNAPSHOT_REF_LABEL: &str = "containerd.io/snapshot.ref";
