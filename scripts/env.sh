@@ -59,26 +59,8 @@ wait_for() {
 start_containerd() {
   if alive containerd; then log "containerd already running (pid $(cat "$PID_DIR/containerd.pid"))"; return; fi
   mkdir -p "$CTRD_ROOT" "$CTRD_STATE" "$LIB/containerd-opt"
-  cat >"$ENV_DIR/containerd.toml" <<TOML
-version = 2
-root = "$CTRD_ROOT"
-state = "$CTRD_STATE"
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
-[grpc]
-  address = "$CTRD_SOCK"
-[ttrpc]
-  address = "$CTRD_SOCK.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$LIB/containerd-opt"
-TOML
+  sed -e "s|@ROOT@|$CTRD_ROOT|" -e "s|@STATE@|$CTRD_STATE|" -e "s|@SOCKET@|$CTRD_SOCK|g" \
+    -e "s|@OPT@|$LIB/containerd-opt|" "$ROOT_DIR/scripts/containerd.toml.in" >"$ENV_DIR/containerd.toml"
   start containerd "$ENV_DIR/logs/containerd.log" containerd --config "$ENV_DIR/containerd.toml"
   wait_for containerd ctr --address "$CTRD_SOCK" version
   log "containerd $(ctr --address "$CTRD_SOCK" version | awk '/Version/{print $2; exit}') on $CTRD_SOCK"

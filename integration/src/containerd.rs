@@ -236,35 +236,11 @@ fn kill_processes_mentioning(needle: &str) {
     }
 }
 
-/// containerd's config: everything under `dir`, CRI and snapshotters this machine lacks off.
+/// containerd's config (the project's one template): everything under `dir`.
 pub fn config_toml(dir: &Path, socket: &Path) -> String {
-    let d = dir.display();
-    let s = socket.display();
-    format!(
-        r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
-
-[grpc]
-  address = "{s}"
-
-[ttrpc]
-  address = "{s}.ttrpc"
-
-[debug]
-  level = "info"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-"#
-    )
+    include_str!("../../scripts/containerd.toml.in")
+        .replace("@ROOT@", &dir.join("root").display().to_string())
+        .replace("@STATE@", &dir.join("state").display().to_string())
+        .replace("@SOCKET@", &socket.display().to_string())
+        .replace("@OPT@", &dir.join("opt").display().to_string())
 }

@@ -70,6 +70,21 @@ async fn pull(
         .map(|r| r.into_inner().image_ref)
 }
 
+async fn status_of(
+    client: &mut ImageServiceClient<Channel>,
+    reference: &str,
+) -> Option<ferrolet_proto::cri::Image> {
+    client
+        .image_status(ImageStatusRequest {
+            image: spec(reference),
+            verbose: false,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .image
+}
+
 fn built(scratch: &Path, name: &str) -> BuiltImage {
     testimages::build(name, scratch, Path::new("/bin/busybox")).unwrap()
 }
@@ -269,15 +284,7 @@ async fn every_test_image_pulls_by_tag_and_by_digest_with_the_right_status() {
         );
         // By id, by short id and by digest all find it.
         for reference in [&id, &id[7..19].to_string(), &by_digest] {
-            let found = images
-                .image_status(ImageStatusRequest {
-                    image: spec(reference),
-                    verbose: false,
-                })
-                .await
-                .unwrap()
-                .into_inner()
-                .image;
+            let found = status_of(&mut images, reference).await;
             assert_eq!(found.map(|i| i.id), Some(id.clone()), "{reference}");
         }
     }
@@ -440,15 +447,8 @@ async fn docker_hub_names_pull_through_a_mirror() {
     let b = built(node.scratch.path(), "busybox");
     let id = pull(&mut images, "busybox:1", None).await.unwrap();
     assert_eq!(id, b.config_digest);
-    let image = images
-        .image_status(ImageStatusRequest {
-            image: spec("docker.io/library/busybox:1"),
-            verbose: false,
-        })
+    let image = status_of(&mut images, "docker.io/library/busybox:1")
         .await
-        .unwrap()
-        .into_inner()
-        .image
         .unwrap();
     assert_eq!(
         image.repo_tags,
@@ -687,15 +687,8 @@ async fn image_import_takes_layouts_oci_archives_and_docker_archives() {
     let mut images = node.cri.images().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     for tag in ["layout", "oci", "docker"] {
-        let image = images
-            .image_status(ImageStatusRequest {
-                image: spec(&format!("ferrolet.local/arch/entry:{tag}")),
-                verbose: false,
-            })
+        let image = status_of(&mut images, &format!("ferrolet.local/arch/entry:{tag}"))
             .await
-            .unwrap()
-            .into_inner()
-            .image
             .unwrap_or_else(|| panic!("entry:{tag} not imported"));
         // A Docker archive keeps the config bytes, so every path gives the same image id.
         assert_eq!(image.id, b.config_digest, "{tag}");

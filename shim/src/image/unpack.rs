@@ -97,7 +97,7 @@ async fn apply_layer(
         .unwrap_or_default();
     let key = format!("extract-{nanos}-{chain_id}");
     let labels = HashMap::from([(SNAPSHOT_REF_LABEL.to_string(), chain_id.to_string())]);
-    let mounts = cd
+    let prepared = cd
         .snapshots()
         .prepare(PrepareSnapshotRequest {
             snapshotter: snapshotter.to_string(),
@@ -105,10 +105,14 @@ async fn apply_layer(
             parent: parent.to_string(),
             labels: labels.clone(),
         })
-        .await
-        .map_err(ImageError::containerd("prepare snapshot", chain_id))?
-        .into_inner()
-        .mounts;
+        .await;
+    let mounts = match prepared {
+        Ok(r) => r.into_inner().mounts,
+        // The `snapshot.ref` label makes containerd refuse when the chain is already committed:
+        // a concurrent pull of an image sharing this layer got there first.
+        Err(s) if s.code() == Code::AlreadyExists => return Ok(()),
+        Err(s) => return Err(ImageError::containerd("prepare snapshot", chain_id)(s)),
+    };
     let result = async {
         let applied = cd
             .diff()

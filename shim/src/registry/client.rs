@@ -723,7 +723,7 @@ impl Session {
         let said = if said.is_empty() {
             status.to_string()
         } else {
-            format!("{status} {said}")
+            format!("{status}: {said}")
         };
         let detail = format!("{} answered {said}", ep.address);
         Err(match (status.as_u16(), code.as_deref()) {

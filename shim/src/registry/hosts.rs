@@ -292,6 +292,43 @@ mod tests {
     }
 
     #[test]
+    fn embeds_in_toml() {
+        #[derive(Deserialize)]
+        struct Config {
+            registry: Registry,
+        }
+        #[derive(Deserialize)]
+        struct Registry {
+            hosts: HostsConfig,
+        }
+        let c: Config = toml::from_str(
+            r#"
+            [registry.hosts."docker.io"]
+            mirrors = ["http://127.0.0.1:5000"]
+            [registry.hosts."127.0.0.1:5001"]
+            username = "u"
+            password = "p"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            urls(&c.registry.hosts, "docker.io"),
+            [
+                "http://127.0.0.1:5000/ (mirror)",
+                "https://registry-1.docker.io/"
+            ]
+        );
+        assert!(
+            c.registry
+                .hosts
+                .get("127.0.0.1:5001")
+                .unwrap()
+                .credentials()
+                .is_some()
+        );
+    }
+
+    #[test]
     fn rejects_bad_config() {
         let unknown = serde_json::from_value::<HostsConfig>(serde_json::json!({
             "docker.io": {"insecure": true}
