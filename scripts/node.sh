@@ -13,9 +13,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 make node: the environment is up (private containerd, registries on 127.0.0.1:5000/5001 with the
 test images, CNI config in /etc/ferrolet/cni/net.d), but these binaries do not exist yet:
   ${missing[*]}
-ferrolet-cri (shim/) comes with the ferrolet-cri issues (#4, #5), ferrolet (kubelet/) with the
-kubelet issues (#6, #7). Until then, 'make test' runs everything that exists, and
-'make stop' tears the environment down.
+ferrolet (kubelet/) comes with the kubelet issues (#6, #7), and ferrolet-cri runs pods once
+its RuntimeService lands (#5); today it serves images only. Until then, 'make test' runs
+everything that exists, and 'make stop' tears the environment down.
 MSG
   exit 1
 fi
