@@ -152,14 +152,12 @@ async fn apply_layer(
             .await
         {
             Ok(_) => Ok(()),
-            // Another pull of an image sharing this layer committed it first.
-            Err(s) if s.code() == Code::AlreadyExists => {
-                Err(ImageError::containerd("commit snapshot", chain_id)(s))
-            }
             Err(s) => Err(ImageError::containerd("commit snapshot", chain_id)(s)),
         }
     }
     .await;
+    // AlreadyExists at commit: a concurrent pull of an image sharing this layer committed the
+    // chain first. That is success, but our active snapshot must still go.
     let raced = matches!(&result, Err(ImageError::Containerd { status, .. }) if status.code() == Code::AlreadyExists);
     if result.is_err() {
         // The active snapshot is ours alone; drop it now rather than waiting for GC.
