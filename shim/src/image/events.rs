@@ -42,13 +42,8 @@ pub async fn follow(svc: ImageService) {
 }
 
 async fn resync(svc: &ImageService) {
-    match records::load_all(svc.inner().containerd()).await {
-        Ok(images) => {
-            for image in images {
-                svc.inner().store.insert(image);
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "re-reading image records"),
+    if let Err(e) = records::sync(svc.inner().containerd(), &svc.inner().store).await {
+        tracing::warn!(error = %e, "re-reading image records");
     }
 }
 
@@ -85,17 +80,13 @@ async fn apply(svc: &ImageService, envelope: Envelope) {
     let Some(target) = record.as_ref().and_then(|r| r.target.clone()) else {
         return;
     };
+    let names = BTreeSet::from([name.clone()]);
     // Our own pulls and imports already indexed what they wrote.
-    if svc
-        .inner()
-        .store
-        .get(&name)
-        .is_some_and(|i| i.target.digest == target.digest)
-    {
+    if svc.inner().store.covers(&target.digest, &names) {
         return;
     }
     let pinned = record.is_some_and(|r| r.labels.get(PINNED_LABEL).is_some_and(|v| v == "pinned"));
-    match records::describe(cd, target, BTreeSet::from([name.clone()]), pinned).await {
+    match records::describe(cd, target, names, pinned).await {
         Ok(image) => svc.inner().store.insert(image),
         Err(e) => tracing::warn!(image = %name, error = %e, "indexing an image created elsewhere"),
     }

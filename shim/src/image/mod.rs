@@ -68,9 +68,7 @@ impl ImageService {
         opts: ImageOptions,
     ) -> Result<Self, ImageError> {
         let store = Store::new();
-        for image in records::load_all(&cd).await? {
-            store.insert(image);
-        }
+        records::sync(&cd, &store).await?;
         let pulls = pull::Flights::new(opts.max_concurrent_downloads);
         Ok(Self {
             inner: Arc::new(Inner {

@@ -13,7 +13,7 @@ use tonic::Code;
 
 use super::error::ImageError;
 use super::spec::ImageConfig;
-use super::store::Image;
+use super::store::{Image, Store};
 use crate::oci_layout;
 use crate::registry::manifest::{
     Kind, Platform, kind_of, parse_index, parse_manifest, select_platform,
@@ -123,10 +123,12 @@ pub async fn describe(
     })
 }
 
-/// Rebuilds every CRI image from containerd's records (start-up, and after a restart).
+/// Brings `store` up to date with containerd's records (at start-up, and whenever the event
+/// stream had to be re-established). Only images the store does not already index under the
+/// same target and names are read from the content store, so a second pass costs one List.
 /// Records that cannot be read (content missing, say) are skipped with a warning rather than
 /// keeping the runtime from starting.
-pub async fn load_all(cd: &Containerd) -> Result<Vec<Image>, ImageError> {
+pub async fn sync(cd: &Containerd, store: &Store) -> Result<(), ImageError> {
     let records = cd
         .images()
         .list(ListImagesRequest::default())
@@ -152,15 +154,16 @@ pub async fn load_all(cd: &Containerd) -> Result<Vec<Image>, ImageError> {
             entry.1.insert(record.name);
         }
     }
-    let mut images = Vec::new();
-    for (_, (target, refs, pinned)) in groups {
-        let digest = target.digest.clone();
+    for (digest, (target, refs, pinned)) in groups {
+        if store.covers(&digest, &refs) {
+            continue;
+        }
         match describe(cd, target, refs, pinned).await {
-            Ok(image) => images.push(image),
+            Ok(image) => store.insert(image),
             Err(e) => tracing::warn!(target = %digest, error = %e, "skipping unreadable image"),
         }
     }
-    Ok(images)
+    Ok(())
 }
 
 /// Whether a record name is an image id (`sha256:<64 hex>`) rather than a reference.

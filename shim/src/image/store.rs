@@ -125,6 +125,27 @@ impl Store {
         }
     }
 
+    /// Whether the store already indexes an image with target `target_digest` under every one
+    /// of `names` (with no names: any image with that target).
+    pub fn covers(&self, target_digest: &str, names: &BTreeSet<String>) -> bool {
+        let inner = self.read();
+        let at_target = |id: &String| {
+            inner
+                .by_id
+                .get(id)
+                .is_some_and(|i| i.target.digest == target_digest)
+        };
+        if names.is_empty() {
+            return inner
+                .by_id
+                .values()
+                .any(|i| i.target.digest == target_digest);
+        }
+        names
+            .iter()
+            .all(|n| inner.by_ref.get(n).is_some_and(at_target))
+    }
+
     /// Every image.
     pub fn list(&self) -> Vec<Image> {
         let mut all: Vec<Image> = self.read().by_id.values().cloned().collect();
@@ -189,6 +210,19 @@ mod tests {
         assert!(s.get("abab").is_some());
         assert!(s.get("docker.io/library/busybox:2").is_none());
         assert!(s.get("zz").is_none());
+    }
+
+    #[test]
+    fn covers_only_names_indexed_at_the_same_target() {
+        let s = Store::new();
+        let mut img = image(&format!("sha256:{}", "c".repeat(64)), &["x:1"]);
+        img.target.digest = "sha256:m1".into();
+        s.insert(img);
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+        assert!(s.covers("sha256:m1", &names(&["x:1"])));
+        assert!(s.covers("sha256:m1", &names(&[])));
+        assert!(!s.covers("sha256:m2", &names(&["x:1"])));
+        assert!(!s.covers("sha256:m1", &names(&["x:1", "x:2"])));
     }
 
     #[test]
