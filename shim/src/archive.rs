@@ -81,12 +81,10 @@ pub fn to_layout(archive: &Path, dir: &Path) -> Result<PathBuf, ArchiveError> {
         let config = add_blob(&raw.join(&entry.config), &blobs)?;
         let mut layers = Vec::new();
         for layer in &entry.layers {
-            let (digest, size, gzip) = {
-                let path = raw.join(layer);
-                let gzip = starts_with_gzip_magic(&path)?;
-                let (d, s) = add_blob(&path, &blobs)?;
-                (d, s, gzip)
-            };
+            let path = raw.join(layer);
+            // Sniff before add_blob moves the file into the layout.
+            let gzip = starts_with_gzip_magic(&path)?;
+            let (digest, size) = add_blob(&path, &blobs)?;
             let media_type = if gzip { OCI_LAYER_GZIP } else { OCI_LAYER_TAR };
             layers
                 .push(serde_json::json!({"mediaType": media_type, "digest": digest, "size": size}));
