@@ -14,11 +14,16 @@
 
 pub mod archive;
 pub mod config;
+pub mod container;
 pub mod content;
 pub mod image;
 pub mod logging;
+pub mod mount;
+pub mod oci;
 pub mod oci_layout;
 pub mod reference;
 pub mod registry;
 pub mod runtime;
+pub mod sandbox;
 pub mod server;
+pub mod stats;

@@ -1,0 +1,3 @@
+//! Pod sandboxes: the files they share with their containers (the lifecycle lands here too).
+
+pub mod files;

@@ -1,0 +1,1 @@
+//! Container and sandbox stats from containerd's task metrics (stub).
