@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test env stop status build lint unit images
+.PHONY: node test env stop status build lint unit images bench-cri
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -19,12 +19,14 @@ test: env lint
 env:
 	@scripts/env.sh up
 
-## stop: tear the environment down
+## stop: tear the environment down (and the reference containerd of bench-cri, if it runs)
 stop:
+	@scripts/containerd-cri.sh down
 	@scripts/env.sh down
 
 status:
 	@scripts/env.sh status
+	@scripts/containerd-cri.sh status
 
 build:
 	$(CARGO) build --workspace --bins
@@ -35,3 +37,10 @@ lint:
 
 images:
 	$(CARGO) run -q -p ferrolet-integration --bin ferrolet-testimages
+
+## bench-cri: pod lifecycle benchmark, ferrolet-cri against containerd's own CRI (N = 20, 100)
+# Release builds; the reference containerd (scripts/containerd-cri.sh) is stopped afterwards
+# unless it was already running. Not part of `make test`.
+bench-cri: env
+	$(CARGO) build --release -p ferrolet-cri -p ferrolet-integration
+	@scripts/bench-cri.sh

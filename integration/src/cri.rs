@@ -1,13 +1,27 @@
 //! Runs the real `ferrolet-cri` binary against the test containerd, on a socket in a scratch
-//! dir, and connects CRI clients to it.
+//! dir, and connects CRI clients to it; [`RuntimeApi`] wraps the RuntimeService for tests,
+//! [`poll`] waits on a condition with a deadline, and [`parse_cri_log`] reads container logs.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
+use ferrolet_proto::cri::{
+    Container, ContainerEventResponse, ContainerFilter, ContainerStats, ContainerStatsRequest,
+    ContainerStatus, ContainerStatusRequest, CreateContainerRequest, ExecSyncRequest,
+    ExecSyncResponse, GetEventsRequest, ListContainersRequest, ListPodSandboxRequest, PodSandbox,
+    PodSandboxConfig, PodSandboxFilter, PodSandboxStats, PodSandboxStatsRequest,
+    PodSandboxStatusRequest, PodSandboxStatusResponse, RemoveContainerRequest,
+    RemovePodSandboxRequest, ReopenContainerLogRequest, RunPodSandboxRequest, RuntimeCondition,
+    StartContainerRequest, StatusRequest, StopContainerRequest, StopPodSandboxRequest,
+};
 use ferrolet_proto::transport;
+use tonic::Status;
 use tonic::transport::Channel;
 
 use crate::{leak, workspace_binary};
@@ -119,6 +133,21 @@ impl CriServer {
         }
     }
 
+    /// Kills it with SIGKILL (a crash) and reaps it, without starting it again.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again with the same arguments after [`CriServer::kill`] or
+    /// [`CriServer::terminate`], and waits until the socket answers.
+    pub fn respawn(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
     /// Kills it with SIGKILL (a crash) and starts it again with the same arguments.
     pub fn restart_after_kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -157,5 +186,512 @@ impl Drop for CriServer {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RuntimeService helpers: a client wrapper whose calls take `&self` (so polling closures can
+// share it), deadline polling, and the CRI container log format.
+
+/// A RuntimeService client for tests: every call takes `&self` (the channel is cloned per
+/// call), and every sandbox or container id it is handed back is remembered, so teardown and
+/// the leak checks know what the test made.
+#[derive(Clone)]
+pub struct RuntimeApi {
+    client: RuntimeServiceClient<Channel>,
+    created: Arc<Mutex<Vec<String>>>,
+}
+
+impl RuntimeApi {
+    /// Wraps a connected client; ids it creates are appended to `created`.
+    pub fn new(client: RuntimeServiceClient<Channel>, created: Arc<Mutex<Vec<String>>>) -> Self {
+        Self { client, created }
+    }
+
+    /// The raw client, for calls without a helper.
+    pub fn client(&self) -> RuntimeServiceClient<Channel> {
+        self.client.clone()
+    }
+
+    fn remember(&self, id: &str) {
+        if let Ok(mut ids) = self.created.lock()
+            && !ids.iter().any(|i| i == id)
+        {
+            ids.push(id.to_string());
+        }
+    }
+
+    /// Every id this API (and its clones) has created.
+    pub fn created_ids(&self) -> Vec<String> {
+        self.created.lock().map(|i| i.clone()).unwrap_or_default()
+    }
+
+    /// RunPodSandbox with the default runtime handler.
+    pub async fn run_pod(&self, config: &PodSandboxConfig) -> Result<String, Status> {
+        self.run_pod_with_handler(config, "").await
+    }
+
+    /// RunPodSandbox with `handler`.
+    pub async fn run_pod_with_handler(
+        &self,
+        config: &PodSandboxConfig,
+        handler: &str,
+    ) -> Result<String, Status> {
+        let id = self
+            .client()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: handler.to_string(),
+            })
+            .await?
+            .into_inner()
+            .pod_sandbox_id;
+        self.remember(&id);
+        Ok(id)
+    }
+
+    /// PodSandboxStatus, verbose.
+    pub async fn pod_status(&self, id: &str) -> Result<PodSandboxStatusResponse, Status> {
+        Ok(self
+            .client()
+            .pod_sandbox_status(PodSandboxStatusRequest {
+                pod_sandbox_id: id.to_string(),
+                verbose: true,
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// StopPodSandbox.
+    pub async fn stop_pod(&self, id: &str) -> Result<(), Status> {
+        self.client()
+            .stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// RemovePodSandbox.
+    pub async fn remove_pod(&self, id: &str) -> Result<(), Status> {
+        self.client()
+            .remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// ListPodSandbox with `filter`.
+    pub async fn list_pods(
+        &self,
+        filter: Option<PodSandboxFilter>,
+    ) -> Result<Vec<PodSandbox>, Status> {
+        Ok(self
+            .client()
+            .list_pod_sandbox(ListPodSandboxRequest { filter })
+            .await?
+            .into_inner()
+            .items)
+    }
+
+    /// CreateContainer in `pod_id` (whose config was `pod`).
+    pub async fn create_container(
+        &self,
+        pod_id: &str,
+        pod: &PodSandboxConfig,
+        config: &ferrolet_proto::cri::ContainerConfig,
+    ) -> Result<String, Status> {
+        let id = self
+            .client()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod_id.to_string(),
+                config: Some(config.clone()),
+                sandbox_config: Some(pod.clone()),
+            })
+            .await?
+            .into_inner()
+            .container_id;
+        self.remember(&id);
+        Ok(id)
+    }
+
+    /// StartContainer.
+    pub async fn start_container(&self, id: &str) -> Result<(), Status> {
+        self.client()
+            .start_container(StartContainerRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// CreateContainer then StartContainer.
+    pub async fn run_container(
+        &self,
+        pod_id: &str,
+        pod: &PodSandboxConfig,
+        config: &ferrolet_proto::cri::ContainerConfig,
+    ) -> Result<String, Status> {
+        let id = self.create_container(pod_id, pod, config).await?;
+        self.start_container(&id).await?;
+        Ok(id)
+    }
+
+    /// StopContainer with a grace period of `timeout_secs`.
+    pub async fn stop_container(&self, id: &str, timeout_secs: i64) -> Result<(), Status> {
+        self.client()
+            .stop_container(StopContainerRequest {
+                container_id: id.to_string(),
+                timeout: timeout_secs,
+            })
+            .await
+            .map(drop)
+    }
+
+    /// RemoveContainer.
+    pub async fn remove_container(&self, id: &str) -> Result<(), Status> {
+        self.client()
+            .remove_container(RemoveContainerRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// ContainerStatus (not verbose); the status itself.
+    pub async fn container_status(&self, id: &str) -> Result<ContainerStatus, Status> {
+        self.container_status_verbose(id, false)
+            .await
+            .map(|(status, _)| status)
+    }
+
+    /// ContainerStatus with its `info` map.
+    pub async fn container_status_verbose(
+        &self,
+        id: &str,
+        verbose: bool,
+    ) -> Result<(ContainerStatus, HashMap<String, String>), Status> {
+        let r = self
+            .client()
+            .container_status(ContainerStatusRequest {
+                container_id: id.to_string(),
+                verbose,
+            })
+            .await?
+            .into_inner();
+        let status = r
+            .status
+            .ok_or_else(|| Status::internal(format!("ContainerStatus of {id}: no status")))?;
+        Ok((status, r.info))
+    }
+
+    /// ListContainers with `filter`.
+    pub async fn list_containers(
+        &self,
+        filter: Option<ContainerFilter>,
+    ) -> Result<Vec<Container>, Status> {
+        Ok(self
+            .client()
+            .list_containers(ListContainersRequest { filter })
+            .await?
+            .into_inner()
+            .containers)
+    }
+
+    /// ExecSync of `cmd` with a timeout in seconds (0: none).
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: &[&str],
+        timeout_secs: i64,
+    ) -> Result<ExecSyncResponse, Status> {
+        Ok(self
+            .client()
+            .exec_sync(ExecSyncRequest {
+                container_id: id.to_string(),
+                cmd: cmd.iter().map(|s| s.to_string()).collect(),
+                timeout: timeout_secs,
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// ExecSync that must exit 0; returns stdout as text.
+    ///
+    /// # Panics
+    /// If the call fails or the command exits non-zero.
+    pub async fn exec_ok(&self, id: &str, cmd: &[&str]) -> String {
+        match self.exec_sync(id, cmd, 30).await {
+            Ok(r) if r.exit_code == 0 => String::from_utf8_lossy(&r.stdout).into_owned(),
+            Ok(r) => panic!(
+                "exec {cmd:?} in {id} exited {}: stdout {:?} stderr {:?}",
+                r.exit_code,
+                String::from_utf8_lossy(&r.stdout),
+                String::from_utf8_lossy(&r.stderr)
+            ),
+            Err(e) => panic!("exec {cmd:?} in {id}: {e}"),
+        }
+    }
+
+    /// ReopenContainerLog.
+    pub async fn reopen_log(&self, id: &str) -> Result<(), Status> {
+        self.client()
+            .reopen_container_log(ReopenContainerLogRequest {
+                container_id: id.to_string(),
+            })
+            .await
+            .map(drop)
+    }
+
+    /// ContainerStats.
+    pub async fn container_stats(&self, id: &str) -> Result<ContainerStats, Status> {
+        self.client()
+            .container_stats(ContainerStatsRequest {
+                container_id: id.to_string(),
+            })
+            .await?
+            .into_inner()
+            .stats
+            .ok_or_else(|| Status::internal(format!("ContainerStats of {id}: no stats")))
+    }
+
+    /// PodSandboxStats.
+    pub async fn pod_stats(&self, id: &str) -> Result<PodSandboxStats, Status> {
+        self.client()
+            .pod_sandbox_stats(PodSandboxStatsRequest {
+                pod_sandbox_id: id.to_string(),
+            })
+            .await?
+            .into_inner()
+            .stats
+            .ok_or_else(|| Status::internal(format!("PodSandboxStats of {id}: no stats")))
+    }
+
+    /// Status (verbose): the runtime's conditions.
+    pub async fn conditions(&self) -> Result<Vec<RuntimeCondition>, Status> {
+        Ok(self
+            .client()
+            .status(StatusRequest { verbose: true })
+            .await?
+            .into_inner()
+            .status
+            .map(|s| s.conditions)
+            .unwrap_or_default())
+    }
+
+    /// A GetContainerEvents stream.
+    pub async fn events(&self) -> Result<tonic::Streaming<ContainerEventResponse>, Status> {
+        Ok(self
+            .client()
+            .get_container_events(GetEventsRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// Polls ContainerStatus until the container has exited.
+    ///
+    /// # Panics
+    /// If it has not within `limit`, or the status call fails.
+    pub async fn wait_exited(&self, id: &str, limit: Duration) -> ContainerStatus {
+        poll(&format!("container {id} to exit"), limit, || async {
+            let s = self
+                .container_status(id)
+                .await
+                .map_err(|e| format!("ContainerStatus: {e}"))?;
+            if s.state == ferrolet_proto::cri::ContainerState::ContainerExited as i32 {
+                Ok(s)
+            } else {
+                Err(format!("state {}", s.state))
+            }
+        })
+        .await
+    }
+}
+
+impl CriServer {
+    /// A [`RuntimeApi`] recording the ids it creates into `created`.
+    pub async fn runtime_api(&self, created: Arc<Mutex<Vec<String>>>) -> RuntimeApi {
+        RuntimeApi::new(self.runtime().await, created)
+    }
+}
+
+/// Calls `attempt` until it returns `Ok`, sleeping between tries, for at most `limit`.
+///
+/// # Panics
+/// If `limit` passes: the message names `what` and the last `Err` seen.
+pub async fn poll<T, Fut>(what: &str, limit: Duration, mut attempt: impl FnMut() -> Fut) -> T
+where
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match attempt().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {limit:?} waiting for {what}; last: {last}")
+            }
+            Err(_) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+/// One line of a CRI container log: `<RFC3339Nano> <stream> <P|F> <message>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogLine {
+    /// The timestamp, as written.
+    pub timestamp: String,
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    /// `P`: the message continues in the next line of this stream.
+    pub partial: bool,
+    /// The text (without the newline).
+    pub message: String,
+}
+
+/// Parses a CRI log; every line must be well formed (an incomplete last line, one a writer
+/// is still writing, is left out).
+pub fn parse_cri_log(text: &str) -> Result<Vec<LogLine>, String> {
+    let complete = match text.rfind('\n') {
+        Some(end) => &text[..end],
+        None => return Ok(Vec::new()),
+    };
+    complete
+        .split('\n')
+        .enumerate()
+        .map(|(n, line)| {
+            parse_log_line(line).map_err(|e| format!("log line {}: {e}: {line:.200?}", n + 1))
+        })
+        .collect()
+}
+
+fn parse_log_line(line: &str) -> Result<LogLine, String> {
+    let mut fields = line.splitn(4, ' ');
+    let timestamp = fields.next().unwrap_or_default();
+    let stream = fields.next().ok_or("no stream")?;
+    let tag = fields.next().ok_or("no tag")?;
+    let message = fields.next().ok_or("no space after the tag")?;
+    if !is_rfc3339(timestamp) {
+        return Err(format!("timestamp {timestamp:?} is not RFC 3339"));
+    }
+    if stream != "stdout" && stream != "stderr" {
+        return Err(format!("stream {stream:?}"));
+    }
+    let partial = match tag {
+        "P" => true,
+        "F" => false,
+        // Tags may carry more flags after a ':' (reserved by the format); the first is P or F.
+        t if t.starts_with("P:") => true,
+        t if t.starts_with("F:") => false,
+        t => return Err(format!("tag {t:?}")),
+    };
+    Ok(LogLine {
+        timestamp: timestamp.to_string(),
+        stream: stream.to_string(),
+        partial,
+        message: message.to_string(),
+    })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)`.
+pub fn is_rfc3339(ts: &str) -> bool {
+    let b = ts.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    if b.len() < 20
+        || !digits(0..4)
+        || b[4] != b'-'
+        || !digits(5..7)
+        || b[7] != b'-'
+        || !digits(8..10)
+        || b[10] != b'T'
+        || !digits(11..13)
+        || b[13] != b':'
+        || !digits(14..16)
+        || b[16] != b':'
+        || !digits(17..19)
+    {
+        return false;
+    }
+    let mut i = 19;
+    if b[i] == b'.' {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start || i - start > 9 {
+            return false;
+        }
+    }
+    match &b[i..] {
+        [b'Z'] => true,
+        [sign, h1, h2, b':', m1, m2] if (*sign == b'+' || *sign == b'-') => {
+            [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit())
+        }
+        _ => false,
+    }
+}
+
+/// Joins a stream's lines back into what the container wrote: partial lines continue, full
+/// lines end with a newline.
+pub fn reassemble(lines: &[LogLine], stream: &str) -> String {
+    let mut out = String::new();
+    for l in lines.iter().filter(|l| l.stream == stream) {
+        out.push_str(&l.message);
+        if !l.partial {
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cri_log_lines_parse_with_their_tags() {
+        let text = "2024-05-01T10:00:00.123456789Z stdout F hello world\n\
+                    2024-05-01T10:00:00.2+02:00 stderr P part\n\
+                    2024-05-01T10:00:01Z stderr F \n\
+                    2024-05-01T10:00:01Z stdout F incomplete";
+        let lines = parse_cri_log(text).unwrap_or_default();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0].message, "hello world");
+        assert!(!lines[0].partial);
+        assert_eq!(
+            (lines[1].stream.as_str(), lines[1].partial),
+            ("stderr", true)
+        );
+        assert_eq!(lines[2].message, "");
+        assert_eq!(reassemble(&lines, "stderr"), "part\n");
+        assert_eq!(reassemble(&lines, "stdout"), "hello world\n");
+    }
+
+    #[test]
+    fn malformed_cri_log_lines_are_rejected() {
+        for bad in [
+            "2024-05-01 10:00:00Z stdout F x\n",
+            "2024-05-01T10:00:00Z stdin F x\n",
+            "2024-05-01T10:00:00Z stdout X x\n",
+            "2024-05-01T10:00:00Z stdout F\n",
+            "plain text\n",
+        ] {
+            assert!(parse_cri_log(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn rfc3339_timestamps() {
+        assert!(is_rfc3339("2024-05-01T10:00:00Z"));
+        assert!(is_rfc3339("2024-05-01T10:00:00.000000001-07:00"));
+        assert!(!is_rfc3339("2024-05-01T10:00:00.Z"));
+        assert!(!is_rfc3339("2024-05-01T10:00:00.1234567890Z"));
+        assert!(!is_rfc3339("2024-05-01T10:00:00"));
     }
 }

@@ -10,11 +10,14 @@
 //! - [`registry`]: private registries for tests that watch or break one.
 //! - [`scratch`]: per-test scratch directories that unmount and remove what is under them.
 //! - [`network`]: per-test CNI networks (own bridge, subnet, conf, IPAM and cache dirs).
+//! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
+//!   config builders, and the pod leak checks.
 
 pub mod containerd;
 pub mod cri;
 pub mod leak;
 pub mod network;
+pub mod pods;
 pub mod registry;
 pub mod scratch;
 pub mod testimages;

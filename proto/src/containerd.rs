@@ -1,7 +1,7 @@
 //! containerd's gRPC API, and the per-call metadata that scopes each call to a namespace and,
 //! optionally, a lease.
 
-pub use containerd_client::{services, to_any, types};
+pub use containerd_client::{events, services, to_any, types};
 
 use tonic::metadata::{AsciiMetadataValue, MetadataValue};
 use tonic::service::interceptor::InterceptedService;

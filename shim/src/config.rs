@@ -20,8 +20,20 @@ pub struct Config {
     pub containerd: String,
     /// containerd namespace holding everything CRI makes.
     pub namespace: String,
-    /// Directory for ferrolet-cri's own state.
+    /// Directory for ferrolet-cri's own persistent state (sandbox files, container status).
     pub root: PathBuf,
+    /// Directory for runtime state that dies with the node (FIFOs, shm mounts).
+    pub state: PathBuf,
+    /// Where pod network namespaces are pinned.
+    pub netns_dir: PathBuf,
+    /// CNI network configurations; the first valid one (by file name) is the pod network.
+    pub cni_conf_dir: PathBuf,
+    /// Directories searched for CNI plugins.
+    pub cni_bin_dirs: Vec<PathBuf>,
+    /// CNI result cache (DEL after a restart relies on it).
+    pub cni_cache_dir: PathBuf,
+    /// Runtime handlers accepted besides the default ("" and "runc" are always accepted).
+    pub runtime_handlers: Vec<String>,
     /// Snapshotter images are unpacked into.
     pub snapshotter: String,
     /// Image every pod sandbox runs; the built-in one needs no registry.
@@ -67,6 +79,12 @@ impl Default for Config {
             containerd: "/run/containerd/containerd.sock".into(),
             namespace: "k8s.io".into(),
             root: "/var/lib/ferrolet/cri".into(),
+            state: "/run/ferrolet/cri".into(),
+            netns_dir: "/var/run/netns".into(),
+            cni_conf_dir: "/etc/cni/net.d".into(),
+            cni_bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
+            cni_cache_dir: "/var/lib/cni".into(),
+            runtime_handlers: Vec::new(),
             snapshotter: "overlayfs".into(),
             sandbox_image: BUILTIN_PAUSE_IMAGE.into(),
             max_concurrent_downloads: 3,

@@ -3,7 +3,14 @@
 //! Module map:
 //! - [`config`]: the TOML config and its defaults; flags override it.
 //! - [`server`]: the gRPC server on a unix socket, graceful shutdown.
-//! - [`runtime`]: the CRI RuntimeService (Version today; sandboxes and containers next).
+//! - [`runtime`]: the CRI RuntimeService: shared state, task-exit events, recovery, stats, Status.
+//! - [`sandbox`]: pod sandboxes: lifecycle, pod network (netns + CNI), shared files.
+//! - [`container`]: containers: lifecycle, status, FIFO IO, CRI log files, exec.
+//! - [`oci`]: OCI runtime specs for pause and application containers.
+//! - [`task`]: containerd plumbing: snapshots, container records, tasks.
+//! - [`store`]: in-memory indexes and the records kept under `root`.
+//! - [`mount`]: reading an image's /etc from snapshot mounts; tmpfs mounts.
+//! - [`stats`]: container and pod stats from containerd's task metrics.
 //! - [`image`]: the CRI ImageService: pull, list, status, remove, fs info, the pause image.
 //! - [`reference`]: image reference parsing and normalization, as Kubernetes users expect.
 //! - [`registry`]: the registry v2 client: hosts and mirrors, auth, manifests, blobs.
@@ -27,3 +34,5 @@ pub mod runtime;
 pub mod sandbox;
 pub mod server;
 pub mod stats;
+pub mod store;
+pub mod task;

@@ -143,8 +143,9 @@ async fn image_service(config: &Config) -> Result<ImageService> {
 }
 
 async fn serve(config: Config) -> Result<()> {
-    std::fs::create_dir_all(&config.root)
-        .with_context(|| format!("creating {}", config.root.display()))?;
+    for dir in [&config.root, &config.state] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
     let images = image_service(&config).await?;
     let pause = images
         .ensure_pause_image()
@@ -152,10 +153,16 @@ async fn serve(config: Config) -> Result<()> {
         .context("importing the built-in pause image")?;
     tracing::info!(sandbox_image = %config.sandbox_image, pause_id = %pause, "images ready");
     let _events = images.follow_events();
+    let cd = Containerd::connect(&config.containerd, &config.namespace)
+        .await
+        .with_context(|| format!("connecting to containerd at {}", config.containerd))?;
+    let runtime = Runtime::new(cd, images.clone(), &config)
+        .await
+        .context("recovering pod sandboxes and containers")?;
     server::serve(
         &config.listen,
         config.socket_mode()?,
-        Runtime,
+        runtime,
         images,
         server::termination_signal(),
         config.shutdown_timeout(),

@@ -1,5 +1,245 @@
-//! Containers: their IO, logs and exec (the lifecycle lands here too).
+//! Containers: what one is ([`Container`]), its lifecycle calls ([`lifecycle`]), its CRI
+//! status ([`status`]), its IO over FIFOs ([`io`]), its log file ([`log`]) and exec ([`exec`]).
 
 pub mod exec;
 pub mod io;
+pub mod lifecycle;
 pub mod log;
+pub mod status;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+
+use ferrolet_proto::containerd::types::Mount;
+use ferrolet_proto::cri;
+use serde::{Deserialize, Serialize};
+
+use self::io::Fifos;
+use crate::store::{Named, proto_b64};
+
+/// A rootfs mount, as containerd's snapshotter returned it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct MountRecord {
+    /// Mount type (`overlay`, `bind`).
+    pub kind: String,
+    /// Source.
+    pub source: String,
+    /// Options.
+    pub options: Vec<String>,
+}
+
+impl From<&Mount> for MountRecord {
+    fn from(m: &Mount) -> Self {
+        Self {
+            kind: m.r#type.clone(),
+            source: m.source.clone(),
+            options: m.options.clone(),
+        }
+    }
+}
+
+impl From<&MountRecord> for Mount {
+    fn from(m: &MountRecord) -> Self {
+        Mount {
+            r#type: m.kind.clone(),
+            source: m.source.clone(),
+            options: m.options.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// What never changes about a container.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ContainerMeta {
+    /// 64 hex digits.
+    pub id: String,
+    /// Its sandbox.
+    pub sandbox_id: String,
+    /// The CRI reservation key.
+    pub name: String,
+    /// The request's config.
+    #[serde(with = "proto_b64")]
+    pub config: cri::ContainerConfig,
+    /// The image id (config digest).
+    pub image_id: String,
+    /// The image reference to report (a repo digest when there is one).
+    pub image_ref: String,
+    /// Where its output goes; empty discards it.
+    pub log_path: PathBuf,
+    /// Its stdio.
+    pub fifos: Fifos,
+    /// The writable snapshot's mounts.
+    pub rootfs: Vec<MountRecord>,
+    /// The signal StopContainer sends first.
+    pub stop_signal: i32,
+    /// The process as created, the template of every exec.
+    pub process: oci_spec::runtime::Process,
+    /// Its cgroup.
+    pub cgroups_path: String,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+}
+
+/// CRI's container states.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContainerState {
+    /// Created, not started.
+    #[default]
+    Created,
+    /// Its process runs.
+    Running,
+    /// Its process ended.
+    Exited,
+    /// We lost track of it.
+    Unknown,
+}
+
+impl ContainerState {
+    /// As CRI's enum.
+    pub fn to_cri(self) -> cri::ContainerState {
+        match self {
+            ContainerState::Created => cri::ContainerState::ContainerCreated,
+            ContainerState::Running => cri::ContainerState::ContainerRunning,
+            ContainerState::Exited => cri::ContainerState::ContainerExited,
+            ContainerState::Unknown => cri::ContainerState::ContainerUnknown,
+        }
+    }
+}
+
+/// What changes over a container's life (kept on disk too).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ContainerStatus {
+    /// State.
+    pub state: ContainerState,
+    /// The process, while it runs.
+    pub pid: u32,
+    /// Nanoseconds since the epoch, 0 until started.
+    pub started_at: i64,
+    /// Nanoseconds since the epoch, 0 until exited.
+    pub finished_at: i64,
+    /// Exit status.
+    pub exit_code: i32,
+    /// `Completed`, `Error`, `OOMKilled`, `StartError`, ...
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// Resources after UpdateContainerResources, when any.
+    #[serde(default, with = "proto_b64_opt")]
+    pub resources: Option<cri::LinuxContainerResources>,
+}
+
+/// An optional prost message inside JSON.
+mod proto_b64_opt {
+    use ferrolet_proto::prost::Message;
+
+    pub fn serialize<M: Message + Default, S: serde::Serializer>(
+        m: &Option<M>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => crate::store::proto_b64::serialize(m, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, M: Message + Default, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<M>, D::Error> {
+        use base64::Engine;
+        use serde::Deserialize;
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(t)
+                .map_err(serde::de::Error::custom)?;
+            M::decode(bytes.as_slice()).map_err(serde::de::Error::custom)
+        })
+        .transpose()
+    }
+}
+
+/// A container in the index.
+pub struct Container {
+    /// Fixed part.
+    pub meta: ContainerMeta,
+    status: Mutex<ContainerStatus>,
+    /// Flips to true once the process has exited (StopContainer waits on it).
+    exited: tokio::sync::watch::Sender<bool>,
+    /// containerd reported an OOM kill in its cgroup.
+    pub oom_killed: AtomicBool,
+    /// The log pumps, while the process runs.
+    pub log: Mutex<Option<log::LogHandle>>,
+    /// Serializes lifecycle calls on this container.
+    pub op: tokio::sync::Mutex<()>,
+}
+
+impl Named for Container {
+    fn id(&self) -> &str {
+        &self.meta.id
+    }
+}
+
+impl Container {
+    /// A container entry.
+    pub fn new(meta: ContainerMeta, status: ContainerStatus) -> Self {
+        let exited = status.state == ContainerState::Exited;
+        Self {
+            meta,
+            status: Mutex::new(status),
+            exited: tokio::sync::watch::Sender::new(exited),
+            oom_killed: AtomicBool::new(false),
+            log: Mutex::new(None),
+            op: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A copy of the changing part.
+    pub fn status(&self) -> ContainerStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Changes the changing part; wakes exit waiters when it becomes Exited.
+    pub fn update<R>(&self, f: impl FnOnce(&mut ContainerStatus) -> R) -> R {
+        let (r, exited) = {
+            let mut s = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            let r = f(&mut s);
+            (r, s.state == ContainerState::Exited)
+        };
+        if exited {
+            self.exited.send_replace(true);
+        }
+        r
+    }
+
+    /// Waits until the process has exited.
+    pub async fn wait_exited(&self) {
+        let mut rx = self.exited.subscribe();
+        // An error means the sender is gone, which only happens when the entry is dropped.
+        let _ = rx.wait_for(|e| *e).await;
+    }
+
+    /// The container's metadata.
+    pub fn metadata(&self) -> cri::ContainerMetadata {
+        self.meta.config.metadata.clone().unwrap_or_default()
+    }
+
+    /// The log pumps' handle, if running.
+    pub fn log_handle(&self) -> Option<log::LogHandle> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets or clears the log pumps' handle.
+    pub fn set_log_handle(&self, handle: Option<log::LogHandle>) {
+        *self.log.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+    }
+}
+
+/// Where a container's records live.
+pub fn record_dir(root: &Path, id: &str) -> PathBuf {
+    root.join("containers").join(id)
+}

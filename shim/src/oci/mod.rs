@@ -1,1 +1,356 @@
-//! OCI runtime specs for pod sandboxes and containers (owned by the oci work; stub).
+//! OCI runtime specs for pod sandboxes (the pause container) and application containers, built
+//! the way containerd's CRI plugin builds them, so that what runs in a container (its user,
+//! mounts, namespaces, capabilities, seccomp filter, cgroup limits) is what Kubernetes users
+//! expect from containerd.
+//!
+//! - [`defaults`]: the base spec every container starts from (`populateDefaultUnixSpec`).
+//! - [`sandbox`] / [`container`]: the two builders.
+//! - [`resources`]: CRI resources ↔ OCI cgroup resources, updates, oom_score_adj clamping.
+//! - [`security`]: capabilities, privileged mode, masked/readonly paths, seccomp selection.
+//! - [`seccomp`]: the RuntimeDefault profile and Localhost profiles.
+//! - [`user`]: uid/gid/additional groups from the image's passwd and group files.
+//! - [`mounts`] / [`devices`]: CRI mounts and devices.
+//! - [`namespaces`]: namespace paths per CRI mode, and sysctl checks against them.
+//!
+//! The builders are synchronous and do small blocking work (they stat devices and mount sources,
+//! create missing host paths, read a Localhost seccomp profile, walk `/dev` for privileged
+//! containers): call them from `spawn_blocking`.
+
+mod container;
+mod defaults;
+mod devices;
+mod mounts;
+mod namespaces;
+mod resources;
+mod sandbox;
+mod seccomp;
+mod security;
+mod user;
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+pub use oci_spec::runtime::Spec;
+use tonic::Code;
+
+pub use self::container::container_spec;
+pub use self::resources::{cri_resources, linux_resources, update_resources};
+pub use self::sandbox::sandbox_spec;
+pub use crate::mount::EtcFiles;
+pub use crate::sandbox::files::SandboxFiles;
+
+/// A spec that cannot be built from the request (→ gRPC InvalidArgument), or a host read failing.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// A request field holds a value we cannot turn into a spec.
+    #[error("{field}{}: {reason}", quoted(value))]
+    Invalid {
+        /// Where in the request, e.g. `mounts[1].host_path`.
+        field: String,
+        /// The offending value, when there is one to show.
+        value: Option<String>,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A host file the spec depends on could not be read.
+    #[error("{what} {path:?}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The host path.
+        path: std::path::PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A spec could not be encoded or decoded.
+    #[error("runtime spec JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A stored spec or our own inputs are inconsistent (not the caller's fault).
+    #[error("{0}")]
+    Internal(String),
+}
+
+fn quoted(value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!(" {v:?}"),
+        None => String::new(),
+    }
+}
+
+impl OciError {
+    /// The gRPC code callers see.
+    pub fn code(&self) -> Code {
+        match self {
+            OciError::Invalid { .. } => Code::InvalidArgument,
+            OciError::Io { .. } | OciError::Json(_) | OciError::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// A refused field with the value that was given.
+    pub(crate) fn invalid(
+        field: impl Into<String>,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        OciError::Invalid {
+            field: field.into(),
+            value: Some(value.into()),
+            reason: reason.into(),
+        }
+    }
+
+    /// A refused field where showing the value adds nothing.
+    pub(crate) fn invalid_field(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        OciError::Invalid {
+            field: field.into(),
+            value: None,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The type URL containerd expects for a runtime spec in an Any.
+pub const SPEC_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/Spec";
+
+/// The spec as the JSON `Any` containerd's Containers.Create takes.
+pub fn to_any(spec: &Spec) -> Result<prost_types::Any, OciError> {
+    Ok(prost_types::Any {
+        type_url: SPEC_TYPE_URL.to_string(),
+        value: serde_json::to_vec(spec)?,
+    })
+}
+
+/// Parses a spec back from a container record's Any.
+pub fn from_any(any: &prost_types::Any) -> Result<Spec, OciError> {
+    // containerd itself stores the URL without a leading slash, but Any URLs may carry one.
+    if any.type_url.trim_start_matches('/') != SPEC_TYPE_URL {
+        return Err(OciError::Internal(format!(
+            "container spec has type {:?}, not a runtime spec",
+            any.type_url
+        )));
+    }
+    Ok(serde_json::from_slice(&any.value)?)
+}
+
+/// cgroups path of a container under the sandbox's parent (cgroupfs driver: "<parent>/<id>"; when the parent is empty, containerd's default "/k8s.io/<id>"-style path scoped by the namespace given).
+pub fn cgroups_path(parent: &str, namespace: &str, id: &str) -> String {
+    if parent.is_empty() {
+        return format!("/{}/{id}", namespace.trim_matches('/'));
+    }
+    // A systemd-driver parent (`kubepods-burstable.slice`) needs runc's `slice:prefix:name` form.
+    let base = parent
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("");
+    if base.ends_with(".slice") {
+        return format!("{base}:ferrolet-cri:{id}");
+    }
+    format!("{}/{id}", parent.trim_end_matches('/'))
+}
+
+/// This process's own oom_score_adj; requested values are clamped to at least it, since we lack CAP_SYS_RESOURCE (see ../shared/FACTS.md).
+pub fn own_oom_score_adj() -> i32 {
+    static OWN: OnceLock<i32> = OnceLock::new();
+    *OWN.get_or_init(|| {
+        match std::fs::read_to_string("/proc/self/oom_score_adj")
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            Some(v) => v,
+            None => {
+                // Clamping to 0 only ever raises scores, which the kernel always allows.
+                tracing::warn!("cannot read /proc/self/oom_score_adj; clamping oom_score_adj to 0");
+                0
+            }
+        }
+    })
+}
+
+/// The first real-time signal as the kernel numbers it (Docker's and containerd's convention).
+const SIGRTMIN: i32 = 34;
+/// The last real-time signal.
+const SIGRTMAX: i32 = 64;
+
+/// Signal number for an image's StopSignal ("SIGTERM", "TERM", "15", "SIGRTMIN+3"); SIGTERM (15) when absent; an unknown name is an error.
+pub fn stop_signal(name: Option<&str>) -> Result<i32, OciError> {
+    let raw = match name.map(str::trim) {
+        None | Some("") => return Ok(libc::SIGTERM),
+        Some(raw) => raw,
+    };
+    let bad = |reason: &str| OciError::invalid("image.config.StopSignal", raw, reason);
+    if let Ok(n) = raw.parse::<i32>() {
+        return if (1..=SIGRTMAX).contains(&n) {
+            Ok(n)
+        } else {
+            Err(bad("signal number out of range"))
+        };
+    }
+    let upper = raw.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    let realtime = |base: i32, rest: &str| -> Option<i32> {
+        let n = if rest.is_empty() {
+            base
+        } else if let Some(off) = rest.strip_prefix('+') {
+            base.checked_add(off.parse().ok()?)?
+        } else if let Some(off) = rest.strip_prefix('-') {
+            base.checked_sub(off.parse().ok()?)?
+        } else {
+            return None;
+        };
+        (SIGRTMIN..=SIGRTMAX).contains(&n).then_some(n)
+    };
+    if let Some(rest) = bare.strip_prefix("RTMIN") {
+        return realtime(SIGRTMIN, rest).ok_or_else(|| bad("unknown signal"));
+    }
+    if let Some(rest) = bare.strip_prefix("RTMAX") {
+        return realtime(SIGRTMAX, rest).ok_or_else(|| bad("unknown signal"));
+    }
+    // Linux aliases nix does not list under these names.
+    match bare {
+        "IOT" => return Ok(libc::SIGABRT),
+        "POLL" => return Ok(libc::SIGIO),
+        "CLD" => return Ok(libc::SIGCHLD),
+        _ => {}
+    }
+    format!("SIG{bare}")
+        .parse::<nix::sys::signal::Signal>()
+        .map(|s| s as i32)
+        .map_err(|_| bad("unknown signal"))
+}
+
+/// The pod sandbox's inputs.
+pub struct SandboxSpecInput<'a> {
+    /// Sandbox id.
+    pub id: &'a str,
+    /// The RunPodSandbox request's config.
+    pub config: &'a ferrolet_proto::cri::PodSandboxConfig,
+    /// The pause image's config: entrypoint/cmd/env/workdir/user.
+    pub image: &'a crate::image::spec::ImageConfig,
+    /// The pinned netns; None = host network (NamespaceMode::Node).
+    pub netns_path: Option<&'a Path>,
+    /// hostname, hosts, resolv.conf, shm.
+    pub files: &'a SandboxFiles,
+    /// From [`cgroups_path`].
+    pub cgroups_path: &'a str,
+    /// From [`own_oom_score_adj`].
+    pub min_oom_score_adj: i32,
+}
+
+/// An application container's inputs.
+pub struct ContainerSpecInput<'a> {
+    /// Container id.
+    pub id: &'a str,
+    /// The CreateContainer request's config.
+    pub config: &'a ferrolet_proto::cri::ContainerConfig,
+    /// The sandbox's config.
+    pub sandbox_config: &'a ferrolet_proto::cri::PodSandboxConfig,
+    /// The container image's config.
+    pub image: &'a crate::image::spec::ImageConfig,
+    /// The image rootfs's /etc/passwd and /etc/group (empty strings if absent).
+    pub etc: &'a EtcFiles,
+    /// Pause process pid: join /proc/<pid>/ns/{ipc,uts,pid}.
+    pub sandbox_pid: u32,
+    /// The sandbox netns (None = host network).
+    pub netns_path: Option<&'a Path>,
+    /// The sandbox's shared files.
+    pub files: &'a SandboxFiles,
+    /// From [`cgroups_path`].
+    pub cgroups_path: &'a str,
+    /// From [`own_oom_score_adj`].
+    pub min_oom_score_adj: i32,
+}
+
+/// The node's hostname, for sandboxes that do not name one.
+pub(crate) fn node_hostname() -> Result<String, OciError> {
+    let path = Path::new("/proc/sys/kernel/hostname");
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| OciError::Io {
+            what: "reading the node hostname from",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn cgroups_paths_follow_the_driver() {
+        assert_eq!(cgroups_path("", "k8s.io", "abc"), "/k8s.io/abc");
+        assert_eq!(
+            cgroups_path("/kubepods/besteffort/pod1", "k8s.io", "abc"),
+            "/kubepods/besteffort/pod1/abc"
+        );
+        assert_eq!(cgroups_path("/kubepods/", "ns", "abc"), "/kubepods/abc");
+        assert_eq!(
+            cgroups_path("/kubepods.slice/kubepods-pod1.slice", "ns", "abc"),
+            "kubepods-pod1.slice:ferrolet-cri:abc"
+        );
+    }
+
+    #[test]
+    fn stop_signals_parse_like_docker() {
+        assert_eq!(stop_signal(None).unwrap(), 15);
+        assert_eq!(stop_signal(Some("")).unwrap(), 15);
+        assert_eq!(stop_signal(Some("SIGTERM")).unwrap(), 15);
+        assert_eq!(stop_signal(Some("TERM")).unwrap(), 15);
+        assert_eq!(stop_signal(Some("sigquit")).unwrap(), 3);
+        assert_eq!(stop_signal(Some("SIGKILL")).unwrap(), 9);
+        assert_eq!(stop_signal(Some("15")).unwrap(), 15);
+        assert_eq!(stop_signal(Some("SIGRTMIN+3")).unwrap(), 37);
+        assert_eq!(stop_signal(Some("RTMIN")).unwrap(), 34);
+        assert_eq!(stop_signal(Some("SIGRTMAX-1")).unwrap(), 63);
+        assert_eq!(stop_signal(Some("SIGIOT")).unwrap(), 6);
+        for bad in ["SIGFOO", "0", "65", "SIGRTMIN+40", "RTMIN*2"] {
+            let err = stop_signal(Some(bad)).unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{bad}");
+        }
+        assert_eq!(
+            stop_signal(Some("SIGFOO")).unwrap_err().to_string(),
+            "image.config.StopSignal \"SIGFOO\": unknown signal"
+        );
+    }
+
+    #[test]
+    fn specs_round_trip_through_any() {
+        let spec = Spec::default();
+        let any = to_any(&spec).unwrap();
+        assert_eq!(any.type_url, SPEC_TYPE_URL);
+        assert_eq!(from_any(&any).unwrap(), spec);
+        let slashed = prost_types::Any {
+            type_url: format!("/{SPEC_TYPE_URL}"),
+            value: any.value.clone(),
+        };
+        assert_eq!(from_any(&slashed).unwrap(), spec);
+        let wrong = prost_types::Any {
+            type_url: "types.containerd.io/other".into(),
+            value: any.value,
+        };
+        assert_eq!(from_any(&wrong).unwrap_err().code(), Code::Internal);
+    }
+
+    #[test]
+    fn own_oom_score_adj_reads_proc() {
+        let want: i32 = std::fs::read_to_string("/proc/self/oom_score_adj")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(own_oom_score_adj(), want);
+    }
+
+    #[test]
+    fn invalid_errors_name_field_and_value() {
+        let e = OciError::invalid("mounts[1].host_path", "", "must not be empty");
+        assert_eq!(e.to_string(), "mounts[1].host_path \"\": must not be empty");
+        assert_eq!(e.code(), Code::InvalidArgument);
+        let e = OciError::invalid_field("command", "no command specified");
+        assert_eq!(e.to_string(), "command: no command specified");
+    }
+}

@@ -1,3 +1,146 @@
-//! Pod sandboxes: the files they share with their containers (the lifecycle lands here too).
+//! Pod sandboxes: what one is ([`Sandbox`]), the files it shares with its containers
+//! ([`files`]), its network ([`network`]), its lifecycle calls ([`lifecycle`]) and its CRI
+//! status ([`status`]).
 
 pub mod files;
+pub mod lifecycle;
+pub mod network;
+pub mod status;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use ferrolet_proto::cri;
+use serde::{Deserialize, Serialize};
+
+use self::files::SandboxFiles;
+use self::network::PodIps;
+use crate::store::{Named, proto_b64};
+
+/// What never changes about a sandbox once it runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SandboxMeta {
+    /// 64 hex digits.
+    pub id: String,
+    /// The CRI reservation key (`name_namespace_uid_attempt`).
+    pub name: String,
+    /// The request's config.
+    #[serde(with = "proto_b64")]
+    pub config: cri::PodSandboxConfig,
+    /// The runtime handler asked for.
+    pub runtime_handler: String,
+    /// The pinned network namespace; `None` with host networking.
+    pub netns: Option<PathBuf>,
+    /// hostname, hosts, resolv.conf, shm.
+    pub files: SandboxFiles,
+    /// The pause container's cgroup.
+    pub cgroups_path: String,
+    /// The sandbox image, as configured.
+    pub image: String,
+    /// Nanoseconds since the epoch.
+    pub created_at: i64,
+}
+
+/// Whether the pause process runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SandboxState {
+    /// Being created, or stopped.
+    #[default]
+    NotReady,
+    /// The pause process runs.
+    Ready,
+}
+
+/// What changes over a sandbox's life (kept on disk too).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    /// Ready or not.
+    pub state: SandboxState,
+    /// The pause process, while it runs.
+    pub pid: u32,
+    /// Addresses from CNI.
+    pub ips: PodIps,
+    /// CNI ADD succeeded and no DEL has yet.
+    pub network_up: bool,
+    /// StopPodSandbox finished (idempotent stops skip the work).
+    pub stopped: bool,
+}
+
+/// The record on disk: `<root>/sandboxes/<id>/sandbox.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    /// Fixed part.
+    pub meta: SandboxMeta,
+    /// Changing part.
+    pub status: SandboxStatus,
+}
+
+/// A sandbox in the index.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// Fixed part.
+    pub meta: SandboxMeta,
+    /// Changing part.
+    pub status: Mutex<SandboxStatus>,
+    /// Serializes lifecycle calls on this sandbox (stop vs. remove vs. create container).
+    pub op: tokio::sync::Mutex<()>,
+}
+
+impl Named for Sandbox {
+    fn id(&self) -> &str {
+        &self.meta.id
+    }
+}
+
+impl Sandbox {
+    /// A sandbox entry.
+    pub fn new(meta: SandboxMeta, status: SandboxStatus) -> Self {
+        Self {
+            meta,
+            status: Mutex::new(status),
+            op: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// A copy of the changing part.
+    pub fn status(&self) -> SandboxStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Changes the changing part.
+    pub fn update<R>(&self, f: impl FnOnce(&mut SandboxStatus) -> R) -> R {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The record to persist.
+    pub fn record(&self) -> SandboxRecord {
+        SandboxRecord {
+            meta: self.meta.clone(),
+            status: self.status(),
+        }
+    }
+
+    /// The pod's metadata.
+    pub fn metadata(&self) -> cri::PodSandboxMetadata {
+        self.meta.config.metadata.clone().unwrap_or_default()
+    }
+
+    /// The namespace options the pod asked for.
+    pub fn namespace_options(&self) -> cri::NamespaceOption {
+        self.meta
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Where a sandbox's record lives.
+pub fn record_path(root: &std::path::Path, id: &str) -> PathBuf {
+    root.join("sandboxes").join(id).join("sandbox.json")
+}

@@ -1,0 +1,1500 @@
+//! `ferrolet-cri-bench`: a pod lifecycle benchmark for any CRI endpoint (ferrolet-cri, containerd's
+//! CRI plugin, ...). It runs N sandboxes with one container each (RunPodSandbox → CreateContainer →
+//! StartContainer), samples the runtime's RSS with all N running, then tears them down
+//! (StopContainer → RemoveContainer → StopPodSandbox → RemovePodSandbox), and reports p50/p99 per
+//! RPC, wall time and memory. `compare A.json B.json` puts two runs side by side; `clean` removes
+//! what an interrupted run might have left.
+//!
+//! Everything a run creates carries the label `ferrolet.bench/run=<run id>`, so it is removed
+//! even after an error or Ctrl-C (a second Ctrl-C exits at once, without cleaning up).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
+use ferrolet_proto::cri::{
+    ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, ContainerStateValue,
+    CreateContainerRequest, ImageSpec, ImageStatusRequest, LinuxPodSandboxConfig,
+    ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxMetadata,
+    PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
+    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
+    VersionRequest,
+};
+use ferrolet_proto::transport;
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+use tonic::transport::Channel;
+
+/// Label on every sandbox and container a run creates; its value is the run id.
+const RUN_LABEL: &str = "ferrolet.bench/run";
+/// Kubernetes namespace of the benchmark's pods.
+const POD_NAMESPACE: &str = "ferrolet-bench";
+/// A long sleep that still ends at once on SIGTERM: as PID 1 of its pid namespace, a plain
+/// `sleep` would ignore SIGTERM and every StopContainer would wait for the full timeout.
+const DEFAULT_COMMAND: &str = "trap 'exit 0' TERM; sleep 1000000 & wait";
+
+/// The timed RPCs, in lifecycle order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rpc {
+    RunPodSandbox,
+    CreateContainer,
+    StartContainer,
+    StopContainer,
+    RemoveContainer,
+    StopPodSandbox,
+    RemovePodSandbox,
+}
+
+impl Rpc {
+    const ALL: [Rpc; 7] = [
+        Rpc::RunPodSandbox,
+        Rpc::CreateContainer,
+        Rpc::StartContainer,
+        Rpc::StopContainer,
+        Rpc::RemoveContainer,
+        Rpc::StopPodSandbox,
+        Rpc::RemovePodSandbox,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Rpc::RunPodSandbox => "RunPodSandbox",
+            Rpc::CreateContainer => "CreateContainer",
+            Rpc::StartContainer => "StartContainer",
+            Rpc::StopContainer => "StopContainer",
+            Rpc::RemoveContainer => "RemoveContainer",
+            Rpc::StopPodSandbox => "StopPodSandbox",
+            Rpc::RemovePodSandbox => "RemovePodSandbox",
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ferrolet-cri-bench",
+    about = "Pod lifecycle benchmark for a CRI endpoint: N sandboxes with one container each",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the p50 ratios A/B per RPC of two `--json` reports.
+    Compare {
+        /// Report of the runtime under test (e.g. ferrolet-cri).
+        a: PathBuf,
+        /// Report of the reference runtime (e.g. containerd's CRI).
+        b: PathBuf,
+        /// Also check A's RSS with all pods running against this limit, MiB.
+        #[arg(long)]
+        max_rss_mib: Option<f64>,
+    },
+    /// Stop and remove the sandboxes and containers benchmark runs left behind.
+    ///
+    /// Not while a run is going on: its pods would be removed under it.
+    Clean(CleanArgs),
+}
+
+/// Flags of a benchmark run.
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// CRI endpoint (runtime and image service), unix:///path.
+    #[arg(long, default_value = "unix:///run/ferrolet/cri.sock")]
+    endpoint: String,
+    /// Number of pods (one sandbox and one container each).
+    #[arg(short = 'n', long = "pods", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pods: u32,
+    /// Container image; pulled through the ImageService first if the runtime lacks it.
+    #[arg(long, default_value = "127.0.0.1:5000/ferrolet/busybox:1")]
+    image: String,
+    /// Shell command the container runs (`sh -c`); it must keep running until stopped.
+    #[arg(long, default_value = DEFAULT_COMMAND)]
+    command: String,
+    /// Runtime process whose RSS is sampled (repeatable; summed).
+    #[arg(long = "pid")]
+    pids: Vec<u32>,
+    /// Runtime process name (/proc/PID/comm) whose RSS is sampled; every match is summed.
+    #[arg(long = "process")]
+    processes: Vec<String>,
+    /// A process the runtime relies on (ferrolet-cri's containerd), reported on its own line.
+    #[arg(long)]
+    backend_pid: Option<u32>,
+    /// Name of this run in the table and the JSON (default: the runtime's name).
+    #[arg(long)]
+    label: Option<String>,
+    /// Print the report as JSON on stdout (the table then goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// With all pods running, check each sandbox has a distinct IP the host can ping.
+    #[arg(long)]
+    cni_check: bool,
+    /// Pods driven at once (1 = strictly sequential RPCs, the cleanest latencies).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    concurrency: u32,
+    /// StopContainer's grace period, seconds.
+    #[arg(long, default_value_t = 30)]
+    stop_timeout: i64,
+    /// Client-side deadline of each RPC, seconds.
+    #[arg(long, default_value_t = 120)]
+    rpc_timeout: u64,
+    /// Pause with all pods running before the RSS sample, milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    settle_ms: u64,
+    /// Directory for the sandboxes' log directories (a fresh temp dir inside it is used).
+    #[arg(long, default_value = "/tmp")]
+    log_root: PathBuf,
+}
+
+/// Flags of `clean`.
+#[derive(Args, Debug)]
+struct CleanArgs {
+    /// CRI endpoint, unix:///path.
+    #[arg(long, default_value = "unix:///run/ferrolet/cri.sock")]
+    endpoint: String,
+    /// Remove every sandbox and container of the endpoint, not only the benchmark's.
+    #[arg(long)]
+    all: bool,
+    /// Only this run's objects (its id, from the `ferrolet.bench/run` label).
+    #[arg(long, conflicts_with = "all")]
+    run: Option<String>,
+    /// Client-side deadline of each RPC, seconds.
+    #[arg(long, default_value_t = 120)]
+    rpc_timeout: u64,
+}
+
+/// Latency summary of one RPC.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct RpcStats {
+    rpc: String,
+    n: usize,
+    p50_ms: f64,
+    p99_ms: f64,
+    mean_ms: f64,
+    max_ms: f64,
+    samples_ms: Vec<f64>,
+}
+
+/// Memory of a set of processes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Memory {
+    /// The processes sampled.
+    pids: Vec<u32>,
+    /// Their total RSS before the first pod, MiB.
+    idle_mib: f64,
+    /// Their total RSS with all pods running, MiB.
+    running_mib: f64,
+    /// CPU time they used during the run (user + system), seconds.
+    cpu_s: f64,
+}
+
+/// The shims serving the run's pods, sampled with all pods running.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Shims {
+    count: usize,
+    total_mib: f64,
+}
+
+/// Everything one run measured; `--json` prints it, `compare` reads it back.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Report {
+    label: String,
+    endpoint: String,
+    runtime: String,
+    pods: u32,
+    concurrency: u32,
+    image: String,
+    rpcs: Vec<RpcStats>,
+    wall_s: f64,
+    setup_s: f64,
+    teardown_s: f64,
+    runtime_memory: Option<Memory>,
+    /// `--backend-pid`'s memory, when given.
+    backend_memory: Option<Memory>,
+    shims: Option<Shims>,
+    cni_check: Option<String>,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Compare { a, b, max_rss_mib }) => {
+            let a = read_report(&a)?;
+            let b = read_report(&b)?;
+            print!("{}", render_compare(&a, &b, max_rss_mib));
+            Ok(())
+        }
+        Some(Command::Clean(args)) => runtime()?.block_on(clean(args)),
+        None => {
+            let cancel = install_signal_thread()?;
+            let result = runtime()?.block_on(run(cli.run, cancel));
+            if let Err(e) = &result
+                && e.chain().any(|c| c.is::<Interrupted>())
+            {
+                eprintln!("interrupted: what this run created has been removed");
+                std::process::exit(130);
+            }
+            result
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Blocks SIGINT/SIGTERM/SIGHUP in every thread (the runtime's threads inherit the mask) and
+/// waits for them on a thread of its own: the first one asks the run to stop and clean up, a
+/// second one exits at once.
+fn install_signal_thread() -> Result<Arc<AtomicBool>> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set.thread_block().context("blocking signals")?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = false;
+            loop {
+                let Ok(sig) = set.wait() else { continue };
+                if seen {
+                    eprintln!("{sig}: second signal, exiting without cleaning up");
+                    std::process::exit(130);
+                }
+                seen = true;
+                eprintln!("{sig}: stopping; removing what this run created (again to abort)");
+                flag.store(true, Ordering::SeqCst);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(cancel)
+}
+
+fn read_report(path: &Path) -> Result<Report> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// The run was interrupted by a signal.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+struct Interrupted;
+
+/// What a run has created and not yet removed, for cleanup after a failure.
+#[derive(Default)]
+struct Created {
+    sandboxes: Vec<String>,
+    containers: Vec<String>,
+}
+
+/// State shared by the pods of one run.
+struct Bench {
+    rt: RuntimeServiceClient<Channel>,
+    run_id: String,
+    image_ref: String,
+    image_name: String,
+    command: String,
+    stop_timeout: i64,
+    rpc_timeout: Duration,
+    log_dir: PathBuf,
+    cancel: Arc<AtomicBool>,
+    timings: Mutex<BTreeMap<Rpc, Vec<Duration>>>,
+    created: Mutex<Created>,
+}
+
+/// One running pod.
+struct Pod {
+    sandbox: String,
+    container: String,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave these plain collections inconsistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Bench {
+    fn check(&self) -> Result<()> {
+        if self.cancel.load(Ordering::SeqCst) {
+            return Err(Interrupted.into());
+        }
+        Ok(())
+    }
+
+    /// Runs one RPC under the deadline and records its latency if it succeeded.
+    async fn timed<T>(
+        &self,
+        rpc: Rpc,
+        call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let out = deadline(self.rpc_timeout, rpc.name(), call).await?;
+        lock(&self.timings)
+            .entry(rpc)
+            .or_default()
+            .push(start.elapsed());
+        Ok(out)
+    }
+
+    fn sandbox_config(&self, index: u32) -> PodSandboxConfig {
+        let name = format!("bench-{}-{index}", self.run_id);
+        PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.clone(),
+                uid: format!("{}-{index}", self.run_id),
+                namespace: POD_NAMESPACE.into(),
+                attempt: 0,
+            }),
+            hostname: name,
+            log_directory: self.log_dir.join(index.to_string()).display().to_string(),
+            labels: run_labels(&self.run_id),
+            // cgroup_parent unset: each runtime puts the pod where it puts pods by default.
+            linux: Some(LinuxPodSandboxConfig::default()),
+            ..Default::default()
+        }
+    }
+
+    fn container_config(&self) -> ContainerConfig {
+        ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: "bench".into(),
+                attempt: 0,
+            }),
+            // As the kubelet does: the image id, with the name the user wrote.
+            image: Some(ImageSpec {
+                image: self.image_ref.clone(),
+                user_specified_image: self.image_name.clone(),
+                ..Default::default()
+            }),
+            command: vec!["sh".into(), "-c".into(), self.command.clone()],
+            log_path: "bench.log".into(),
+            labels: run_labels(&self.run_id),
+            ..Default::default()
+        }
+    }
+
+    async fn start_pod(&self, index: u32) -> Result<Pod> {
+        self.check()?;
+        let config = self.sandbox_config(index);
+        tokio::fs::create_dir_all(&config.log_directory)
+            .await
+            .with_context(|| format!("creating {}", config.log_directory))?;
+        let mut rt = self.rt.clone();
+        let sandbox = self
+            .timed(
+                Rpc::RunPodSandbox,
+                rt.run_pod_sandbox(RunPodSandboxRequest {
+                    config: Some(config.clone()),
+                    runtime_handler: String::new(),
+                }),
+            )
+            .await?
+            .pod_sandbox_id;
+        lock(&self.created).sandboxes.push(sandbox.clone());
+        self.check()?;
+        let container = self
+            .timed(
+                Rpc::CreateContainer,
+                rt.create_container(CreateContainerRequest {
+                    pod_sandbox_id: sandbox.clone(),
+                    config: Some(self.container_config()),
+                    sandbox_config: Some(config),
+                }),
+            )
+            .await
+            .with_context(|| format!("in sandbox {sandbox}"))?
+            .container_id;
+        lock(&self.created).containers.push(container.clone());
+        self.check()?;
+        self.timed(
+            Rpc::StartContainer,
+            rt.start_container(StartContainerRequest {
+                container_id: container.clone(),
+            }),
+        )
+        .await
+        .with_context(|| format!("container {container}"))?;
+        Ok(Pod { sandbox, container })
+    }
+
+    /// Tears one pod down; a failure is reported but the pod stays in `created` for cleanup.
+    async fn stop_pod(&self, pod: &Pod) -> Result<()> {
+        let mut rt = self.rt.clone();
+        let container = &pod.container;
+        let sandbox = &pod.sandbox;
+        self.timed(
+            Rpc::StopContainer,
+            rt.stop_container(StopContainerRequest {
+                container_id: container.clone(),
+                timeout: self.stop_timeout,
+            }),
+        )
+        .await
+        .with_context(|| format!("container {container}"))?;
+        self.timed(
+            Rpc::RemoveContainer,
+            rt.remove_container(RemoveContainerRequest {
+                container_id: container.clone(),
+            }),
+        )
+        .await
+        .with_context(|| format!("container {container}"))?;
+        lock(&self.created).containers.retain(|c| c != container);
+        self.timed(
+            Rpc::StopPodSandbox,
+            rt.stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: sandbox.clone(),
+            }),
+        )
+        .await
+        .with_context(|| format!("sandbox {sandbox}"))?;
+        self.timed(
+            Rpc::RemovePodSandbox,
+            rt.remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: sandbox.clone(),
+            }),
+        )
+        .await
+        .with_context(|| format!("sandbox {sandbox}"))?;
+        lock(&self.created).sandboxes.retain(|s| s != sandbox);
+        Ok(())
+    }
+
+    /// Best-effort removal of everything the run created, then of anything still carrying its
+    /// label (an RPC that timed out on our side may still have created something).
+    async fn cleanup(&self) -> usize {
+        let Created {
+            sandboxes,
+            containers,
+        } = std::mem::take(&mut *lock(&self.created));
+        let mut rt = self.rt.clone();
+        let t = self.rpc_timeout;
+        let mut removed = 0;
+        for id in containers {
+            remove_container(&mut rt, t, &id).await;
+            removed += 1;
+        }
+        for id in sandboxes {
+            remove_sandbox(&mut rt, t, &id).await;
+            removed += 1;
+        }
+        removed
+            + sweep(&mut rt, t, Selector::Run(&self.run_id))
+                .await
+                .unwrap_or(0)
+    }
+
+    /// Every container of the run is running (a command that exits would make the figures lie).
+    async fn check_running(&self, want: usize) -> Result<()> {
+        let mut rt = self.rt.clone();
+        let list = deadline(
+            self.rpc_timeout,
+            "ListContainers",
+            rt.list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    state: Some(ContainerStateValue {
+                        state: ContainerState::ContainerRunning as i32,
+                    }),
+                    label_selector: run_labels(&self.run_id),
+                    ..Default::default()
+                }),
+            }),
+        )
+        .await?;
+        let running = list.containers.len();
+        if running != want {
+            bail!("only {running} of {want} containers are running: does --command keep running?");
+        }
+        Ok(())
+    }
+
+    /// Each sandbox has an IP of its own, and the host reaches it.
+    async fn cni_check(&self, pods: &[Pod]) -> Result<String> {
+        let mut rt = self.rt.clone();
+        let mut ips = Vec::new();
+        for pod in pods {
+            let status = deadline(
+                self.rpc_timeout,
+                "PodSandboxStatus",
+                rt.pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: pod.sandbox.clone(),
+                    verbose: false,
+                }),
+            )
+            .await?;
+            let ip = status
+                .status
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .unwrap_or_default();
+            if ip.is_empty() {
+                bail!("sandbox {} has no IP", pod.sandbox);
+            }
+            ips.push(ip);
+        }
+        let distinct: HashSet<&String> = ips.iter().collect();
+        if distinct.len() != ips.len() {
+            bail!("sandboxes share IPs: {ips:?}");
+        }
+        let busybox = Path::new("/bin/busybox");
+        if !busybox.exists() {
+            return Ok(format!(
+                "{} distinct IPs (no /bin/busybox to ping them)",
+                ips.len()
+            ));
+        }
+        for ip in &ips {
+            let out = tokio::process::Command::new(busybox)
+                .args(["ping", "-c", "1", "-W", "2", ip])
+                .output()
+                .await
+                .context("running busybox ping")?;
+            if !out.status.success() {
+                bail!(
+                    "the host cannot ping pod IP {ip}: {}",
+                    String::from_utf8_lossy(&out.stdout).trim()
+                );
+            }
+        }
+        Ok(format!("{} distinct IPs, all answer ping", ips.len()))
+    }
+}
+
+fn run_labels(run_id: &str) -> HashMap<String, String> {
+    HashMap::from([(RUN_LABEL.to_string(), run_id.to_string())])
+}
+
+/// Awaits an RPC under a client-side deadline.
+async fn deadline<T>(
+    limit: Duration,
+    what: &str,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) => Err(anyhow!("{what}: {:?}: {}", status.code(), status.message())),
+        Err(_) => Err(anyhow!("{what}: no answer within {limit:?}")),
+    }
+}
+
+async fn remove_container(rt: &mut RuntimeServiceClient<Channel>, t: Duration, id: &str) {
+    // Timeout 0: cleanup kills at once rather than waiting out a grace period.
+    let stop = rt.stop_container(StopContainerRequest {
+        container_id: id.into(),
+        timeout: 0,
+    });
+    if let Err(e) = deadline(t, "StopContainer", stop).await {
+        eprintln!("cleanup: container {id}: {e:#}");
+    }
+    let remove = rt.remove_container(RemoveContainerRequest {
+        container_id: id.into(),
+    });
+    if let Err(e) = deadline(t, "RemoveContainer", remove).await {
+        eprintln!("cleanup: container {id}: {e:#}");
+    }
+}
+
+async fn remove_sandbox(rt: &mut RuntimeServiceClient<Channel>, t: Duration, id: &str) {
+    let stop = rt.stop_pod_sandbox(StopPodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    });
+    if let Err(e) = deadline(t, "StopPodSandbox", stop).await {
+        eprintln!("cleanup: sandbox {id}: {e:#}");
+    }
+    let remove = rt.remove_pod_sandbox(RemovePodSandboxRequest {
+        pod_sandbox_id: id.into(),
+    });
+    if let Err(e) = deadline(t, "RemovePodSandbox", remove).await {
+        eprintln!("cleanup: sandbox {id}: {e:#}");
+    }
+}
+
+/// Which objects a sweep removes.
+#[derive(Clone, Copy, Debug)]
+enum Selector<'a> {
+    /// Those of one run.
+    Run(&'a str),
+    /// Those of any benchmark run.
+    AnyRun,
+    /// Everything.
+    All,
+}
+
+impl Selector<'_> {
+    fn matches(self, labels: &HashMap<String, String>) -> bool {
+        match self {
+            Selector::Run(id) => labels.get(RUN_LABEL).is_some_and(|v| v == id),
+            Selector::AnyRun => labels.contains_key(RUN_LABEL),
+            Selector::All => true,
+        }
+    }
+}
+
+/// Removes the containers, then the sandboxes, the selector matches; returns how many.
+async fn sweep(
+    rt: &mut RuntimeServiceClient<Channel>,
+    t: Duration,
+    selector: Selector<'_>,
+) -> Result<usize> {
+    let containers = deadline(
+        t,
+        "ListContainers",
+        rt.list_containers(ListContainersRequest { filter: None }),
+    )
+    .await?
+    .containers;
+    let sandboxes = deadline(
+        t,
+        "ListPodSandbox",
+        rt.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
+    )
+    .await?
+    .items;
+    let mut removed = 0;
+    for c in containers.iter().filter(|c| selector.matches(&c.labels)) {
+        remove_container(rt, t, &c.id).await;
+        removed += 1;
+    }
+    for s in sandboxes.iter().filter(|s| selector.matches(&s.labels)) {
+        remove_sandbox(rt, t, &s.id).await;
+        removed += 1;
+    }
+    Ok(removed)
+}
+
+async fn clean(args: CleanArgs) -> Result<()> {
+    let channel = transport::connect(&args.endpoint)
+        .await
+        .with_context(|| format!("connecting to {}", args.endpoint))?;
+    let mut rt = RuntimeServiceClient::new(channel);
+    let selector = match (&args.run, args.all) {
+        (Some(id), _) => Selector::Run(id),
+        (None, true) => Selector::All,
+        (None, false) => Selector::AnyRun,
+    };
+    let t = Duration::from_secs(args.rpc_timeout);
+    let removed = sweep(&mut rt, t, selector).await?;
+    // Whatever is still listed now could not be removed.
+    let left = sweep_count(&mut rt, t, selector).await?;
+    eprintln!(
+        "{}: removed {removed} sandboxes/containers, {left} left",
+        args.endpoint
+    );
+    if left > 0 {
+        bail!("{left} sandboxes/containers could not be removed");
+    }
+    Ok(())
+}
+
+async fn sweep_count(
+    rt: &mut RuntimeServiceClient<Channel>,
+    t: Duration,
+    selector: Selector<'_>,
+) -> Result<usize> {
+    let containers = deadline(
+        t,
+        "ListContainers",
+        rt.list_containers(ListContainersRequest { filter: None }),
+    )
+    .await?
+    .containers;
+    let sandboxes = deadline(
+        t,
+        "ListPodSandbox",
+        rt.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
+    )
+    .await?
+    .items;
+    Ok(containers
+        .iter()
+        .filter(|c| selector.matches(&c.labels))
+        .count()
+        + sandboxes
+            .iter()
+            .filter(|s| selector.matches(&s.labels))
+            .count())
+}
+
+/// A short random id, so names and uids never collide with an earlier run's.
+fn run_id() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom")?;
+    Ok(hex::encode(bytes))
+}
+
+/// Makes sure the runtime has the image; returns its id (what the kubelet passes on).
+async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<String> {
+    let mut images = ImageServiceClient::new(channel);
+    let spec = ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    };
+    let status = deadline(
+        t,
+        "ImageStatus",
+        images.image_status(ImageStatusRequest {
+            image: Some(spec.clone()),
+            verbose: false,
+        }),
+    )
+    .await?;
+    if let Some(found) = status.image {
+        return Ok(found.id);
+    }
+    eprintln!("pulling {image}");
+    deadline(
+        t,
+        "PullImage",
+        images.pull_image(PullImageRequest {
+            image: Some(spec.clone()),
+            auth: None,
+            sandbox_config: None,
+        }),
+    )
+    .await?;
+    let status = deadline(
+        t,
+        "ImageStatus",
+        images.image_status(ImageStatusRequest {
+            image: Some(spec),
+            verbose: false,
+        }),
+    )
+    .await?;
+    status
+        .image
+        .map(|i| i.id)
+        .ok_or_else(|| anyhow!("{image} was pulled but ImageStatus does not find it"))
+}
+
+async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
+    let channel = transport::connect(&args.endpoint)
+        .await
+        .with_context(|| format!("connecting to {}", args.endpoint))?;
+    let mut rt = RuntimeServiceClient::new(channel.clone());
+    let t = Duration::from_secs(args.rpc_timeout);
+    let version = deadline(
+        t,
+        "Version",
+        rt.version(VersionRequest {
+            version: String::new(),
+        }),
+    )
+    .await?;
+    let runtime = format!("{} {}", version.runtime_name, version.runtime_version);
+    let label = args
+        .label
+        .clone()
+        .unwrap_or_else(|| version.runtime_name.clone());
+    let image_ref = ensure_image(channel, &args.image, t).await?;
+    let pids = resolve_pids(&args.pids, &args.processes)?;
+    let backend: Vec<u32> = args.backend_pid.into_iter().collect();
+    let idle = sample_rss(&pids).await;
+    let backend_idle = sample_rss(&backend).await;
+    let cpu_before = cpu_seconds(&pids);
+    let backend_cpu_before = cpu_seconds(&backend);
+
+    let run_id = run_id()?;
+    let log_dir = tempfile::Builder::new()
+        .prefix("ferrolet-cri-bench-")
+        .tempdir_in(&args.log_root)
+        .with_context(|| format!("creating a log dir in {}", args.log_root.display()))?;
+    let bench = Bench {
+        rt,
+        run_id: run_id.clone(),
+        image_ref,
+        image_name: args.image.clone(),
+        command: args.command.clone(),
+        stop_timeout: args.stop_timeout,
+        rpc_timeout: t,
+        log_dir: log_dir.path().to_path_buf(),
+        cancel,
+        timings: Mutex::new(BTreeMap::new()),
+        created: Mutex::new(Created::default()),
+    };
+    eprintln!(
+        "{label}: {runtime} at {}, run {run_id}: {} pods, concurrency {}, image {}",
+        args.endpoint, args.pods, args.concurrency, args.image
+    );
+
+    let outcome = measure(&bench, &args, &pids, &backend).await;
+    // Removal on failure or interruption, and a final sweep either way.
+    let removed = bench.cleanup().await;
+    let leftover = sweep_count(&mut bench.rt.clone(), t, Selector::Run(&run_id)).await;
+    let still = |n: usize| {
+        format!(
+            "{n} sandboxes/containers of run {run_id} are still listed: try `ferrolet-cri-bench clean --run {run_id} --endpoint {}`",
+            args.endpoint
+        )
+    };
+    let measured = match outcome {
+        Ok(m) => m,
+        Err(e) => {
+            if let Ok(n @ 1..) = leftover {
+                eprintln!("{}", still(n));
+            }
+            return Err(e);
+        }
+    };
+    match leftover? {
+        0 => {}
+        n => bail!(still(n)),
+    }
+    if removed > 0 {
+        bail!("teardown left {removed} sandboxes/containers behind (now removed)");
+    }
+
+    let timings = std::mem::take(&mut *lock(&bench.timings));
+    let rpcs = Rpc::ALL
+        .iter()
+        .filter_map(|rpc| timings.get(rpc).map(|d| RpcStats::new(rpc.name(), d)))
+        .collect();
+    let report = Report {
+        label,
+        endpoint: args.endpoint.clone(),
+        runtime,
+        pods: args.pods,
+        concurrency: args.concurrency,
+        image: args.image.clone(),
+        rpcs,
+        wall_s: (measured.setup + measured.teardown).as_secs_f64(),
+        setup_s: measured.setup.as_secs_f64(),
+        teardown_s: measured.teardown.as_secs_f64(),
+        runtime_memory: memory(&pids, idle, measured.running_rss, cpu_before),
+        backend_memory: memory(
+            &backend,
+            backend_idle,
+            measured.backend_rss,
+            backend_cpu_before,
+        ),
+        shims: measured.shims,
+        cni_check: measured.cni_check,
+    };
+    let table = render_table(&report);
+    if args.json {
+        eprint!("{table}");
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+fn memory(
+    pids: &[u32],
+    idle: Option<u64>,
+    running: Option<u64>,
+    cpu_before: f64,
+) -> Option<Memory> {
+    Some(Memory {
+        pids: pids.to_vec(),
+        idle_mib: mib(idle?),
+        running_mib: mib(running?),
+        cpu_s: cpu_seconds(pids) - cpu_before,
+    })
+}
+
+/// What the lifecycle phases measured besides RPC latencies.
+struct Measured {
+    setup: Duration,
+    teardown: Duration,
+    running_rss: Option<u64>,
+    backend_rss: Option<u64>,
+    shims: Option<Shims>,
+    cni_check: Option<String>,
+}
+
+async fn measure(bench: &Bench, args: &RunArgs, pids: &[u32], backend: &[u32]) -> Result<Measured> {
+    let n = args.pods;
+    let step = (n / 10).max(1);
+    let start = Instant::now();
+    let pods: Vec<Pod> = futures::stream::iter(0..n)
+        .map(|i| async move {
+            let pod = bench.start_pod(i).await?;
+            if (i + 1) % step == 0 {
+                eprintln!("  started {}/{n}", i + 1);
+            }
+            Ok::<_, anyhow::Error>(pod)
+        })
+        .buffered(args.concurrency as usize)
+        .try_collect()
+        .await?;
+    let setup = start.elapsed();
+
+    bench.check_running(pods.len()).await?;
+    let cni_check = if args.cni_check {
+        Some(bench.cni_check(&pods).await?)
+    } else {
+        None
+    };
+    bench.check()?;
+    tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
+    let running_rss = sample_rss(pids).await;
+    let backend_rss = sample_rss(backend).await;
+    let ids: HashSet<String> = pods
+        .iter()
+        .flat_map(|p| [p.sandbox.clone(), p.container.clone()])
+        .collect();
+    let shims = sample_shims(ids).await;
+    bench.check()?;
+
+    let start = Instant::now();
+    let results: Vec<Result<()>> = futures::stream::iter(pods.iter())
+        .map(|pod| bench.stop_pod(pod))
+        .buffered(args.concurrency as usize)
+        .collect()
+        .await;
+    let teardown = start.elapsed();
+    let errors: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    if !errors.is_empty() {
+        bail!(
+            "{} of {n} pods failed to tear down; first: {}",
+            errors.len(),
+            errors[0]
+        );
+    }
+    Ok(Measured {
+        setup,
+        teardown,
+        running_rss,
+        backend_rss,
+        shims,
+        cni_check,
+    })
+}
+
+impl RpcStats {
+    fn new(rpc: &str, samples: &[Duration]) -> Self {
+        let ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        let mut sorted = ms.clone();
+        sorted.sort_by(f64::total_cmp);
+        let mean = if ms.is_empty() {
+            0.0
+        } else {
+            ms.iter().sum::<f64>() / ms.len() as f64
+        };
+        Self {
+            rpc: rpc.into(),
+            n: ms.len(),
+            p50_ms: percentile(&sorted, 50.0),
+            p99_ms: percentile(&sorted, 99.0),
+            mean_ms: mean,
+            max_ms: sorted.last().copied().unwrap_or(0.0),
+            samples_ms: ms,
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted samples (0 when there are none).
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// The pids given, plus every process whose `comm` is one of `names`.
+fn resolve_pids(pids: &[u32], names: &[String]) -> Result<Vec<u32>> {
+    let mut out: Vec<u32> = pids.to_vec();
+    if !names.is_empty() {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").context("reading /proc")? {
+            let Ok(entry) = entry else { continue };
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+                continue;
+            };
+            if names.iter().any(|n| n == comm.trim_end()) {
+                found.push(pid);
+            }
+        }
+        if found.is_empty() {
+            bail!("no process named {names:?}");
+        }
+        out.extend(found);
+    }
+    for pid in &out {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            bail!("no process {pid}");
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
+}
+
+/// Resident set size from the text of /proc/PID/status, bytes.
+fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Total RSS of `pids` in bytes; None without pids or if one has gone.
+async fn sample_rss(pids: &[u32]) -> Option<u64> {
+    if pids.is_empty() {
+        return None;
+    }
+    let mut total = 0;
+    for pid in pids {
+        let status = tokio::fs::read_to_string(format!("/proc/{pid}/status"))
+            .await
+            .ok()?;
+        total += parse_vm_rss(&status)?;
+    }
+    Some(total)
+}
+
+/// utime + stime from the text of /proc/PID/stat, in clock ticks.
+fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    // The command name may hold spaces and parentheses: fields count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name, field 3 (state) is index 0: utime is field 14, stime field 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU seconds `pids` have used so far (0 for those that cannot be read).
+fn cpu_seconds(pids: &[u32]) -> f64 {
+    // SAFETY: sysconf has no preconditions; it only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|s| parse_stat_ticks(&s))
+        .map(|ticks| ticks as f64 / hz)
+        .sum()
+}
+
+/// The `-id` of a containerd shim, from its NUL-separated command line; None for other programs.
+fn shim_id(cmdline: &[u8]) -> Option<String> {
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let prog = Path::new(std::str::from_utf8(args.first()?).ok()?);
+    if !prog.file_name()?.to_str()?.starts_with("containerd-shim") {
+        return None;
+    }
+    let at = args.iter().position(|a| *a == b"-id")?;
+    let id = std::str::from_utf8(args.get(at + 1)?).ok()?;
+    Some(id.to_string())
+}
+
+/// Count and total RSS of the shims whose `-id` is one of the run's sandbox or container ids
+/// (containerd's CRI runs one shim per pod under the sandbox id; a runtime without grouping
+/// may run one per container).
+async fn sample_shims(ids: HashSet<String>) -> Option<Shims> {
+    tokio::task::spawn_blocking(move || {
+        let mut count = 0;
+        let mut total = 0;
+        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+            let path = entry.path();
+            let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
+                continue;
+            };
+            let Some(id) = shim_id(&cmdline) else {
+                continue;
+            };
+            if !ids.contains(&id) {
+                continue;
+            }
+            let Some(rss) = std::fs::read_to_string(path.join("status"))
+                .ok()
+                .and_then(|s| parse_vm_rss(&s))
+            else {
+                continue;
+            };
+            count += 1;
+            total += rss;
+        }
+        Some(Shims {
+            count,
+            total_mib: mib(total),
+        })
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+fn render_table(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n{} ({}; {}), {} pods, concurrency {}",
+        r.label, r.runtime, r.endpoint, r.pods, r.concurrency
+    );
+    let _ = writeln!(
+        s,
+        "{:<18} {:>5} {:>9} {:>9} {:>9} {:>9}",
+        "RPC", "n", "p50 ms", "p99 ms", "mean ms", "max ms"
+    );
+    for x in &r.rpcs {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>5} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+            x.rpc, x.n, x.p50_ms, x.p99_ms, x.mean_ms, x.max_ms
+        );
+    }
+    let _ = writeln!(
+        s,
+        "total wall {:.2} s (start {:.2} s, teardown {:.2} s)",
+        r.wall_s, r.setup_s, r.teardown_s
+    );
+    match &r.runtime_memory {
+        Some(m) => {
+            let _ = writeln!(
+                s,
+                "RSS {} (pids {:?}): {:.1} MiB with {} pods running ({:.1} MiB idle); CPU {:.2} s",
+                r.label, m.pids, m.running_mib, r.pods, m.idle_mib, m.cpu_s
+            );
+        }
+        None => {
+            let _ = writeln!(s, "RSS {}: not sampled (use --pid or --process)", r.label);
+        }
+    }
+    if let Some(m) = &r.backend_memory {
+        let _ = writeln!(
+            s,
+            "RSS backend (pids {:?}): {:.1} MiB with {} pods running ({:.1} MiB idle); CPU {:.2} s",
+            m.pids, m.running_mib, r.pods, m.idle_mib, m.cpu_s
+        );
+    }
+    if let Some(sh) = &r.shims {
+        let _ = writeln!(
+            s,
+            "shims: {} processes, {:.1} MiB total ({:.1} MiB each)",
+            sh.count,
+            sh.total_mib,
+            if sh.count > 0 {
+                sh.total_mib / sh.count as f64
+            } else {
+                0.0
+            }
+        );
+    }
+    if let Some(c) = &r.cni_check {
+        let _ = writeln!(s, "CNI check: {c}");
+    }
+    s
+}
+
+fn render_compare(a: &Report, b: &Report, max_rss_mib: Option<f64>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n{} / {}: {} vs {} pods (ratio < 1: {} is faster/smaller)",
+        a.label, b.label, a.pods, b.pods, a.label
+    );
+    let _ = writeln!(
+        s,
+        "{:<18} {:>17} {:>17} {:>8}",
+        "RPC p50",
+        format!("{} ms", short(&a.label)),
+        format!("{} ms", short(&b.label)),
+        "ratio"
+    );
+    let by_name: HashMap<&str, &RpcStats> = b.rpcs.iter().map(|x| (x.rpc.as_str(), x)).collect();
+    let mut slower = Vec::new();
+    for x in &a.rpcs {
+        let Some(y) = by_name.get(x.rpc.as_str()) else {
+            continue;
+        };
+        if x.p50_ms > y.p50_ms {
+            slower.push(x.rpc.as_str());
+        }
+        let _ = writeln!(
+            s,
+            "{:<18} {:>17.2} {:>17.2} {:>8}",
+            x.rpc,
+            x.p50_ms,
+            y.p50_ms,
+            ratio(x.p50_ms, y.p50_ms)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "{:<18} {:>17.2} {:>17.2} {:>8}",
+        "wall s",
+        a.wall_s,
+        b.wall_s,
+        ratio(a.wall_s, b.wall_s)
+    );
+    if let (Some(x), Some(y)) = (&a.runtime_memory, &b.runtime_memory) {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>17.1} {:>17.1} {:>8}",
+            "RSS MiB (running)",
+            x.running_mib,
+            y.running_mib,
+            ratio(x.running_mib, y.running_mib)
+        );
+    }
+    if let (Some(x), Some(y)) = (&a.shims, &b.shims) {
+        let _ = writeln!(
+            s,
+            "{:<18} {:>17.1} {:>17.1} {:>8}",
+            "shims MiB",
+            x.total_mib,
+            y.total_mib,
+            ratio(x.total_mib, y.total_mib)
+        );
+    }
+    if slower.is_empty() {
+        let _ = writeln!(s, "goal p50 {} <= {} for every RPC: met", a.label, b.label);
+    } else {
+        let _ = writeln!(
+            s,
+            "goal p50 {} <= {} for every RPC: NOT met ({})",
+            a.label,
+            b.label,
+            slower.join(", ")
+        );
+    }
+    if let Some(limit) = max_rss_mib {
+        let verdict = match &a.runtime_memory {
+            Some(m) if m.running_mib <= limit => format!("met ({:.1} MiB)", m.running_mib),
+            Some(m) => format!("NOT met ({:.1} MiB)", m.running_mib),
+            None => "not sampled".into(),
+        };
+        let _ = writeln!(
+            s,
+            "goal RSS {} <= {limit} MiB with {} pods: {verdict}",
+            a.label, a.pods
+        );
+    }
+    s
+}
+
+fn short(label: &str) -> String {
+    label.chars().take(14).collect()
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn ms(v: &[u64]) -> Vec<Duration> {
+        v.iter().map(|m| Duration::from_millis(*m)).collect()
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let sorted: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&sorted, 50.0), 50.0);
+        assert_eq!(percentile(&sorted, 99.0), 99.0);
+        assert_eq!(percentile(&sorted, 100.0), 100.0);
+        let twenty: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&twenty, 50.0), 10.0);
+        assert_eq!(percentile(&twenty, 99.0), 20.0);
+        assert_eq!(percentile(&[7.0], 50.0), 7.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn stats_summarise_unsorted_samples() {
+        let s = RpcStats::new("StartContainer", &ms(&[30, 10, 20, 40]));
+        assert_eq!(s.n, 4);
+        assert_eq!(s.p50_ms, 20.0);
+        assert_eq!(s.p99_ms, 40.0);
+        assert_eq!(s.mean_ms, 25.0);
+        assert_eq!(s.max_ms, 40.0);
+        assert_eq!(s.samples_ms, vec![30.0, 10.0, 20.0, 40.0]);
+    }
+
+    #[test]
+    fn vm_rss_is_read_in_bytes() {
+        let status = "Name:\tcontainerd\nVmPeak:\t 99 kB\nVmRSS:\t   38136 kB\nThreads:\t12\n";
+        assert_eq!(parse_vm_rss(status), Some(38136 * 1024));
+        assert_eq!(parse_vm_rss("Name:\tkthreadd\n"), None);
+    }
+
+    #[test]
+    fn cpu_ticks_skip_odd_command_names() {
+        let stat = "123 (a b) c) S 1 123 123 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_stat_ticks(stat), Some(300));
+        assert_eq!(parse_stat_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn shims_are_recognised_by_program_and_id() {
+        let shim = b"/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0abc\0-address\0/run/x.sock\0";
+        assert_eq!(shim_id(shim).as_deref(), Some("abc"));
+        assert_eq!(shim_id(b"/usr/bin/containerd\0-id\0abc\0"), None);
+        assert_eq!(shim_id(b"containerd-shim-runc-v2\0-namespace\0x\0"), None);
+        assert_eq!(shim_id(b""), None);
+    }
+
+    #[test]
+    fn selectors_match_by_run_label() {
+        let mine = run_labels("r1");
+        let other = run_labels("r2");
+        let none = HashMap::new();
+        assert!(Selector::Run("r1").matches(&mine));
+        assert!(!Selector::Run("r1").matches(&other));
+        assert!(!Selector::Run("r1").matches(&none));
+        assert!(Selector::AnyRun.matches(&other));
+        assert!(!Selector::AnyRun.matches(&none));
+        assert!(Selector::All.matches(&none));
+    }
+
+    fn report(label: &str, p50: u64) -> Report {
+        Report {
+            label: label.into(),
+            endpoint: "unix:///x.sock".into(),
+            runtime: "rt 1.0".into(),
+            pods: 2,
+            concurrency: 1,
+            image: "img".into(),
+            rpcs: Rpc::ALL
+                .iter()
+                .map(|r| RpcStats::new(r.name(), &ms(&[p50, p50 * 2])))
+                .collect(),
+            wall_s: 1.5,
+            setup_s: 1.0,
+            teardown_s: 0.5,
+            runtime_memory: Some(Memory {
+                pids: vec![1],
+                idle_mib: 10.0,
+                running_mib: 20.0,
+                cpu_s: 0.25,
+            }),
+            backend_memory: None,
+            shims: Some(Shims {
+                count: 2,
+                total_mib: 16.0,
+            }),
+            cni_check: None,
+        }
+    }
+
+    #[test]
+    fn reports_survive_json() {
+        let r = report("ferrolet-cri", 10);
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn the_table_has_every_rpc_and_the_memory() {
+        let t = render_table(&report("containerd", 10));
+        for rpc in Rpc::ALL {
+            assert!(t.contains(rpc.name()), "{t}");
+        }
+        assert!(t.contains("20.0 MiB with 2 pods running"), "{t}");
+        assert!(
+            t.contains("shims: 2 processes, 16.0 MiB total (8.0 MiB each)"),
+            "{t}"
+        );
+        assert!(t.contains("total wall 1.50 s"), "{t}");
+    }
+
+    #[test]
+    fn compare_divides_a_by_b() {
+        let t = render_compare(
+            &report("ferrolet-cri", 10),
+            &report("containerd", 20),
+            Some(30.0),
+        );
+        let line = t.lines().find(|l| l.starts_with("RunPodSandbox")).unwrap();
+        assert!(line.ends_with("0.50"), "{line}");
+        let wall = t.lines().find(|l| l.starts_with("wall s")).unwrap();
+        assert!(wall.ends_with("1.00"), "{wall}");
+        assert!(t.contains("for every RPC: met"), "{t}");
+        assert!(t.contains("<= 30 MiB with 2 pods: met (20.0 MiB)"), "{t}");
+        assert_eq!(ratio(1.0, 0.0), "-");
+    }
+
+    #[test]
+    fn compare_names_the_slower_rpcs_and_a_missed_rss_goal() {
+        let mut a = report("ferrolet-cri", 10);
+        a.rpcs[1] = RpcStats::new(Rpc::CreateContainer.name(), &ms(&[50, 50]));
+        let t = render_compare(&a, &report("containerd", 20), Some(16.0));
+        assert!(t.contains("NOT met (CreateContainer)"), "{t}");
+        assert!(t.contains("16 MiB with 2 pods: NOT met (20.0 MiB)"), "{t}");
+    }
+
+    #[test]
+    fn pod_configs_are_unique_per_run_and_index() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // A lazy channel never dials, so a client exists without a server.
+        let channel = rt.block_on(async {
+            tonic::transport::Endpoint::from_static("http://[::]:0").connect_lazy()
+        });
+        let bench = Bench {
+            rt: RuntimeServiceClient::new(channel),
+            run_id: "abcd".into(),
+            image_ref: "sha256:1".into(),
+            image_name: "busybox:1".into(),
+            command: DEFAULT_COMMAND.into(),
+            stop_timeout: 30,
+            rpc_timeout: Duration::from_secs(1),
+            log_dir: PathBuf::from("/tmp/logs"),
+            cancel: Arc::new(AtomicBool::new(false)),
+            timings: Mutex::new(BTreeMap::new()),
+            created: Mutex::new(Created::default()),
+        };
+        let a = bench.sandbox_config(0);
+        let b = bench.sandbox_config(1);
+        let (ma, mb) = (a.metadata.unwrap(), b.metadata.unwrap());
+        assert_ne!(ma.name, mb.name);
+        assert_ne!(ma.uid, mb.uid);
+        assert_eq!(a.log_directory, "/tmp/logs/0");
+        assert_eq!(a.labels.get(RUN_LABEL).map(String::as_str), Some("abcd"));
+        assert!(a.linux.unwrap().cgroup_parent.is_empty());
+        let c = bench.container_config();
+        assert_eq!(c.image.unwrap().image, "sha256:1");
+        assert_eq!(c.command[..2], ["sh".to_string(), "-c".to_string()]);
+        assert!(bench.check().is_ok());
+    }
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# `make bench-cri`: the pod lifecycle benchmark (ferrolet-cri-bench) against ferrolet-cri and
+# against containerd's own CRI plugin, in one run, on the same CNI config, images, runc and pause
+# image, for N = 20 and N = 100 pods; prints each run's table and the comparison.
+#
+# Needs the environment (`scripts/env.sh up`) and release builds of ferrolet-cri and
+# ferrolet-cri-bench (the Makefile target does both). It starts the reference containerd
+# (scripts/containerd-cri.sh) unless it already runs, and a ferrolet-cri of its own on the
+# environment's containerd; it stops what it started, also on error or Ctrl-C.
+#
+#   BENCH_PODS="20 100"  pod counts      BENCH_WARMUP=2  untimed pods first, per runtime
+#   BENCH_ARGS=...       extra flags for ferrolet-cri-bench (e.g. --cni-check)
+#   BIN=target/release   where the binaries are
+set -euo pipefail
+
+ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT_DIR/target/release}
+CRI=$BIN/ferrolet-cri
+BENCH=$BIN/ferrolet-cri-bench
+PODS=${BENCH_PODS:-20 100}
+WARMUP=${BENCH_WARMUP:-2}
+read -r -a EXTRA <<<"${BENCH_ARGS:-}"
+PID_DIR=/run/ferrolet/env
+CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
+REF_SOCK=/run/ferrolet/containerd-cri/containerd.sock
+# This ferrolet-cri's own places, apart from a node's ferrolet-cri on the same containerd.
+CRI_ROOT=/var/lib/ferrolet/bench-cri
+CRI_STATE=/run/ferrolet/bench-cri
+CRI_SOCK=$CRI_STATE/cri.sock
+CRI_NAMESPACE=ferrolet-bench
+CNI_CONF_DIR=/etc/ferrolet/cni/net.d
+OUT=$ROOT_DIR/target/bench-cri/$(date +%Y%m%d-%H%M%S)
+
+log() { printf '[bench-cri] %s\n' "$*" >&2; }
+die() { printf '[bench-cri] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (containerd, netns and bridges need it)"
+for b in "$CRI" "$BENCH"; do
+  [ -x "$b" ] || die "$b is missing: cargo build --release -p ferrolet-cri -p ferrolet-integration"
+done
+[ -f "$PID_DIR/containerd.pid" ] && kill -0 "$(cat "$PID_DIR/containerd.pid")" 2>/dev/null ||
+  die "the environment's containerd is not running: make env"
+
+if [ -s "$CRI_STATE/pid" ] && kill -0 "$(cat "$CRI_STATE/pid")" 2>/dev/null; then
+  die "another bench-cri's ferrolet-cri runs (pid $(cat "$CRI_STATE/pid")); stop it first"
+fi
+
+started_ref=0
+cri_pid=
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$cri_pid" ] && kill -0 "$cri_pid" 2>/dev/null; then
+    "$BENCH" clean --all --endpoint "unix://$CRI_SOCK" || log "removing ferrolet-cri's pods failed"
+    kill -TERM "$cri_pid" 2>/dev/null || true
+    for _ in $(seq 1 150); do kill -0 "$cri_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$cri_pid" 2>/dev/null || true
+    log "stopped ferrolet-cri (pid $cri_pid)"
+  fi
+  awk -v a="$CRI_STATE" -v b="$CRI_ROOT" '$5 ~ "^"a"/" || $5 ~ "^"b"/" {print $5}' /proc/self/mountinfo |
+    awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  rm -rf "$CRI_ROOT" "$CRI_STATE"
+  if [ "$started_ref" = 1 ]; then
+    FERROLET_CRI_BENCH=$BENCH "$ROOT_DIR/scripts/containerd-cri.sh" down || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The reference: containerd's CRI.
+if ! "$ROOT_DIR/scripts/containerd-cri.sh" status | grep -q running; then started_ref=1; fi
+FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up
+ref_pid=$(cat "$PID_DIR/containerd-cri.pid")
+ctrd_pid=$(cat "$PID_DIR/containerd.pid")
+
+# ferrolet-cri, in its own session (a Ctrl-C reaches the benchmark, which then still needs it to
+# clean up); `exec` keeps the pid the pid file records.
+rm -rf "$CRI_ROOT" "$CRI_STATE"
+mkdir -p "$CRI_ROOT" "$CRI_STATE" "$OUT"
+cat >"$CRI_STATE/ferrolet-cri.toml" <<TOML
+listen = "unix://$CRI_SOCK"
+containerd = "$CTRD_SOCK"
+namespace = "$CRI_NAMESPACE"
+root = "$CRI_ROOT"
+state = "$CRI_STATE/state"
+cni_conf_dir = "$CNI_CONF_DIR"
+cni_bin_dirs = ["/usr/lib/cni"]
+log_level = "info"
+TOML
+setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CRI_STATE/pid" \
+  "$CRI" --config "$CRI_STATE/ferrolet-cri.toml" </dev/null >"$OUT/ferrolet-cri.log" 2>&1 &
+for _ in $(seq 1 600); do
+  [ -s "$CRI_STATE/pid" ] && cri_pid=$(cat "$CRI_STATE/pid")
+  [ -S "$CRI_SOCK" ] && break
+  if [ -n "$cri_pid" ] && ! kill -0 "$cri_pid" 2>/dev/null; then
+    cat "$OUT/ferrolet-cri.log" >&2
+    die "ferrolet-cri exited at start-up"
+  fi
+  sleep 0.1
+done
+[ -S "$CRI_SOCK" ] || die "ferrolet-cri did not listen on $CRI_SOCK; see $OUT/ferrolet-cri.log"
+log "ferrolet-cri (pid $cri_pid) on $CRI_SOCK, containerd $CTRD_SOCK namespace $CRI_NAMESPACE"
+log "containerd CRI (pid $ref_pid) on $REF_SOCK; results in $OUT"
+
+status=0
+# bench LABEL ENDPOINT N OUTFILE ERRFILE|- FLAGS...: one run (stderr into ERRFILE, or left as it
+# is for -: reopening /dev/stderr would truncate a log file it points to); a Ctrl-C (exit 130)
+# ends the script.
+bench() {
+  local label=$1 endpoint=$2 n=$3 out=$4 err=$5; shift 5
+  local rc=0 cmd=("$BENCH" --endpoint "$endpoint" -n "$n" --label "$label" "${EXTRA[@]}" "$@")
+  if [ "$err" = - ]; then "${cmd[@]}" >"$out" || rc=$?; else "${cmd[@]}" >"$out" 2>"$err" || rc=$?; fi
+  [ "$rc" = 130 ] && exit 130
+  if [ "$rc" != 0 ]; then
+    log "$label, $n pods: failed (exit $rc)$([ -f "$err" ] && echo "; see $err")"
+    [ -f "$out" ] && rm -f "$out"
+    status=1
+  fi
+}
+
+if [ "$WARMUP" -gt 0 ]; then
+  log "warm-up: $WARMUP pods on each runtime (pulls the image where missing; not reported)"
+  bench containerd-cri "unix://$REF_SOCK" "$WARMUP" /dev/null "$OUT/warmup-containerd-cri.log" --settle-ms 0
+  bench ferrolet-cri "unix://$CRI_SOCK" "$WARMUP" /dev/null "$OUT/warmup-ferrolet-cri.log" --settle-ms 0
+fi
+
+for n in $PODS; do
+  ref=$OUT/containerd-cri-$n.json
+  ours=$OUT/ferrolet-cri-$n.json
+  bench containerd-cri "unix://$REF_SOCK" "$n" "$ref" - --json --pid "$ref_pid"
+  bench ferrolet-cri "unix://$CRI_SOCK" "$n" "$ours" - --json --pid "$cri_pid" \
+    --backend-pid "$ctrd_pid"
+  if [ -s "$ref" ] && [ -s "$ours" ]; then
+    limit=()
+    [ "$n" -ge 100 ] && limit=(--max-rss-mib 30)
+    "$BENCH" compare "$ours" "$ref" "${limit[@]}" | tee "$OUT/compare-$n.txt"
+  fi
+done
+
+log "results (JSON reports, comparisons, ferrolet-cri's log) in $OUT"
+exit "$status"

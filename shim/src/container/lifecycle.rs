@@ -1,0 +1,618 @@
+//! CreateContainer, StartContainer, StopContainer, RemoveContainer, and what happens when a
+//! container's process exits; also the calls that act on a running container (ExecSync,
+//! ReopenContainerLog, UpdateContainerResources).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use ferrolet_proto::containerd::services::v1::{
+    GetContainerRequest, UpdateContainerRequest, UpdateTaskRequest,
+};
+use ferrolet_proto::cri::{self, ContainerEventType};
+use tonic::Code;
+
+use super::exec::{ExecSpec, exec_sync};
+use super::io::{self, Fifos};
+use super::{
+    Container, ContainerMeta, ContainerState, ContainerStatus, MountRecord, log, record_dir,
+};
+use crate::oci::{self, ContainerSpecInput};
+use crate::runtime::{Result, RuntimeError, RuntimeInner};
+use crate::sandbox::SandboxState;
+use crate::store::{self, KIND_CONTAINER, KIND_LABEL, Lookup, SANDBOX_ID_LABEL};
+use crate::task::{self, TaskIo};
+
+/// Exit code reported for a container whose process never started (as containerd does).
+const START_ERROR_EXIT_CODE: i32 = 128;
+/// How often a stop re-checks the task itself, in case an exit event went missing.
+const EXIT_RECHECK: Duration = Duration::from_secs(5);
+/// Type URL of a runtime spec's linux resources, for Tasks.Update.
+const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
+
+impl RuntimeInner {
+    /// Finds a container by id or unique prefix.
+    pub fn container(&self, id: &str) -> Result<Arc<Container>> {
+        self.containers.get(id).map_err(|e| match e {
+            Lookup::NotFound => RuntimeError::not_found(format!("container {id:?} not found")),
+            Lookup::Ambiguous => RuntimeError::invalid(format!(
+                "container id prefix {id:?} matches more than one container"
+            )),
+        })
+    }
+
+    fn container_if_any(&self, id: &str) -> Result<Option<Arc<Container>>> {
+        match self.container(id) {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if e.code() == Code::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn container_paths(&self, id: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        (
+            record_dir(&self.opts.root, id),
+            self.opts.state.join("containers").join(id),
+        )
+    }
+
+    /// CreateContainer.
+    pub async fn create_container(
+        &self,
+        req: cri::CreateContainerRequest,
+    ) -> Result<cri::CreateContainerResponse> {
+        let sb = self.sandbox(&req.pod_sandbox_id)?;
+        let config = req
+            .config
+            .ok_or_else(|| RuntimeError::invalid("CreateContainer: config is required"))?;
+        let meta = config
+            .metadata
+            .clone()
+            .ok_or_else(|| RuntimeError::invalid("CreateContainer: config.metadata is required"))?;
+        if meta.name.is_empty() {
+            return Err(RuntimeError::invalid(
+                "CreateContainer: config.metadata.name must not be empty",
+            ));
+        }
+        let image_ref = config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        if image_ref.is_empty() {
+            return Err(RuntimeError::invalid(format!(
+                "CreateContainer {:?}: config.image.image must not be empty",
+                meta.name
+            )));
+        }
+        if sb.status().state != SandboxState::Ready {
+            return Err(RuntimeError::precondition(format!(
+                "CreateContainer {:?}: pod sandbox {} is not ready",
+                meta.name, sb.meta.id
+            )));
+        }
+        let image = self.images.resolve(&image_ref).ok_or_else(|| {
+            RuntimeError::not_found(format!(
+                "CreateContainer {:?}: image {image_ref:?} not found; pull it first",
+                meta.name
+            ))
+        })?;
+        let id = store::new_id();
+        tracing::Span::current().record("id", &id);
+        let name = store::container_name(&meta, &sb.metadata());
+        self.containers.reserve(&name, &id).map_err(|holder| {
+            RuntimeError::new(
+                Code::AlreadyExists,
+                format!("container name {name:?} is reserved for container {holder}"),
+            )
+        })?;
+        let created = self.create_reserved(&id, &name, &sb, config, &image).await;
+        if created.is_err() {
+            self.containers.release(&name, &id);
+        }
+        created.map(|()| cri::CreateContainerResponse { container_id: id })
+    }
+
+    async fn create_reserved(
+        &self,
+        id: &str,
+        name: &str,
+        sb: &crate::sandbox::Sandbox,
+        config: cri::ContainerConfig,
+        image: &crate::image::store::Image,
+    ) -> Result<()> {
+        let (record_dir, state_dir) = self.container_paths(id);
+        let fifos = Fifos::new(&state_dir, id, config.stdin, config.tty);
+        let log_dir = &sb.meta.config.log_directory;
+        let log_path = if log_dir.is_empty() || config.log_path.is_empty() {
+            std::path::PathBuf::new()
+        } else {
+            std::path::Path::new(log_dir).join(&config.log_path)
+        };
+        let cgroups_path = oci::cgroups_path(
+            sb.meta
+                .config
+                .linux
+                .as_ref()
+                .map(|l| l.cgroup_parent.as_str())
+                .unwrap_or(""),
+            self.cd.namespace(),
+            id,
+        );
+        let stop_signal = oci::stop_signal(
+            image
+                .config
+                .config
+                .as_ref()
+                .and_then(|c| c.stop_signal.as_deref()),
+        )?;
+        let snapshot =
+            task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id).await?;
+        let built = async {
+            let etc = crate::mount::read_etc(&snapshot.mounts).await?;
+            let spec = oci::container_spec(&ContainerSpecInput {
+                id,
+                config: &config,
+                sandbox_config: &sb.meta.config,
+                image: &image.config,
+                etc: &etc,
+                sandbox_pid: sb.status().pid,
+                netns_path: sb.meta.netns.as_deref(),
+                files: &sb.meta.files,
+                cgroups_path: &cgroups_path,
+                min_oom_score_adj: self.min_oom_score_adj,
+            })?;
+            Ok::<_, RuntimeError>(spec)
+        }
+        .await;
+        let spec = match built {
+            Ok(spec) => spec,
+            Err(e) => {
+                snapshot.abandon(&self.cd).await;
+                return Err(e);
+            }
+        };
+        let rootfs = snapshot.mounts.iter().map(MountRecord::from).collect();
+        let meta = ContainerMeta {
+            id: id.to_string(),
+            sandbox_id: sb.meta.id.clone(),
+            name: name.to_string(),
+            image_id: image.id.clone(),
+            image_ref: image
+                .repo_digests()
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| image.id.clone()),
+            log_path,
+            fifos,
+            rootfs,
+            stop_signal,
+            process: spec.process().clone().unwrap_or_default(),
+            cgroups_path,
+            created_at: store::now_ns(),
+            config,
+        };
+        let labels = HashMap::from([
+            (KIND_LABEL.to_string(), KIND_CONTAINER.to_string()),
+            (SANDBOX_ID_LABEL.to_string(), sb.meta.id.clone()),
+        ]);
+        let image_name = meta
+            .config
+            .image
+            .as_ref()
+            .map(|i| i.image.clone())
+            .unwrap_or_default();
+        let spec_any = match oci::to_any(&spec) {
+            Ok(a) => a,
+            Err(e) => {
+                snapshot.abandon(&self.cd).await;
+                return Err(e.into());
+            }
+        };
+        let record = task::container_record(
+            id,
+            &image_name,
+            &self.opts.snapshotter,
+            labels,
+            spec_any,
+            store::metadata_any(&meta),
+        );
+        snapshot.commit(&self.cd, record).await?;
+        let container = Arc::new(Container::new(meta, ContainerStatus::default()));
+        if let Err(e) = self.persist_container(&container, true).await {
+            self.destroy_container(&container).await;
+            let _ = store::remove_dir(&record_dir).await;
+            return Err(e);
+        }
+        self.containers.insert(container);
+        self.emit(id, &sb.meta.id, ContainerEventType::ContainerCreatedEvent);
+        Ok(())
+    }
+
+    /// Writes a container's status (and, with `meta`, its fixed part) under root.
+    pub async fn persist_container(&self, c: &Container, meta: bool) -> Result<()> {
+        let dir = record_dir(&self.opts.root, &c.meta.id);
+        if meta {
+            store::write_record(&dir.join("container.json"), &c.meta).await?;
+        }
+        store::write_record(&dir.join("status.json"), &c.status()).await?;
+        Ok(())
+    }
+
+    /// StartContainer.
+    pub async fn start_container(
+        &self,
+        req: cri::StartContainerRequest,
+    ) -> Result<cri::StartContainerResponse> {
+        let c = self.container(&req.container_id)?;
+        let _op = c.op.lock().await;
+        let state = c.status().state;
+        if state != ContainerState::Created {
+            return Err(RuntimeError::precondition(format!(
+                "container {} is {}, not created",
+                c.meta.id,
+                state.to_cri().as_str_name()
+            )));
+        }
+        let sb = self.sandbox(&c.meta.sandbox_id)?;
+        if sb.status().state != SandboxState::Ready {
+            return Err(RuntimeError::precondition(format!(
+                "container {}: its pod sandbox {} is not ready",
+                c.meta.id, sb.meta.id
+            )));
+        }
+        match self.start_task_io(&c).await {
+            Ok(pid) => {
+                c.update(|s| {
+                    if s.state == ContainerState::Created {
+                        s.state = ContainerState::Running;
+                        s.pid = pid;
+                    }
+                    if s.started_at == 0 {
+                        s.started_at = store::now_ns();
+                    }
+                });
+                self.persist_container(&c, false).await?;
+                self.emit(
+                    &c.meta.id,
+                    &c.meta.sandbox_id,
+                    ContainerEventType::ContainerStartedEvent,
+                );
+                Ok(cri::StartContainerResponse {})
+            }
+            Err(e) => {
+                let now = store::now_ns();
+                c.update(|s| {
+                    s.state = ContainerState::Exited;
+                    s.pid = 0;
+                    s.finished_at = now;
+                    s.exit_code = START_ERROR_EXIT_CODE;
+                    s.reason = "StartError".into();
+                    s.message = e.to_string();
+                });
+                if let Err(pe) = self.persist_container(&c, false).await {
+                    tracing::warn!(error = %pe, "recording a start failure");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Creates the task with its FIFOs and log pumps, then starts it.
+    async fn start_task_io(&self, c: &Container) -> Result<u32> {
+        let id = c.meta.id.as_str();
+        let fifos = &c.meta.fifos;
+        let mut opened = io::open(fifos).await?;
+        let rootfs = c.meta.rootfs.iter().map(Into::into).collect();
+        let task_io = TaskIo {
+            stdin: fifos.stdin_str(),
+            stdout: fifos.stdout_str(),
+            stderr: fifos.stderr_str(),
+            terminal: c.meta.config.tty,
+        };
+        task::create_task(&self.cd, id, rootfs, task_io).await?;
+        opened.task_created();
+        let started = async {
+            let handle = log::start(opened, c.meta.log_path.clone(), id.to_string())?;
+            c.set_log_handle(Some(handle));
+            task::start_task(&self.cd, id).await
+        }
+        .await;
+        if started.is_err() {
+            let _ = task::kill(&self.cd, id, libc::SIGKILL as u32).await;
+            if let Err(e) = task::delete_task(&self.cd, id).await {
+                tracing::warn!(id, error = %e, "deleting a task that failed to start");
+            }
+        }
+        started
+    }
+
+    /// StopContainer: the stop signal, then SIGKILL after `timeout` seconds. Stopping a
+    /// container that is not running, or an unknown id, succeeds.
+    pub async fn stop_container(
+        &self,
+        req: cri::StopContainerRequest,
+    ) -> Result<cri::StopContainerResponse> {
+        let Some(c) = self.container_if_any(&req.container_id)? else {
+            return Ok(cri::StopContainerResponse {});
+        };
+        let timeout = Duration::from_secs(req.timeout.max(0) as u64);
+        self.stop_container_with(&c, timeout).await?;
+        Ok(cri::StopContainerResponse {})
+    }
+
+    /// Kills a container at once and waits for its exit.
+    pub async fn stop_container_now(&self, c: &Container) -> Result<()> {
+        self.stop_container_with(c, Duration::ZERO).await
+    }
+
+    async fn stop_container_with(&self, c: &Container, timeout: Duration) -> Result<()> {
+        if c.status().state != ContainerState::Running {
+            return Ok(());
+        }
+        let id = c.meta.id.as_str();
+        if !timeout.is_zero() && c.meta.stop_signal != libc::SIGKILL {
+            task::kill(&self.cd, id, c.meta.stop_signal as u32).await?;
+            if tokio::time::timeout(timeout, c.wait_exited()).await.is_ok() {
+                return Ok(());
+            }
+            tracing::info!(
+                id,
+                ?timeout,
+                "container ignored its stop signal; killing it"
+            );
+        }
+        task::kill(&self.cd, id, libc::SIGKILL as u32).await?;
+        loop {
+            if tokio::time::timeout(EXIT_RECHECK, c.wait_exited())
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            // The exit event may have been lost (containerd restarted): ask the task.
+            match task::task_state(&self.cd, id).await? {
+                Some(task::TaskState::Running { .. }) => {
+                    task::kill(&self.cd, id, libc::SIGKILL as u32).await?;
+                }
+                Some(task::TaskState::Stopped {
+                    exit_status,
+                    exited_at_ns,
+                }) => {
+                    self.handle_container_exit(c, exit_status, exited_at_ns)
+                        .await;
+                }
+                None => self.handle_container_exit(c, 255, store::now_ns()).await,
+            }
+        }
+    }
+
+    /// Records a container's exit (from containerd's exit event, a stop, or recovery) and
+    /// reaps its task.
+    pub async fn handle_container_exit(&self, c: &Container, exit_status: u32, exited_at: i64) {
+        let id = c.meta.id.as_str();
+        let oom = c.oom_killed.load(Ordering::Relaxed)
+            || (exit_status == 128 + libc::SIGKILL as u32
+                && crate::runtime::stats::cgroup_oom_killed(&c.meta.cgroups_path));
+        let changed = c.update(|s| {
+            if s.state == ContainerState::Exited {
+                return false;
+            }
+            if s.started_at == 0 {
+                s.started_at = exited_at;
+            }
+            s.state = ContainerState::Exited;
+            s.pid = 0;
+            s.finished_at = if exited_at > 0 {
+                exited_at
+            } else {
+                store::now_ns()
+            };
+            s.exit_code = exit_status as i32;
+            s.reason = if oom {
+                "OOMKilled"
+            } else if exit_status == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .into();
+            true
+        });
+        if !changed {
+            return;
+        }
+        if let Err(e) = task::delete_task(&self.cd, id).await {
+            tracing::warn!(id, error = %e, "deleting an exited task");
+        }
+        if let Err(e) = self.persist_container(c, false).await {
+            tracing::warn!(id, error = %e, "recording an exit");
+        }
+        self.emit(
+            id,
+            &c.meta.sandbox_id,
+            ContainerEventType::ContainerStoppedEvent,
+        );
+    }
+
+    /// RemoveContainer: a running container is killed first. Removing again, or an unknown
+    /// id, succeeds.
+    pub async fn remove_container(
+        &self,
+        req: cri::RemoveContainerRequest,
+    ) -> Result<cri::RemoveContainerResponse> {
+        let Some(c) = self.container_if_any(&req.container_id)? else {
+            return Ok(cri::RemoveContainerResponse {});
+        };
+        let _op = c.op.lock().await;
+        if self.containers.get(&c.meta.id).is_err() {
+            return Ok(cri::RemoveContainerResponse {});
+        }
+        self.remove_container_entry(&c).await?;
+        Ok(cri::RemoveContainerResponse {})
+    }
+
+    /// Removes a container and everything it has.
+    pub async fn remove_container_entry(&self, c: &Container) -> Result<()> {
+        self.stop_container_now(c).await?;
+        self.destroy_container(c).await;
+        let (record_dir, _) = self.container_paths(&c.meta.id);
+        store::remove_dir(&record_dir).await?;
+        self.containers.remove(&c.meta.id);
+        self.containers.release(&c.meta.name, &c.meta.id);
+        self.cpu.forget(&c.meta.id);
+        self.emit_removed_container(c);
+        Ok(())
+    }
+
+    /// Deletes a container's task, record, snapshot and FIFOs; each tolerates being gone.
+    async fn destroy_container(&self, c: &Container) {
+        let id = c.meta.id.as_str();
+        if let Err(e) = task::delete_task(&self.cd, id).await {
+            tracing::warn!(id, error = %e, "deleting task");
+        }
+        if let Err(e) = task::delete_record(&self.cd, id).await {
+            tracing::warn!(id, error = %e, "deleting containerd container");
+        }
+        task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await;
+        if let Err(e) = io::remove(&c.meta.fifos).await {
+            tracing::warn!(id, error = %e, "removing FIFOs");
+        }
+        c.set_log_handle(None);
+        let (_, state_dir) = self.container_paths(id);
+        if let Err(e) = store::remove_dir(&state_dir).await {
+            tracing::warn!(id, error = %e, "removing container state dir");
+        }
+    }
+
+    /// ExecSync.
+    pub async fn exec_sync(&self, req: cri::ExecSyncRequest) -> Result<cri::ExecSyncResponse> {
+        let c = self.container(&req.container_id)?;
+        if req.cmd.is_empty() {
+            return Err(RuntimeError::invalid(format!(
+                "ExecSync in container {}: cmd must not be empty",
+                c.meta.id
+            )));
+        }
+        self.require_running(&c, "ExecSync")?;
+        let (_, state_dir) = self.container_paths(&c.meta.id);
+        let out = exec_sync(
+            &self.cd,
+            ExecSpec {
+                container_id: c.meta.id.clone(),
+                cmd: req.cmd,
+                timeout: (req.timeout > 0).then(|| Duration::from_secs(req.timeout as u64)),
+                process: c.meta.process.clone(),
+                fifo_dir: state_dir.join("exec"),
+            },
+        )
+        .await?;
+        Ok(cri::ExecSyncResponse {
+            stdout: out.stdout,
+            stderr: out.stderr,
+            exit_code: out.exit_code,
+        })
+    }
+
+    fn require_running(&self, c: &Container, call: &str) -> Result<()> {
+        let state = c.status().state;
+        if state != ContainerState::Running {
+            return Err(RuntimeError::precondition(format!(
+                "{call}: container {} is not running ({})",
+                c.meta.id,
+                state.to_cri().as_str_name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// ReopenContainerLog: the log file is closed and opened again at the same path.
+    pub async fn reopen_container_log(
+        &self,
+        req: cri::ReopenContainerLogRequest,
+    ) -> Result<cri::ReopenContainerLogResponse> {
+        let c = self.container(&req.container_id)?;
+        self.require_running(&c, "ReopenContainerLog")?;
+        let handle = c.log_handle().ok_or_else(|| {
+            RuntimeError::precondition(format!(
+                "ReopenContainerLog: container {} has no log pumps",
+                c.meta.id
+            ))
+        })?;
+        handle
+            .reopen()
+            .await
+            .map_err(|e| RuntimeError::precondition(format!("container {}: {e}", c.meta.id)))?;
+        Ok(cri::ReopenContainerLogResponse {})
+    }
+
+    /// UpdateContainerResources: the stored spec, and the running task's cgroup.
+    pub async fn update_container_resources(
+        &self,
+        req: cri::UpdateContainerResourcesRequest,
+    ) -> Result<cri::UpdateContainerResourcesResponse> {
+        let c = self.container(&req.container_id)?;
+        let Some(resources) = req.linux else {
+            return Ok(cri::UpdateContainerResourcesResponse {});
+        };
+        let _op = c.op.lock().await;
+        let state = c.status().state;
+        if !matches!(state, ContainerState::Created | ContainerState::Running) {
+            return Err(RuntimeError::precondition(format!(
+                "UpdateContainerResources: container {} is {}",
+                c.meta.id,
+                state.to_cri().as_str_name()
+            )));
+        }
+        let id = c.meta.id.as_str();
+        let mut record = self
+            .cd
+            .containers()
+            .get(GetContainerRequest { id: id.to_string() })
+            .await
+            .map_err(RuntimeError::containerd(format!(
+                "reading containerd container {id}"
+            )))?
+            .into_inner()
+            .container
+            .ok_or_else(|| RuntimeError::not_found(format!("containerd container {id} is gone")))?;
+        let mut spec = oci::from_any(record.spec.as_ref().ok_or_else(|| {
+            RuntimeError::internal(format!("containerd container {id} has no spec"))
+        })?)?;
+        oci::update_resources(&mut spec, &resources, self.min_oom_score_adj)?;
+        record.spec = Some(oci::to_any(&spec)?);
+        self.cd
+            .containers()
+            .update(UpdateContainerRequest {
+                container: Some(record),
+                update_mask: Some(ferrolet_proto::prost_types::FieldMask {
+                    paths: vec!["spec".into()],
+                }),
+            })
+            .await
+            .map_err(RuntimeError::containerd(format!(
+                "updating containerd container {id}"
+            )))?;
+        if state == ContainerState::Running {
+            let linux = oci::linux_resources(&resources)?;
+            let body = serde_json::to_vec(&linux)
+                .map_err(|e| RuntimeError::internal(format!("encoding resources: {e}")))?;
+            self.cd
+                .tasks()
+                .update(UpdateTaskRequest {
+                    container_id: id.to_string(),
+                    resources: Some(ferrolet_proto::prost_types::Any {
+                        type_url: RESOURCES_TYPE_URL.into(),
+                        value: body,
+                    }),
+                    annotations: HashMap::new(),
+                })
+                .await
+                .map_err(RuntimeError::containerd(format!("updating task {id}")))?;
+        }
+        c.update(|s| s.resources = Some(resources));
+        self.persist_container(&c, false).await?;
+        Ok(cri::UpdateContainerResourcesResponse {})
+    }
+}

@@ -1,0 +1,392 @@
+//! The CRI RuntimeService: the gRPC face ([`Runtime`]) over the shared state every call works
+//! on ([`RuntimeInner`]). The calls themselves live with their objects: `sandbox::lifecycle`,
+//! `container::lifecycle`; the task-exit follower in [`events`], start-up recovery in
+//! [`recover`], stats in [`stats`], Status and runtime config in [`node`].
+
+pub mod error;
+pub mod events;
+pub mod node;
+pub mod recover;
+pub mod stats;
+
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ferrolet_proto::containerd::Containerd;
+use ferrolet_proto::cri::runtime_service_server::RuntimeService;
+use ferrolet_proto::cri::*;
+use futures::Stream;
+use tonic::{Request, Response, Status};
+
+use crate::config::Config;
+use crate::container::Container;
+use crate::image::ImageService;
+use crate::sandbox::Sandbox;
+use crate::sandbox::network::PodNetwork;
+use crate::store::Index;
+
+pub use error::{Result, RuntimeError};
+
+/// Runtime name reported by `Version`.
+pub const RUNTIME_NAME: &str = "ferrolet";
+/// CRI API version served.
+pub const RUNTIME_API_VERSION: &str = "v1";
+/// The kubelet API version field, fixed at "0.1.0" by CRI convention.
+const KUBE_API_VERSION: &str = "0.1.0";
+/// containerd's runtime (shim) for every task.
+pub const RUNC_SHIM: &str = "io.containerd.runc.v2";
+
+/// The `Version` answer.
+pub fn version_response() -> VersionResponse {
+    VersionResponse {
+        version: KUBE_API_VERSION.into(),
+        runtime_name: RUNTIME_NAME.into(),
+        runtime_version: env!("CARGO_PKG_VERSION").into(),
+        runtime_api_version: RUNTIME_API_VERSION.into(),
+    }
+}
+
+/// Settings the runtime calls read.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Persistent state.
+    pub root: PathBuf,
+    /// State that dies with the node (FIFOs, shm).
+    pub state: PathBuf,
+    /// Snapshotter for container root filesystems.
+    pub snapshotter: String,
+    /// The pause image.
+    pub sandbox_image: String,
+    /// Runtime handlers accepted besides "" and "runc".
+    pub runtime_handlers: Vec<String>,
+}
+
+impl RuntimeOptions {
+    /// The runtime's part of the config.
+    pub fn from_config(c: &Config) -> Self {
+        Self {
+            root: c.root.clone(),
+            state: c.state.clone(),
+            snapshotter: c.snapshotter.clone(),
+            sandbox_image: c.sandbox_image.clone(),
+            runtime_handlers: c.runtime_handlers.clone(),
+        }
+    }
+}
+
+/// The state every runtime call shares.
+pub struct RuntimeInner {
+    /// containerd, in our namespace.
+    pub cd: Containerd,
+    /// Images (the pause image, container images).
+    pub images: ImageService,
+    /// CNI.
+    pub network: PodNetwork,
+    /// Settings.
+    pub opts: RuntimeOptions,
+    /// Every sandbox.
+    pub sandboxes: Index<Sandbox>,
+    /// Every container.
+    pub containers: Index<Container>,
+    /// Container lifecycle events for GetContainerEvents subscribers.
+    pub events: tokio::sync::broadcast::Sender<ContainerEventResponse>,
+    /// CPU rate memory for stats.
+    pub cpu: crate::stats::CpuRates,
+    /// Our own oom_score_adj, the floor of every container's.
+    pub min_oom_score_adj: i32,
+}
+
+/// The RuntimeService: cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RuntimeInner>,
+}
+
+impl Runtime {
+    /// Builds the runtime, recovers every sandbox and container containerd still has, and
+    /// starts following task exits.
+    pub async fn new(cd: Containerd, images: ImageService, config: &Config) -> Result<Self> {
+        let network = PodNetwork::new(
+            config.cni_conf_dir.clone(),
+            config.cni_bin_dirs.clone(),
+            config.cni_cache_dir.clone(),
+            config.netns_dir.clone(),
+        );
+        let (events, _) = tokio::sync::broadcast::channel(1024);
+        let inner = Arc::new(RuntimeInner {
+            cd,
+            images,
+            network,
+            opts: RuntimeOptions::from_config(config),
+            sandboxes: Index::default(),
+            containers: Index::default(),
+            events,
+            cpu: crate::stats::CpuRates::default(),
+            min_oom_score_adj: crate::oci::own_oom_score_adj(),
+        });
+        // Subscribe before reading state, so no exit falls between the two.
+        let exits = events::subscribe(&inner).await?;
+        recover::recover(&inner).await?;
+        tokio::spawn(events::follow(inner.clone(), exits));
+        Ok(Self { inner })
+    }
+
+    /// The shared state.
+    pub fn inner(&self) -> &Arc<RuntimeInner> {
+        &self.inner
+    }
+}
+
+fn unimplemented(method: &str) -> Status {
+    Status::unimplemented(format!(
+        "runtime.v1.RuntimeService/{method} is not implemented by ferrolet-cri yet"
+    ))
+}
+
+/// Runs a call on the shared state and turns its error into a status.
+macro_rules! call {
+    ($self:ident . $method:ident ( $req:ident )) => {
+        $self
+            .inner
+            .$method($req.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
+    };
+}
+
+pub(crate) type EventStream =
+    Pin<Box<dyn Stream<Item = Result<ContainerEventResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RuntimeService for Runtime {
+    #[tracing::instrument(name = "Version", skip_all)]
+    async fn version(
+        &self,
+        _: Request<VersionRequest>,
+    ) -> Result<Response<VersionResponse>, Status> {
+        Ok(Response::new(version_response()))
+    }
+
+    #[tracing::instrument(name = "RunPodSandbox", skip_all, fields(pod = tracing::field::Empty, id = tracing::field::Empty))]
+    async fn run_pod_sandbox(
+        &self,
+        req: Request<RunPodSandboxRequest>,
+    ) -> Result<Response<RunPodSandboxResponse>, Status> {
+        call!(self.run_pod_sandbox(req))
+    }
+
+    #[tracing::instrument(name = "StopPodSandbox", skip_all, fields(id = %req.get_ref().pod_sandbox_id))]
+    async fn stop_pod_sandbox(
+        &self,
+        req: Request<StopPodSandboxRequest>,
+    ) -> Result<Response<StopPodSandboxResponse>, Status> {
+        call!(self.stop_pod_sandbox(req))
+    }
+
+    #[tracing::instrument(name = "RemovePodSandbox", skip_all, fields(id = %req.get_ref().pod_sandbox_id))]
+    async fn remove_pod_sandbox(
+        &self,
+        req: Request<RemovePodSandboxRequest>,
+    ) -> Result<Response<RemovePodSandboxResponse>, Status> {
+        call!(self.remove_pod_sandbox(req))
+    }
+
+    #[tracing::instrument(name = "PodSandboxStatus", skip_all, fields(id = %req.get_ref().pod_sandbox_id))]
+    async fn pod_sandbox_status(
+        &self,
+        req: Request<PodSandboxStatusRequest>,
+    ) -> Result<Response<PodSandboxStatusResponse>, Status> {
+        call!(self.pod_sandbox_status(req))
+    }
+
+    #[tracing::instrument(name = "ListPodSandbox", skip_all)]
+    async fn list_pod_sandbox(
+        &self,
+        req: Request<ListPodSandboxRequest>,
+    ) -> Result<Response<ListPodSandboxResponse>, Status> {
+        call!(self.list_pod_sandbox(req))
+    }
+
+    #[tracing::instrument(name = "CreateContainer", skip_all, fields(pod = %req.get_ref().pod_sandbox_id, id = tracing::field::Empty))]
+    async fn create_container(
+        &self,
+        req: Request<CreateContainerRequest>,
+    ) -> Result<Response<CreateContainerResponse>, Status> {
+        call!(self.create_container(req))
+    }
+
+    #[tracing::instrument(name = "StartContainer", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn start_container(
+        &self,
+        req: Request<StartContainerRequest>,
+    ) -> Result<Response<StartContainerResponse>, Status> {
+        call!(self.start_container(req))
+    }
+
+    #[tracing::instrument(name = "StopContainer", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn stop_container(
+        &self,
+        req: Request<StopContainerRequest>,
+    ) -> Result<Response<StopContainerResponse>, Status> {
+        call!(self.stop_container(req))
+    }
+
+    #[tracing::instrument(name = "RemoveContainer", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn remove_container(
+        &self,
+        req: Request<RemoveContainerRequest>,
+    ) -> Result<Response<RemoveContainerResponse>, Status> {
+        call!(self.remove_container(req))
+    }
+
+    #[tracing::instrument(name = "ListContainers", skip_all)]
+    async fn list_containers(
+        &self,
+        req: Request<ListContainersRequest>,
+    ) -> Result<Response<ListContainersResponse>, Status> {
+        call!(self.list_containers(req))
+    }
+
+    #[tracing::instrument(name = "ContainerStatus", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn container_status(
+        &self,
+        req: Request<ContainerStatusRequest>,
+    ) -> Result<Response<ContainerStatusResponse>, Status> {
+        call!(self.container_status(req))
+    }
+
+    #[tracing::instrument(name = "UpdateContainerResources", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn update_container_resources(
+        &self,
+        req: Request<UpdateContainerResourcesRequest>,
+    ) -> Result<Response<UpdateContainerResourcesResponse>, Status> {
+        call!(self.update_container_resources(req))
+    }
+
+    #[tracing::instrument(name = "ReopenContainerLog", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn reopen_container_log(
+        &self,
+        req: Request<ReopenContainerLogRequest>,
+    ) -> Result<Response<ReopenContainerLogResponse>, Status> {
+        call!(self.reopen_container_log(req))
+    }
+
+    #[tracing::instrument(name = "ExecSync", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn exec_sync(
+        &self,
+        req: Request<ExecSyncRequest>,
+    ) -> Result<Response<ExecSyncResponse>, Status> {
+        call!(self.exec_sync(req))
+    }
+
+    #[tracing::instrument(name = "Exec", skip_all)]
+    async fn exec(&self, _: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
+        Err(unimplemented("Exec"))
+    }
+
+    #[tracing::instrument(name = "Attach", skip_all)]
+    async fn attach(&self, _: Request<AttachRequest>) -> Result<Response<AttachResponse>, Status> {
+        Err(unimplemented("Attach"))
+    }
+
+    #[tracing::instrument(name = "PortForward", skip_all)]
+    async fn port_forward(
+        &self,
+        _: Request<PortForwardRequest>,
+    ) -> Result<Response<PortForwardResponse>, Status> {
+        Err(unimplemented("PortForward"))
+    }
+
+    #[tracing::instrument(name = "ContainerStats", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn container_stats(
+        &self,
+        req: Request<ContainerStatsRequest>,
+    ) -> Result<Response<ContainerStatsResponse>, Status> {
+        call!(self.container_stats(req))
+    }
+
+    #[tracing::instrument(name = "ListContainerStats", skip_all)]
+    async fn list_container_stats(
+        &self,
+        req: Request<ListContainerStatsRequest>,
+    ) -> Result<Response<ListContainerStatsResponse>, Status> {
+        call!(self.list_container_stats(req))
+    }
+
+    #[tracing::instrument(name = "PodSandboxStats", skip_all, fields(id = %req.get_ref().pod_sandbox_id))]
+    async fn pod_sandbox_stats(
+        &self,
+        req: Request<PodSandboxStatsRequest>,
+    ) -> Result<Response<PodSandboxStatsResponse>, Status> {
+        call!(self.pod_sandbox_stats(req))
+    }
+
+    #[tracing::instrument(name = "ListPodSandboxStats", skip_all)]
+    async fn list_pod_sandbox_stats(
+        &self,
+        req: Request<ListPodSandboxStatsRequest>,
+    ) -> Result<Response<ListPodSandboxStatsResponse>, Status> {
+        call!(self.list_pod_sandbox_stats(req))
+    }
+
+    #[tracing::instrument(name = "UpdateRuntimeConfig", skip_all)]
+    async fn update_runtime_config(
+        &self,
+        req: Request<UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<UpdateRuntimeConfigResponse>, Status> {
+        call!(self.update_runtime_config(req))
+    }
+
+    #[tracing::instrument(name = "Status", skip_all)]
+    async fn status(
+        &self,
+        req: Request<StatusRequest>,
+    ) -> Result<Response<StatusResponse>, Status> {
+        call!(self.status(req))
+    }
+
+    #[tracing::instrument(name = "CheckpointContainer", skip_all)]
+    async fn checkpoint_container(
+        &self,
+        _: Request<CheckpointContainerRequest>,
+    ) -> Result<Response<CheckpointContainerResponse>, Status> {
+        Err(unimplemented("CheckpointContainer"))
+    }
+
+    type GetContainerEventsStream = EventStream;
+
+    #[tracing::instrument(name = "GetContainerEvents", skip_all)]
+    async fn get_container_events(
+        &self,
+        _: Request<GetEventsRequest>,
+    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+        Ok(Response::new(events::container_event_stream(&self.inner)))
+    }
+
+    #[tracing::instrument(name = "ListMetricDescriptors", skip_all)]
+    async fn list_metric_descriptors(
+        &self,
+        _: Request<ListMetricDescriptorsRequest>,
+    ) -> Result<Response<ListMetricDescriptorsResponse>, Status> {
+        // No CRI-side metrics yet: the kubelet falls back to its own when the list is empty.
+        Ok(Response::new(ListMetricDescriptorsResponse::default()))
+    }
+
+    #[tracing::instrument(name = "ListPodSandboxMetrics", skip_all)]
+    async fn list_pod_sandbox_metrics(
+        &self,
+        _: Request<ListPodSandboxMetricsRequest>,
+    ) -> Result<Response<ListPodSandboxMetricsResponse>, Status> {
+        Ok(Response::new(ListPodSandboxMetricsResponse::default()))
+    }
+
+    #[tracing::instrument(name = "RuntimeConfig", skip_all)]
+    async fn runtime_config(
+        &self,
+        _: Request<RuntimeConfigRequest>,
+    ) -> Result<Response<RuntimeConfigResponse>, Status> {
+        Ok(Response::new(node::runtime_config()))
+    }
+}

@@ -1,0 +1,209 @@
+//! ContainerStats, ListContainerStats, PodSandboxStats and ListPodSandboxStats, from
+//! containerd's task metrics (one Metrics call per request) and snapshot usage.
+
+use std::collections::HashMap;
+
+use ferrolet_proto::containerd::services::v1::MetricsRequest;
+use ferrolet_proto::cri;
+
+use super::{Result, RuntimeError, RuntimeInner};
+use crate::container::Container;
+use crate::sandbox::Sandbox;
+use crate::stats::{self, Sample};
+use crate::store::{labels_match, now_ns};
+
+/// Whether the kernel OOM-killed a process in a cgroup (cgroup v1 memory.oom_control, or v2
+/// memory.events), read before the cgroup goes away with the task.
+pub fn cgroup_oom_killed(cgroups_path: &str) -> bool {
+    let rel = cgroups_path.trim_start_matches('/');
+    let count = |path: String| -> Option<u64> {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+    };
+    [
+        format!("/sys/fs/cgroup/memory/{rel}/memory.oom_control"),
+        format!("/sys/fs/cgroup/{rel}/memory.events"),
+        format!("/sys/fs/cgroup/unified/{rel}/memory.events"),
+    ]
+    .into_iter()
+    .any(|p| count(p).is_some_and(|n| n > 0))
+}
+
+impl RuntimeInner {
+    /// Samples for the given task ids (all tasks when empty), by id.
+    async fn samples(&self, ids: &[&str]) -> Result<HashMap<String, Sample>> {
+        let filters = ids.iter().map(|id| format!("id=={id}")).collect();
+        let metrics = self
+            .cd
+            .tasks()
+            .metrics(MetricsRequest { filters })
+            .await
+            .map_err(RuntimeError::containerd("reading task metrics"))?
+            .into_inner()
+            .metrics;
+        let mut out = HashMap::new();
+        for m in metrics {
+            match stats::decode(&m) {
+                Ok(sample) => {
+                    out.insert(m.id.clone(), sample);
+                }
+                Err(e) => tracing::debug!(id = %m.id, error = %e, "undecodable task metric"),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn one_container_stats(
+        &self,
+        c: &Container,
+        samples: &HashMap<String, Sample>,
+    ) -> cri::ContainerStats {
+        let id = c.meta.id.as_str();
+        let sample = samples.get(id);
+        let nano_cores = sample.and_then(|s| self.cpu.nano_cores(id, s));
+        let writable = stats::writable_layer(&self.cd, &self.opts.snapshotter, id, now_ns())
+            .await
+            .ok();
+        stats::container_stats(
+            cri::ContainerAttributes {
+                id: id.to_string(),
+                metadata: Some(c.metadata()),
+                labels: c.meta.config.labels.clone(),
+                annotations: c.meta.config.annotations.clone(),
+            },
+            sample,
+            nano_cores,
+            writable,
+        )
+    }
+
+    /// ContainerStats.
+    pub async fn container_stats(
+        &self,
+        req: cri::ContainerStatsRequest,
+    ) -> Result<cri::ContainerStatsResponse> {
+        let c = self.container(&req.container_id)?;
+        let samples = self.samples(&[c.meta.id.as_str()]).await?;
+        Ok(cri::ContainerStatsResponse {
+            stats: Some(self.one_container_stats(&c, &samples).await),
+        })
+    }
+
+    /// ListContainerStats.
+    pub async fn list_container_stats(
+        &self,
+        req: cri::ListContainerStatsRequest,
+    ) -> Result<cri::ListContainerStatsResponse> {
+        let filter = req.filter.unwrap_or_default();
+        let containers: Vec<_> = self
+            .containers
+            .list()
+            .into_iter()
+            .filter(|c| filter.id.is_empty() || c.meta.id.starts_with(&filter.id))
+            .filter(|c| {
+                filter.pod_sandbox_id.is_empty()
+                    || c.meta.sandbox_id.starts_with(&filter.pod_sandbox_id)
+            })
+            .filter(|c| labels_match(&filter.label_selector, &c.meta.config.labels))
+            .collect();
+        let samples = self.samples(&[]).await?;
+        let stats = futures::future::join_all(
+            containers
+                .iter()
+                .map(|c| self.one_container_stats(c, &samples)),
+        )
+        .await;
+        Ok(cri::ListContainerStatsResponse { stats })
+    }
+
+    async fn one_sandbox_stats(
+        &self,
+        sb: &Sandbox,
+        samples: &HashMap<String, Sample>,
+    ) -> cri::PodSandboxStats {
+        let id = sb.meta.id.as_str();
+        // The pod's own cgroup, as containerd reads it, when the pod has one; else the pause's.
+        let parent = sb
+            .meta
+            .config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        let pod_sample = if parent.is_empty() {
+            None
+        } else {
+            stats::cgroup_sample(&parent, now_ns()).await.ok()
+        };
+        let sample = pod_sample.as_ref().or_else(|| samples.get(id));
+        let nano_cores = sample.and_then(|s| self.cpu.nano_cores(id, s));
+        let pid = sb.status().pid;
+        let network = if pid > 0 && sb.meta.netns.is_some() {
+            stats::network_usage(pid, now_ns()).await
+        } else {
+            None
+        };
+        let containers: Vec<_> = self
+            .containers
+            .list()
+            .into_iter()
+            .filter(|c| c.meta.sandbox_id == id)
+            .collect();
+        let container_stats = futures::future::join_all(
+            containers
+                .iter()
+                .map(|c| self.one_container_stats(c, samples)),
+        )
+        .await;
+        stats::pod_sandbox_stats(
+            cri::PodSandboxAttributes {
+                id: id.to_string(),
+                metadata: Some(sb.metadata()),
+                labels: sb.meta.config.labels.clone(),
+                annotations: sb.meta.config.annotations.clone(),
+            },
+            sample,
+            nano_cores,
+            network,
+            None,
+            container_stats,
+        )
+    }
+
+    /// PodSandboxStats.
+    pub async fn pod_sandbox_stats(
+        &self,
+        req: cri::PodSandboxStatsRequest,
+    ) -> Result<cri::PodSandboxStatsResponse> {
+        let sb = self.sandbox(&req.pod_sandbox_id)?;
+        let samples = self.samples(&[]).await?;
+        Ok(cri::PodSandboxStatsResponse {
+            stats: Some(self.one_sandbox_stats(&sb, &samples).await),
+        })
+    }
+
+    /// ListPodSandboxStats.
+    pub async fn list_pod_sandbox_stats(
+        &self,
+        req: cri::ListPodSandboxStatsRequest,
+    ) -> Result<cri::ListPodSandboxStatsResponse> {
+        let filter = req.filter.unwrap_or_default();
+        let sandboxes: Vec<_> = self
+            .sandboxes
+            .list()
+            .into_iter()
+            .filter(|s| filter.id.is_empty() || s.meta.id.starts_with(&filter.id))
+            .filter(|s| labels_match(&filter.label_selector, &s.meta.config.labels))
+            .collect();
+        let samples = self.samples(&[]).await?;
+        let stats = futures::future::join_all(
+            sandboxes
+                .iter()
+                .map(|s| self.one_sandbox_stats(s, &samples)),
+        )
+        .await;
+        Ok(cri::ListPodSandboxStatsResponse { stats })
+    }
+}

@@ -1,0 +1,362 @@
+//! RunPodSandbox, StopPodSandbox and RemovePodSandbox.
+//!
+//! RunPodSandbox records the sandbox on disk before it makes anything, so a crash half-way is
+//! cleaned up at the next start; it then runs CNI ADD and the pause container's creation at
+//! the same time (the pause process does not need the network, only the netns to exist), and
+//! on any failure tears down everything it may have made.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ferrolet_proto::cri::{self, ContainerEventType, NamespaceMode};
+use tonic::Code;
+
+use super::files::{self, SandboxFiles};
+use super::{Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, record_path};
+use crate::image::store::Image;
+use crate::oci::{self, SandboxSpecInput};
+use crate::runtime::{Result, RuntimeError, RuntimeInner};
+use crate::store::{self, KIND_LABEL, KIND_SANDBOX, Lookup};
+use crate::task::{self, TaskIo};
+
+/// Runtime handlers every node has.
+const DEFAULT_HANDLERS: [&str; 2] = ["", "runc"];
+
+impl RuntimeInner {
+    /// Finds a sandbox by id or unique prefix.
+    pub fn sandbox(&self, id: &str) -> Result<Arc<Sandbox>> {
+        self.sandboxes.get(id).map_err(|e| match e {
+            Lookup::NotFound => RuntimeError::not_found(format!("pod sandbox {id:?} not found")),
+            Lookup::Ambiguous => RuntimeError::invalid(format!(
+                "pod sandbox id prefix {id:?} matches more than one sandbox"
+            )),
+        })
+    }
+
+    /// A sandbox, or `None` when it does not exist (for the idempotent calls).
+    fn sandbox_if_any(&self, id: &str) -> Result<Option<Arc<Sandbox>>> {
+        match self.sandbox(id) {
+            Ok(sb) => Ok(Some(sb)),
+            Err(e) if e.code() == Code::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// RunPodSandbox.
+    pub async fn run_pod_sandbox(
+        &self,
+        req: cri::RunPodSandboxRequest,
+    ) -> Result<cri::RunPodSandboxResponse> {
+        let config = req
+            .config
+            .ok_or_else(|| RuntimeError::invalid("RunPodSandbox: config is required"))?;
+        let meta = config
+            .metadata
+            .clone()
+            .ok_or_else(|| RuntimeError::invalid("RunPodSandbox: config.metadata is required"))?;
+        for (field, value) in [
+            ("name", &meta.name),
+            ("namespace", &meta.namespace),
+            ("uid", &meta.uid),
+        ] {
+            if value.is_empty() {
+                return Err(RuntimeError::invalid(format!(
+                    "RunPodSandbox: config.metadata.{field} must not be empty"
+                )));
+            }
+        }
+        let handler = req.runtime_handler;
+        if !DEFAULT_HANDLERS.contains(&handler.as_str())
+            && !self.opts.runtime_handlers.contains(&handler)
+        {
+            return Err(RuntimeError::invalid(format!(
+                "RunPodSandbox: runtime handler {handler:?} is not configured (known: \"runc\"{})",
+                self.opts
+                    .runtime_handlers
+                    .iter()
+                    .map(|h| format!(", {h:?}"))
+                    .collect::<String>()
+            )));
+        }
+        let id = store::new_id();
+        let span = tracing::Span::current();
+        span.record("pod", format!("{}/{}", meta.namespace, meta.name));
+        span.record("id", &id);
+        let name = store::sandbox_name(&meta);
+        self.sandboxes.reserve(&name, &id).map_err(|holder| {
+            RuntimeError::new(
+                Code::AlreadyExists,
+                format!("pod sandbox name {name:?} is reserved for sandbox {holder}"),
+            )
+        })?;
+        match self.run_reserved(&id, &name, config, handler).await {
+            Ok(()) => Ok(cri::RunPodSandboxResponse { pod_sandbox_id: id }),
+            Err(e) => {
+                self.sandboxes.release(&name, &id);
+                Err(e)
+            }
+        }
+    }
+
+    async fn run_reserved(
+        &self,
+        id: &str,
+        name: &str,
+        config: cri::PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<()> {
+        let image = self.sandbox_image().await?;
+        let ns_opts = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.clone())
+            .unwrap_or_default();
+        let host_network = ns_opts.network == NamespaceMode::Node as i32;
+        let netns = (!host_network).then(|| self.network.netns_path(id));
+        let parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.as_str())
+            .unwrap_or("");
+        let meta = SandboxMeta {
+            id: id.to_string(),
+            name: name.to_string(),
+            files: SandboxFiles::paths(&self.opts.root, &self.opts.state, id, &config),
+            cgroups_path: oci::cgroups_path(parent, self.cd.namespace(), id),
+            config,
+            runtime_handler,
+            netns,
+            image: self.opts.sandbox_image.clone(),
+            created_at: store::now_ns(),
+        };
+        // Refuse a bad request before making anything.
+        let image_config = image.config.clone();
+        let spec = oci::sandbox_spec(&SandboxSpecInput {
+            id,
+            config: &meta.config,
+            image: &image_config,
+            netns_path: meta.netns.as_deref(),
+            files: &meta.files,
+            cgroups_path: &meta.cgroups_path,
+            min_oom_score_adj: self.min_oom_score_adj,
+        })?;
+        let record = SandboxRecord {
+            meta: meta.clone(),
+            status: SandboxStatus::default(),
+        };
+        store::write_record(&record_path(&self.opts.root, id), &record).await?;
+        match self.make_sandbox(&meta, &image, spec).await {
+            Ok(status) => {
+                let sandbox = Arc::new(Sandbox::new(meta, status));
+                store::write_record(&record_path(&self.opts.root, id), &sandbox.record()).await?;
+                self.sandboxes.insert(sandbox);
+                self.emit(id, id, ContainerEventType::ContainerCreatedEvent);
+                self.emit(id, id, ContainerEventType::ContainerStartedEvent);
+                Ok(())
+            }
+            Err(e) => {
+                let network_up = meta.netns.is_some();
+                self.destroy_sandbox(&meta, network_up).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Makes the sandbox's files, netns, network and pause task.
+    async fn make_sandbox(
+        &self,
+        meta: &SandboxMeta,
+        image: &Image,
+        spec: oci::Spec,
+    ) -> Result<SandboxStatus> {
+        let id = meta.id.as_str();
+        files::create(&meta.files, &meta.config).await?;
+        if meta.netns.is_some() {
+            self.network.create_netns(id).await?;
+        }
+        let network = async {
+            match &meta.netns {
+                Some(ns) => self.network.setup(id, ns, &meta.config).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let pause = async {
+            let snapshot =
+                task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id)
+                    .await?;
+            let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
+            let record = task::container_record(
+                id,
+                &meta.image,
+                &self.opts.snapshotter,
+                labels,
+                oci::to_any(&spec)?,
+                store::metadata_any(meta),
+            );
+            let mounts = snapshot.commit(&self.cd, record).await?;
+            task::create_task(&self.cd, id, mounts, TaskIo::default()).await?;
+            task::start_task(&self.cd, id).await
+        };
+        let (ips, pid) = tokio::join!(network, pause);
+        let (ips, pid) = (ips?, pid?);
+        Ok(SandboxStatus {
+            state: SandboxState::Ready,
+            pid,
+            network_up: ips.is_some(),
+            ips: ips.unwrap_or_default(),
+            stopped: false,
+        })
+    }
+
+    /// Removes everything a sandbox may have: task, record, snapshot, network, netns, files.
+    /// Each step tolerates what is already gone; failures are logged and the rest goes on.
+    pub(crate) async fn destroy_sandbox(&self, meta: &SandboxMeta, network_up: bool) {
+        let id = meta.id.as_str();
+        if let Err(e) = self.stop_pause(id).await {
+            tracing::warn!(id, error = %e, "stopping pause task");
+        }
+        if let Err(e) = task::delete_record(&self.cd, id).await {
+            tracing::warn!(id, error = %e, "deleting sandbox container");
+        }
+        task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await;
+        if let Some(ns) = &meta.netns {
+            if network_up {
+                if let Err(e) = self.network.teardown(id, ns, &meta.config).await {
+                    tracing::warn!(id, error = %e, "tearing the pod network down");
+                }
+            }
+            if let Err(e) = self.network.remove_netns(id, ns).await {
+                tracing::warn!(id, error = %e, "removing the netns");
+            }
+        }
+        if let Err(e) = files::remove(&meta.files).await {
+            tracing::warn!(id, error = %e, "removing sandbox files");
+        }
+        for base in [&self.opts.root, &self.opts.state] {
+            let dir = base.join("sandboxes").join(id);
+            if let Err(e) = store::remove_dir(&dir).await {
+                tracing::warn!(id, error = %e, "removing sandbox dir");
+            }
+        }
+    }
+
+    /// Kills the pause process and deletes its task; no task is fine.
+    async fn stop_pause(&self, id: &str) -> Result<()> {
+        if task::task_state(&self.cd, id).await?.is_none() {
+            return Ok(());
+        }
+        task::kill(&self.cd, id, libc::SIGKILL as u32).await?;
+        task::wait(&self.cd, id).await?;
+        task::delete_task(&self.cd, id).await?;
+        Ok(())
+    }
+
+    /// The pause image, imported or pulled when missing.
+    async fn sandbox_image(&self) -> Result<Image> {
+        let name = &self.opts.sandbox_image;
+        if let Some(image) = self.images.resolve(name) {
+            return Ok(image);
+        }
+        if name == crate::config::BUILTIN_PAUSE_IMAGE {
+            self.images.ensure_pause_image().await?;
+        } else {
+            self.images.pull(name, None).await?;
+        }
+        self.images.resolve(name).ok_or_else(|| {
+            RuntimeError::not_found(format!(
+                "sandbox image {name:?} is not present after pulling it"
+            ))
+        })
+    }
+
+    /// StopPodSandbox: its containers are killed, the network torn down, the pause stopped.
+    /// Stopping again, or an unknown id, succeeds.
+    pub async fn stop_pod_sandbox(
+        &self,
+        req: cri::StopPodSandboxRequest,
+    ) -> Result<cri::StopPodSandboxResponse> {
+        let Some(sb) = self.sandbox_if_any(&req.pod_sandbox_id)? else {
+            return Ok(cri::StopPodSandboxResponse {});
+        };
+        let _op = sb.op.lock().await;
+        self.stop_sandbox_locked(&sb).await?;
+        Ok(cri::StopPodSandboxResponse {})
+    }
+
+    async fn stop_sandbox_locked(&self, sb: &Arc<Sandbox>) -> Result<()> {
+        let id = sb.meta.id.as_str();
+        let containers: Vec<_> = self
+            .containers
+            .list()
+            .into_iter()
+            .filter(|c| c.meta.sandbox_id == id)
+            .collect();
+        futures::future::try_join_all(containers.iter().map(|c| self.stop_container_now(c)))
+            .await?;
+        let network = async {
+            let status = sb.status();
+            if let (Some(ns), true) = (&sb.meta.netns, status.network_up) {
+                self.network.teardown(id, ns, &sb.meta.config).await?;
+                sb.update(|s| s.network_up = false);
+            }
+            if let Some(ns) = &sb.meta.netns {
+                self.network.remove_netns(id, ns).await?;
+            }
+            Ok::<_, RuntimeError>(())
+        };
+        let (network, pause) = tokio::join!(network, self.stop_pause(id));
+        network?;
+        pause?;
+        if let Some(shm) = &sb.meta.files.shm {
+            crate::mount::unmount(shm).await?;
+        }
+        let was_ready = sb.update(|s| {
+            let was = s.state == SandboxState::Ready;
+            s.state = SandboxState::NotReady;
+            s.pid = 0;
+            s.stopped = true;
+            was
+        });
+        store::write_record(&record_path(&self.opts.root, id), &sb.record()).await?;
+        if was_ready {
+            self.emit(id, id, ContainerEventType::ContainerStoppedEvent);
+        }
+        Ok(())
+    }
+
+    /// RemovePodSandbox: stops it if needed, removes its containers and everything it had.
+    /// Removing again, or an unknown id, succeeds.
+    pub async fn remove_pod_sandbox(
+        &self,
+        req: cri::RemovePodSandboxRequest,
+    ) -> Result<cri::RemovePodSandboxResponse> {
+        let Some(sb) = self.sandbox_if_any(&req.pod_sandbox_id)? else {
+            return Ok(cri::RemovePodSandboxResponse {});
+        };
+        let _op = sb.op.lock().await;
+        if self.sandboxes.get(&sb.meta.id).is_err() {
+            // Removed while we waited for the lock.
+            return Ok(cri::RemovePodSandboxResponse {});
+        }
+        let status = sb.status();
+        if !status.stopped || status.state == SandboxState::Ready {
+            self.stop_sandbox_locked(&sb).await?;
+        }
+        let id = sb.meta.id.as_str();
+        let containers: Vec<_> = self
+            .containers
+            .list()
+            .into_iter()
+            .filter(|c| c.meta.sandbox_id == id)
+            .collect();
+        futures::future::try_join_all(containers.iter().map(|c| self.remove_container_entry(c)))
+            .await?;
+        self.destroy_sandbox(&sb.meta, false).await;
+        self.sandboxes.remove(id);
+        self.sandboxes.release(&sb.meta.name, id);
+        self.cpu.forget(id);
+        self.emit_removed_sandbox(&sb);
+        Ok(cri::RemovePodSandboxResponse {})
+    }
+}

@@ -1,1 +1,0 @@
-//! Container and sandbox stats from containerd's task metrics (stub).

@@ -1,0 +1,307 @@
+//! containerd plumbing shared by sandboxes and containers: snapshots, container records and
+//! tasks. Every "delete" here treats NotFound as done, so the callers' teardowns are
+//! idempotent and can run after a half-finished create.
+
+use std::collections::HashMap;
+
+use ferrolet_proto::containerd::Containerd;
+use ferrolet_proto::containerd::services::v1::container::Runtime;
+use ferrolet_proto::containerd::services::v1::snapshots::{
+    PrepareSnapshotRequest, RemoveSnapshotRequest,
+};
+use ferrolet_proto::containerd::services::v1::{
+    Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
+    DeleteTaskRequest, GetRequest, KillRequest, StartRequest, WaitRequest,
+};
+use ferrolet_proto::containerd::types::Mount;
+use ferrolet_proto::containerd::types::v1::Status as ProcessStatus;
+use tonic::Code;
+
+use crate::oci_layout::Lease;
+use crate::runtime::{Result, RuntimeError};
+
+/// A task's process as containerd reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskState {
+    /// Created or running (paused counts as running for CRI).
+    Running { pid: u32 },
+    /// Exited, not yet deleted.
+    Stopped { exit_status: u32, exited_at_ns: i64 },
+}
+
+/// Nanoseconds of a protobuf timestamp.
+pub fn timestamp_ns(ts: Option<&ferrolet_proto::prost_types::Timestamp>) -> i64 {
+    ts.map(|t| {
+        t.seconds
+            .saturating_mul(1_000_000_000)
+            .saturating_add(i64::from(t.nanos))
+    })
+    .unwrap_or(0)
+}
+
+/// A writable snapshot held by a lease until a container record owns it, so containerd's
+/// garbage collector cannot take it in between.
+pub struct PreparedSnapshot {
+    lease: Lease,
+    snapshotter: String,
+    key: String,
+    /// The rootfs mounts.
+    pub mounts: Vec<Mount>,
+}
+
+/// Prepares the writable snapshot `key` on `parent`.
+pub async fn prepare_snapshot(
+    cd: &Containerd,
+    snapshotter: &str,
+    key: &str,
+    parent: &str,
+) -> Result<PreparedSnapshot> {
+    let lease = Lease::create(cd, "container").await?;
+    let prepared = async {
+        cd.with_lease(&lease.id)
+            .map_err(|e| RuntimeError::internal(e.to_string()))?
+            .snapshots()
+            .prepare(PrepareSnapshotRequest {
+                snapshotter: snapshotter.to_string(),
+                key: key.to_string(),
+                parent: parent.to_string(),
+                labels: HashMap::new(),
+            })
+            .await
+            .map_err(RuntimeError::containerd(format!(
+                "preparing snapshot {key}"
+            )))
+    }
+    .await;
+    match prepared {
+        Ok(r) => Ok(PreparedSnapshot {
+            lease,
+            snapshotter: snapshotter.to_string(),
+            key: key.to_string(),
+            mounts: r.into_inner().mounts,
+        }),
+        Err(e) => {
+            drop_lease(cd, lease).await;
+            Err(e)
+        }
+    }
+}
+
+async fn drop_lease(cd: &Containerd, lease: Lease) {
+    if let Err(e) = lease.delete(cd).await {
+        tracing::warn!(error = %e, "deleting a container lease; it expires by itself");
+    }
+}
+
+impl PreparedSnapshot {
+    /// Creates the container record that owns the snapshot; on failure the snapshot goes.
+    pub async fn commit(self, cd: &Containerd, record: Container) -> Result<Vec<Mount>> {
+        let id = record.id.clone();
+        let created = cd
+            .containers()
+            .create(CreateContainerRequest {
+                container: Some(record),
+            })
+            .await;
+        if let Err(e) = created {
+            self.abandon(cd).await;
+            return Err(RuntimeError::containerd(format!(
+                "creating containerd container {id}"
+            ))(e));
+        }
+        drop_lease(cd, self.lease).await;
+        Ok(self.mounts)
+    }
+
+    /// Gives the snapshot up.
+    pub async fn abandon(self, cd: &Containerd) {
+        remove_snapshot(cd, &self.snapshotter, &self.key).await;
+        drop_lease(cd, self.lease).await;
+    }
+}
+
+/// A containerd container record with our conventions.
+pub fn container_record(
+    id: &str,
+    image: &str,
+    snapshotter: &str,
+    labels: HashMap<String, String>,
+    spec: ferrolet_proto::prost_types::Any,
+    metadata: ferrolet_proto::prost_types::Any,
+) -> Container {
+    Container {
+        id: id.to_string(),
+        labels,
+        image: image.to_string(),
+        runtime: Some(Runtime {
+            name: crate::runtime::RUNC_SHIM.to_string(),
+            options: None,
+        }),
+        spec: Some(spec),
+        snapshotter: snapshotter.to_string(),
+        snapshot_key: id.to_string(),
+        extensions: HashMap::from([(crate::store::METADATA_EXTENSION.to_string(), metadata)]),
+        ..Default::default()
+    }
+}
+
+/// Removes a snapshot; failures are logged (containerd's GC collects an orphan later).
+pub async fn remove_snapshot(cd: &Containerd, snapshotter: &str, key: &str) {
+    match cd
+        .snapshots()
+        .remove(RemoveSnapshotRequest {
+            snapshotter: snapshotter.to_string(),
+            key: key.to_string(),
+        })
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code() == Code::NotFound => {}
+        Err(e) => tracing::warn!(snapshot = key, error = %e, "removing snapshot"),
+    }
+}
+
+/// Deletes a container record (and, with it, containerd's reference to its snapshot).
+pub async fn delete_record(cd: &Containerd, id: &str) -> Result<()> {
+    match cd
+        .containers()
+        .delete(DeleteContainerRequest { id: id.to_string() })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Code::NotFound => Ok(()),
+        Err(e) => Err(RuntimeError::containerd(format!(
+            "deleting containerd container {id}"
+        ))(e)),
+    }
+}
+
+/// IO for a task: FIFO paths, or none at all.
+#[derive(Default)]
+pub struct TaskIo {
+    /// stdin FIFO or "".
+    pub stdin: String,
+    /// stdout FIFO or "".
+    pub stdout: String,
+    /// stderr FIFO or "".
+    pub stderr: String,
+    /// Allocate a terminal.
+    pub terminal: bool,
+}
+
+/// Creates a container's task (runc create); returns its pid.
+pub async fn create_task(cd: &Containerd, id: &str, rootfs: Vec<Mount>, io: TaskIo) -> Result<u32> {
+    let resp = cd
+        .tasks()
+        .create(CreateTaskRequest {
+            container_id: id.to_string(),
+            rootfs,
+            stdin: io.stdin,
+            stdout: io.stdout,
+            stderr: io.stderr,
+            terminal: io.terminal,
+            ..Default::default()
+        })
+        .await
+        .map_err(RuntimeError::containerd(format!("creating task {id}")))?;
+    Ok(resp.into_inner().pid)
+}
+
+/// Starts a created task; returns its pid.
+pub async fn start_task(cd: &Containerd, id: &str) -> Result<u32> {
+    let resp = cd
+        .tasks()
+        .start(StartRequest {
+            container_id: id.to_string(),
+            exec_id: String::new(),
+        })
+        .await
+        .map_err(RuntimeError::containerd(format!("starting task {id}")))?;
+    Ok(resp.into_inner().pid)
+}
+
+/// Signals a task's init process; a task that is gone is not an error.
+pub async fn kill(cd: &Containerd, id: &str, signal: u32) -> Result<()> {
+    match cd
+        .tasks()
+        .kill(KillRequest {
+            container_id: id.to_string(),
+            exec_id: String::new(),
+            signal,
+            all: false,
+        })
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Code::NotFound => Ok(()),
+        // runc answers "process already finished" for a task that exited.
+        Err(e) if e.code() == Code::FailedPrecondition => Ok(()),
+        Err(e) => Err(RuntimeError::containerd(format!("signalling task {id}"))(e)),
+    }
+}
+
+/// Deletes a task (reaping its shim); the exit status when there was a task.
+pub async fn delete_task(cd: &Containerd, id: &str) -> Result<Option<(u32, i64)>> {
+    match cd
+        .tasks()
+        .delete(DeleteTaskRequest {
+            container_id: id.to_string(),
+        })
+        .await
+    {
+        Ok(r) => {
+            let r = r.into_inner();
+            Ok(Some((r.exit_status, timestamp_ns(r.exited_at.as_ref()))))
+        }
+        Err(e) if e.code() == Code::NotFound => Ok(None),
+        Err(e) => Err(RuntimeError::containerd(format!("deleting task {id}"))(e)),
+    }
+}
+
+/// Waits for a task's init process to exit; the exit status and time.
+pub async fn wait(cd: &Containerd, id: &str) -> Result<Option<(u32, i64)>> {
+    match cd
+        .tasks()
+        .wait(WaitRequest {
+            container_id: id.to_string(),
+            exec_id: String::new(),
+        })
+        .await
+    {
+        Ok(r) => {
+            let r = r.into_inner();
+            Ok(Some((r.exit_status, timestamp_ns(r.exited_at.as_ref()))))
+        }
+        Err(e) if e.code() == Code::NotFound => Ok(None),
+        Err(e) => Err(RuntimeError::containerd(format!("waiting for task {id}"))(
+            e,
+        )),
+    }
+}
+
+/// The state of a container's task; `None` when it has none.
+pub async fn task_state(cd: &Containerd, id: &str) -> Result<Option<TaskState>> {
+    match cd
+        .tasks()
+        .get(GetRequest {
+            container_id: id.to_string(),
+            exec_id: String::new(),
+        })
+        .await
+    {
+        Ok(r) => {
+            let Some(p) = r.into_inner().process else {
+                return Ok(None);
+            };
+            Ok(Some(match ProcessStatus::try_from(p.status) {
+                Ok(ProcessStatus::Stopped) => TaskState::Stopped {
+                    exit_status: p.exit_status,
+                    exited_at_ns: timestamp_ns(p.exited_at.as_ref()),
+                },
+                _ => TaskState::Running { pid: p.pid },
+            }))
+        }
+        Err(e) if e.code() == Code::NotFound => Ok(None),
+        Err(e) => Err(RuntimeError::containerd(format!("reading task {id}"))(e)),
+    }
+}
