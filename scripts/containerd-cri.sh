@@ -96,10 +96,16 @@ import_pause() {
     setsid "$cri" --config "$tmp/ferrolet-cri.toml" --containerd "$CTRD_SOCK" --namespace "$NAMESPACE" \
       --listen "unix://$tmp/import.sock" </dev/null >"$tmp/ferrolet-cri.log" 2>&1 &
     local pid=$!
-    for _ in $(seq 1 600); do
+    # Done once it serves; or, should its runtime start-up stall, a few seconds after the image
+    # record (written last, after unpacking) appears.
+    local grace=-1
+    for _ in $(seq 1 300); do
       if [ -S "$tmp/import.sock" ]; then ok=1; break; fi
       kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
+      if [ "$grace" -lt 0 ] && ctr_ images ls -q "name==$pause" | grep -qx "$pause"; then grace=15; fi
+      if [ "$grace" = 0 ]; then ok=1; break; fi
+      [ "$grace" -gt 0 ] && grace=$((grace - 1))
+      sleep 0.2
     done
     kill -TERM "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true

@@ -215,6 +215,12 @@ impl<T: Named> Index<T> {
         entries.remove(id)
     }
 
+    /// Finds an entry by its full id only (for ids containerd reports).
+    pub fn get_exact(&self, id: &str) -> Option<Arc<T>> {
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        entries.get(id).cloned()
+    }
+
     /// Finds an entry by id or unique id prefix.
     pub fn get(&self, id_or_prefix: &str) -> Result<Arc<T>, Lookup> {
         if id_or_prefix.is_empty() {

@@ -136,7 +136,7 @@ impl RuntimeInner {
             .map(|c| self.cri_container(&c))
             .filter(|c| filter.state.as_ref().is_none_or(|s| s.state == c.state))
             .collect();
-        containers.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         Ok(cri::ListContainersResponse { containers })
     }
 }

@@ -321,7 +321,15 @@ mod tests {
     fn command_and_args_merge_like_kubernetes() {
         let ep = Some(&["/ep", "-x"][..]);
         let cmd = Some(&["c1", "c2"][..]);
-        let table: &[(&[&str], &[&str], Option<&[&str]>, Option<&[&str]>, &[&str])] = &[
+        // (command, args, image entrypoint, image cmd, expected process args)
+        type Case<'a> = (
+            &'a [&'a str],
+            &'a [&'a str],
+            Option<&'a [&'a str]>,
+            Option<&'a [&'a str]>,
+            &'a [&'a str],
+        );
+        let table: &[Case<'_>] = &[
             // neither: entrypoint + cmd
             (&[], &[], ep, cmd, &["/ep", "-x", "c1", "c2"]),
             // args only: entrypoint + args

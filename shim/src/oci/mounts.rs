@@ -286,7 +286,8 @@ pub(crate) fn apply(
         .into_iter()
         .filter(|m| {
             let dest = clean(&m.destination().to_string_lossy());
-            !destinations.contains(&dest) && !(own_dev && dest.starts_with("/dev"))
+            let under_own_dev = own_dev && dest.starts_with("/dev");
+            !(destinations.contains(&dest) || under_own_dev)
         })
         .collect();
 

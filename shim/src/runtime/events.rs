@@ -103,12 +103,10 @@ fn apply(inner: &Arc<RuntimeInner>, envelope: Envelope) {
             });
         }
         "/tasks/oom" => {
-            if let Ok(oom) = TaskOom::decode(event.value.as_slice()) {
-                if let Ok(c) = inner.containers.get(&oom.container_id) {
-                    if c.meta.id == oom.container_id {
-                        c.oom_killed.store(true, Ordering::Relaxed);
-                    }
-                }
+            if let Ok(oom) = TaskOom::decode(event.value.as_slice())
+                && let Some(c) = inner.containers.get_exact(&oom.container_id)
+            {
+                c.oom_killed.store(true, Ordering::Relaxed);
             }
         }
         _ => {}
@@ -135,16 +133,10 @@ pub async fn resync(inner: &RuntimeInner) {
 
 impl RuntimeInner {
     async fn handle_task_exit(&self, id: &str, exit_status: u32, exited_at: i64) {
-        if let Ok(c) = self.containers.get(id) {
-            if c.meta.id == id {
-                self.handle_container_exit(&c, exit_status, exited_at).await;
-                return;
-            }
-        }
-        if let Ok(sb) = self.sandboxes.get(id) {
-            if sb.meta.id == id {
-                self.handle_sandbox_exit(&sb).await;
-            }
+        if let Some(c) = self.containers.get_exact(id) {
+            self.handle_container_exit(&c, exit_status, exited_at).await;
+        } else if let Some(sb) = self.sandboxes.get_exact(id) {
+            self.handle_sandbox_exit(&sb).await;
         }
     }
 

@@ -228,10 +228,10 @@ async fn create_inner(files: &SandboxFiles, config: &PodSandboxConfig) -> Result
 /// Writes hostname (config.hostname; the node's hostname for host network), hosts (a copy of the host's /etc/hosts, as containerd does), resolv.conf (from DNSConfig servers/searches/options; the host's /etc/resolv.conf copied when DNSConfig is absent) and mounts shm (64 MiB, unless IPC is NODE). Partial work is undone on failure.
 pub async fn create(files: &SandboxFiles, config: &PodSandboxConfig) -> Result<(), FilesError> {
     let result = create_inner(files, config).await;
-    if let Err(e) = &result {
-        if let Err(undo) = remove(files).await {
-            tracing::warn!(error = %undo, after = %e, "undoing sandbox files");
-        }
+    if let Err(e) = &result
+        && let Err(undo) = remove(files).await
+    {
+        tracing::warn!(error = %undo, after = %e, "undoing sandbox files");
     }
     result
 }

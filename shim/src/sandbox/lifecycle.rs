@@ -221,10 +221,8 @@ impl RuntimeInner {
         }
         task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await;
         if let Some(ns) = &meta.netns {
-            if network_up {
-                if let Err(e) = self.network.teardown(id, ns, &meta.config).await {
-                    tracing::warn!(id, error = %e, "tearing the pod network down");
-                }
+            if network_up && let Err(e) = self.network.teardown(id, ns, &meta.config).await {
+                tracing::warn!(id, error = %e, "tearing the pod network down");
             }
             if let Err(e) = self.network.remove_netns(id, ns).await {
                 tracing::warn!(id, error = %e, "removing the netns");

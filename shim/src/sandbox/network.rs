@@ -28,14 +28,14 @@ pub enum NetworkError {
         id: String,
         network: String,
         #[source]
-        source: CniError,
+        source: Box<CniError>,
     },
     /// The network namespace could not be made or removed.
     #[error("network namespace for pod sandbox {id}: {source}")]
     Netns {
         id: String,
         #[source]
-        source: CniError,
+        source: Box<CniError>,
     },
     /// An annotation or mapping that CNI cannot take.
     #[error("{0}")]
@@ -129,7 +129,7 @@ impl PodNetwork {
             .await
             .map_err(|source| NetworkError::Netns {
                 id: id.to_string(),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -139,7 +139,7 @@ impl PodNetwork {
             .await
             .map_err(|source| NetworkError::Netns {
                 id: id.to_string(),
-                source,
+                source: Box::new(source),
             })
     }
 
@@ -161,7 +161,7 @@ impl PodNetwork {
                 op: "ADD",
                 id: id.to_string(),
                 network: net.name.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let mut ips: Vec<std::net::IpAddr> = result.ips.iter().filter_map(|ip| ip.ip()).collect();
         // The kubelet takes the first as the pod IP and expects IPv4 first on dual-stack.
@@ -203,7 +203,7 @@ impl PodNetwork {
                 op: "DEL",
                 id: id.to_string(),
                 network: net.name.clone(),
-                source,
+                source: Box::new(source),
             })
     }
 

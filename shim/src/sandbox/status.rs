@@ -112,7 +112,7 @@ impl RuntimeInner {
             .map(|s| s.cri_sandbox())
             .filter(|s| filter.state.as_ref().is_none_or(|f| f.state == s.state))
             .collect();
-        items.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        items.sort_by_key(|s| std::cmp::Reverse(s.created_at));
         Ok(cri::ListPodSandboxResponse { items })
     }
 }
