@@ -254,7 +254,11 @@ pub async fn delete_task(cd: &Containerd, id: &str) -> Result<Option<(u32, i64)>
             Ok(Some((r.exit_status, timestamp_ns(r.exited_at.as_ref()))))
         }
         Err(e) if e.code() == Code::NotFound => Ok(None),
-        Err(e) => Err(RuntimeError::containerd(format!("deleting task {id}"))(e)),
+        // Someone else (the exit follower, a stop) reaped it meanwhile; the shim closed under us.
+        Err(e) => match task_state(cd, id).await {
+            Ok(None) => Ok(None),
+            _ => Err(RuntimeError::containerd(format!("deleting task {id}"))(e)),
+        },
     }
 }
 

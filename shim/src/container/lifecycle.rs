@@ -151,17 +151,21 @@ impl RuntimeInner {
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id).await?;
         let built = async {
             let etc = crate::mount::read_etc(&snapshot.mounts).await?;
-            let spec = oci::container_spec(&ContainerSpecInput {
-                id,
-                config: &config,
-                sandbox_config: &sb.meta.config,
-                image: &image.config,
-                etc: &etc,
-                sandbox_pid: sb.status().pid,
-                netns_path: sb.meta.netns.as_deref(),
-                files: &sb.meta.files,
-                cgroups_path: &cgroups_path,
-                min_oom_score_adj: self.min_oom_score_adj,
+            let sandbox_pid = sb.status().pid;
+            // The builder stats devices and creates missing bind-mount sources.
+            let spec = tokio::task::block_in_place(|| {
+                oci::container_spec(&ContainerSpecInput {
+                    id,
+                    config: &config,
+                    sandbox_config: &sb.meta.config,
+                    image: &image.config,
+                    etc: &etc,
+                    sandbox_pid,
+                    netns_path: sb.meta.netns.as_deref(),
+                    files: &sb.meta.files,
+                    cgroups_path: &cgroups_path,
+                    min_oom_score_adj: self.min_oom_score_adj,
+                })
             })?;
             Ok::<_, RuntimeError>(spec)
         }
@@ -189,6 +193,7 @@ impl RuntimeInner {
             rootfs,
             stop_signal,
             process: spec.process().clone().unwrap_or_default(),
+            user: oci::cri_user(&spec),
             cgroups_path,
             created_at: store::now_ns(),
             config,
@@ -232,6 +237,10 @@ impl RuntimeInner {
 
     /// Writes a container's status (and, with `meta`, its fixed part) under root.
     pub async fn persist_container(&self, c: &Container, meta: bool) -> Result<()> {
+        let removed = c.removed.lock().await;
+        if *removed {
+            return Ok(());
+        }
         let dir = record_dir(&self.opts.root, &c.meta.id);
         if meta {
             store::write_record(&dir.join("container.json"), &c.meta).await?;
@@ -457,6 +466,7 @@ impl RuntimeInner {
     pub async fn remove_container_entry(&self, c: &Container) -> Result<()> {
         self.stop_container_now(c).await?;
         self.destroy_container(c).await;
+        *c.removed.lock().await = true;
         let (record_dir, _) = self.container_paths(&c.meta.id);
         store::remove_dir(&record_dir).await?;
         self.containers.remove(&c.meta.id);

@@ -76,6 +76,9 @@ pub struct ContainerMeta {
     pub stop_signal: i32,
     /// The process as created, the template of every exec.
     pub process: oci_spec::runtime::Process,
+    /// The user the process runs as (ContainerStatus.user).
+    #[serde(default, with = "proto_b64_opt")]
+    pub user: Option<cri::ContainerUser>,
     /// Its cgroup.
     pub cgroups_path: String,
     /// Nanoseconds since the epoch.
@@ -173,6 +176,8 @@ pub struct Container {
     pub log: Mutex<Option<log::LogHandle>>,
     /// Serializes lifecycle calls on this container.
     pub op: tokio::sync::Mutex<()>,
+    /// Serializes record writes; true once removed, so a late exit cannot write it back.
+    pub removed: tokio::sync::Mutex<bool>,
 }
 
 impl Named for Container {
@@ -192,6 +197,7 @@ impl Container {
             oom_killed: AtomicBool::new(false),
             log: Mutex::new(None),
             op: tokio::sync::Mutex::new(()),
+            removed: tokio::sync::Mutex::new(false),
         }
     }
 

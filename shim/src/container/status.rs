@@ -95,7 +95,7 @@ impl RuntimeInner {
                 windows: None,
             }),
             image_id: c.meta.image_id.clone(),
-            user: None,
+            user: c.meta.user.clone(),
         }
     }
 

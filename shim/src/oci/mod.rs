@@ -3,14 +3,14 @@
 //! mounts, namespaces, capabilities, seccomp filter, cgroup limits) is what Kubernetes users
 //! expect from containerd.
 //!
-//! - [`defaults`]: the base spec every container starts from (`populateDefaultUnixSpec`).
-//! - [`sandbox`] / [`container`]: the two builders.
-//! - [`resources`]: CRI resources ↔ OCI cgroup resources, updates, oom_score_adj clamping.
-//! - [`security`]: capabilities, privileged mode, masked/readonly paths, seccomp selection.
-//! - [`seccomp`]: the RuntimeDefault profile and Localhost profiles.
-//! - [`user`]: uid/gid/additional groups from the image's passwd and group files.
-//! - [`mounts`] / [`devices`]: CRI mounts and devices.
-//! - [`namespaces`]: namespace paths per CRI mode, and sysctl checks against them.
+//! - `defaults`: the base spec every container starts from (`populateDefaultUnixSpec`).
+//! - `sandbox` / `container`: the two builders.
+//! - `resources`: CRI resources ↔ OCI cgroup resources, updates, oom_score_adj clamping.
+//! - `security`: capabilities, privileged mode, masked/readonly paths.
+//! - `seccomp`: choosing a profile; the RuntimeDefault profile; Localhost profiles.
+//! - `user`: uid/gid/additional groups from the image's passwd and group files.
+//! - `mounts` / `devices`: CRI mounts and devices.
+//! - `namespaces`: namespace paths per CRI mode, and sysctl checks against them.
 //!
 //! The builders are synchronous and do small blocking work (they stat devices and mount sources,
 //! create missing host paths, read a Localhost seccomp profile, walk `/dev` for privileged
@@ -262,6 +262,24 @@ pub struct ContainerSpecInput<'a> {
     pub min_oom_score_adj: i32,
 }
 
+/// The CRI view of a spec's process identity (for ContainerStatus.user): uid, gid, and the
+/// supplementary groups, the primary one included.
+pub fn cri_user(spec: &Spec) -> Option<ferrolet_proto::cri::ContainerUser> {
+    let user = spec.process().as_ref()?.user();
+    Some(ferrolet_proto::cri::ContainerUser {
+        linux: Some(ferrolet_proto::cri::LinuxContainerUser {
+            uid: i64::from(user.uid()),
+            gid: i64::from(user.gid()),
+            supplemental_groups: user
+                .additional_gids()
+                .iter()
+                .flatten()
+                .map(|&g| i64::from(g))
+                .collect(),
+        }),
+    })
+}
+
 /// The node's hostname, for sandboxes that do not name one.
 pub(crate) fn node_hostname() -> Result<String, OciError> {
     let path = Path::new("/proc/sys/kernel/hostname");
@@ -343,6 +361,20 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(own_oom_score_adj(), want);
+    }
+
+    #[test]
+    fn cri_user_reports_the_process_identity() {
+        let mut spec = Spec::default();
+        let user = spec.process_mut().as_mut().unwrap().user_mut();
+        user.set_uid(1000)
+            .set_gid(1000)
+            .set_additional_gids(Some(vec![1000, 1234, 50000]));
+        let u = cri_user(&spec).unwrap().linux.unwrap();
+        assert_eq!((u.uid, u.gid), (1000, 1000));
+        assert_eq!(u.supplemental_groups, [1000, 1234, 50000]);
+        spec.set_process(None);
+        assert!(cri_user(&spec).is_none());
     }
 
     #[test]

@@ -177,8 +177,7 @@ impl RuntimeInner {
             tracing::warn!(id, error = %e, "deleting the pause task");
         }
         if was_ready {
-            let path = crate::sandbox::record_path(&self.opts.root, id);
-            if let Err(e) = crate::store::write_record(&path, &sb.record()).await {
+            if let Err(e) = sb.persist(&self.opts.root).await {
                 tracing::warn!(id, error = %e, "recording the pause exit");
             }
             self.emit(id, id, ContainerEventType::ContainerStoppedEvent);

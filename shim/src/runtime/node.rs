@@ -69,7 +69,7 @@ impl RuntimeInner {
                 }),
             }],
             features: Some(cri::RuntimeFeatures {
-                supplemental_groups_policy: false,
+                supplemental_groups_policy: true,
             }),
         })
     }

@@ -86,7 +86,7 @@ async fn recover_sandbox(inner: &RuntimeInner, r: &Record) -> Result<()> {
     }
     let sb = Arc::new(Sandbox::new(record.meta, status));
     // Best effort: a failed write only costs the next recovery a re-read of the task.
-    let _ = store::write_record(&path, &sb.record()).await;
+    let _ = sb.persist(&inner.opts.root).await;
     let _ = inner.sandboxes.reserve(&sb.meta.name, &sb.meta.id);
     inner.sandboxes.insert(sb);
     Ok(())

@@ -131,15 +131,17 @@ impl RuntimeInner {
             created_at: store::now_ns(),
         };
         // Refuse a bad request before making anything.
-        let image_config = image.config.clone();
-        let spec = oci::sandbox_spec(&SandboxSpecInput {
-            id,
-            config: &meta.config,
-            image: &image_config,
-            netns_path: meta.netns.as_deref(),
-            files: &meta.files,
-            cgroups_path: &meta.cgroups_path,
-            min_oom_score_adj: self.min_oom_score_adj,
+        // The builder stats and reads host files (seccomp profiles, devices).
+        let spec = tokio::task::block_in_place(|| {
+            oci::sandbox_spec(&SandboxSpecInput {
+                id,
+                config: &meta.config,
+                image: &image.config,
+                netns_path: meta.netns.as_deref(),
+                files: &meta.files,
+                cgroups_path: &meta.cgroups_path,
+                min_oom_score_adj: self.min_oom_score_adj,
+            })
         })?;
         let record = SandboxRecord {
             meta: meta.clone(),
@@ -149,7 +151,7 @@ impl RuntimeInner {
         match self.make_sandbox(&meta, &image, spec).await {
             Ok(status) => {
                 let sandbox = Arc::new(Sandbox::new(meta, status));
-                store::write_record(&record_path(&self.opts.root, id), &sandbox.record()).await?;
+                sandbox.persist(&self.opts.root).await?;
                 self.sandboxes.insert(sandbox);
                 self.emit(id, id, ContainerEventType::ContainerCreatedEvent);
                 self.emit(id, id, ContainerEventType::ContainerStartedEvent);
@@ -177,7 +179,10 @@ impl RuntimeInner {
         }
         let network = async {
             match &meta.netns {
-                Some(ns) => self.network.setup(id, ns, &meta.config).await.map(Some),
+                Some(ns) => {
+                    self.network.loopback_up(id, ns).await?;
+                    self.network.setup(id, ns, &meta.config).await.map(Some)
+                }
                 None => Ok(None),
             }
         };
@@ -245,7 +250,12 @@ impl RuntimeInner {
             return Ok(());
         }
         task::kill(&self.cd, id, libc::SIGKILL as u32).await?;
-        task::wait(&self.cd, id).await?;
+        if let Err(e) = task::wait(&self.cd, id).await {
+            // The exit follower may reap the task while we wait, closing the shim under us.
+            if let Some(task::TaskState::Running { .. }) = task::task_state(&self.cd, id).await? {
+                return Err(e);
+            }
+        }
         task::delete_task(&self.cd, id).await?;
         Ok(())
     }
@@ -316,7 +326,7 @@ impl RuntimeInner {
             s.stopped = true;
             was
         });
-        store::write_record(&record_path(&self.opts.root, id), &sb.record()).await?;
+        sb.persist(&self.opts.root).await?;
         if was_ready {
             self.emit(id, id, ContainerEventType::ContainerStoppedEvent);
         }
@@ -350,6 +360,7 @@ impl RuntimeInner {
             .collect();
         futures::future::try_join_all(containers.iter().map(|c| self.remove_container_entry(c)))
             .await?;
+        sb.mark_removed().await;
         self.destroy_sandbox(&sb.meta, false).await;
         self.sandboxes.remove(id);
         self.sandboxes.release(&sb.meta.name, id);

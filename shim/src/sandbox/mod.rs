@@ -84,6 +84,8 @@ pub struct Sandbox {
     pub status: Mutex<SandboxStatus>,
     /// Serializes lifecycle calls on this sandbox (stop vs. remove vs. create container).
     pub op: tokio::sync::Mutex<()>,
+    /// Serializes record writes; true once removed, so a late exit cannot write it back.
+    removed: tokio::sync::Mutex<bool>,
 }
 
 impl Named for Sandbox {
@@ -99,7 +101,22 @@ impl Sandbox {
             meta,
             status: Mutex::new(status),
             op: tokio::sync::Mutex::new(()),
+            removed: tokio::sync::Mutex::new(false),
         }
+    }
+
+    /// Writes the record under `root`, unless the sandbox has been removed.
+    pub async fn persist(&self, root: &std::path::Path) -> Result<(), crate::store::StoreError> {
+        let removed = self.removed.lock().await;
+        if *removed {
+            return Ok(());
+        }
+        crate::store::write_record(&record_path(root, &self.meta.id), &self.record()).await
+    }
+
+    /// Marks the sandbox removed: no record write happens from now on.
+    pub async fn mark_removed(&self) {
+        *self.removed.lock().await = true;
     }
 
     /// A copy of the changing part.
