@@ -361,41 +361,48 @@ pub fn start(
 }
 
 /// Copies one FIFO into the sink until EOF.
-async fn pump(mut rx: Receiver, stream: Stream, sink: &Arc<Sink>) {
+async fn pump(rx: Receiver, stream: Stream, sink: &Arc<Sink>) {
     let mut fmt = LineFormatter::new(stream, MAX_LINE_SIZE);
-    let mut buf = vec![0u8; READ_BUF];
-    let mut out = Vec::new();
     let mut eof = false;
     while !eof {
-        let mut filled = match rx.read(&mut buf).await {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                tracing::warn!(container = %sink.container_id, stream = stream.as_str(), error = %e, "reading container output");
-                break;
-            }
-        };
-        // Take whatever else is already in the pipe, so one write covers it.
-        while filled < buf.len() {
-            match rx.try_read(&mut buf[filled..]) {
+        // Wait for output before taking a buffer: a hundred quiet containers then hold no
+        // read or format buffers at all.
+        if let Err(e) = rx.readable().await {
+            tracing::warn!(container = %sink.container_id, stream = stream.as_str(), error = %e, "waiting for container output");
+            break;
+        }
+        let mut buf = Vec::with_capacity(READ_BUF);
+        // Take whatever is in the pipe, so one write covers it.
+        while buf.len() < READ_BUF {
+            match rx.try_read_buf(&mut buf) {
                 Ok(0) => {
                     eof = true;
                     break;
                 }
-                Ok(n) => filled += n,
-                Err(_) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::warn!(container = %sink.container_id, stream = stream.as_str(), error = %e, "reading container output");
+                    eof = true;
+                    break;
+                }
             }
         }
-        if sink.discards() {
+        if buf.is_empty() || sink.discards() {
             continue;
         }
-        fmt.push(SystemTime::now(), &buf[..filled], &mut out);
-        out = sink.write(out).await;
+        let mut out = Vec::with_capacity(buf.len() + buf.len() / 8 + 64);
+        fmt.push(SystemTime::now(), &buf, &mut out);
+        drop(buf);
+        sink.write(out).await;
     }
     if !sink.discards() {
+        let mut out = Vec::new();
         fmt.finish(SystemTime::now(), &mut out);
-        sink.write(out).await;
+        if !out.is_empty() {
+            sink.write(out).await;
+        }
     }
 }
 
