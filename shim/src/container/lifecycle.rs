@@ -356,7 +356,8 @@ impl RuntimeInner {
         self.stop_container_with(c, Duration::ZERO).await
     }
 
-    async fn stop_container_with(&self, c: &Container, timeout: Duration) -> Result<()> {
+    /// Stops a container: its stop signal, then SIGKILL after `timeout` (at once when zero).
+    pub async fn stop_container_with(&self, c: &Container, timeout: Duration) -> Result<()> {
         if c.status().state != ContainerState::Running {
             return Ok(());
         }
@@ -479,21 +480,30 @@ impl RuntimeInner {
     /// Deletes a container's task, record, snapshot and FIFOs; each tolerates being gone.
     async fn destroy_container(&self, c: &Container) {
         let id = c.meta.id.as_str();
+        // containerd refuses to delete a record that still has a task.
         if let Err(e) = task::delete_task(&self.cd, id).await {
             tracing::warn!(id, error = %e, "deleting task");
         }
-        if let Err(e) = task::delete_record(&self.cd, id).await {
-            tracing::warn!(id, error = %e, "deleting containerd container");
-        }
-        task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await;
-        if let Err(e) = io::remove(&c.meta.fifos).await {
-            tracing::warn!(id, error = %e, "removing FIFOs");
-        }
         c.set_log_handle(None);
-        let (_, state_dir) = self.container_paths(id);
-        if let Err(e) = store::remove_dir(&state_dir).await {
-            tracing::warn!(id, error = %e, "removing container state dir");
-        }
+        let record = async {
+            if let Err(e) = task::delete_record(&self.cd, id).await {
+                tracing::warn!(id, error = %e, "deleting containerd container");
+            }
+        };
+        let files = async {
+            if let Err(e) = io::remove(&c.meta.fifos).await {
+                tracing::warn!(id, error = %e, "removing FIFOs");
+            }
+            let (_, state_dir) = self.container_paths(id);
+            if let Err(e) = store::remove_dir(&state_dir).await {
+                tracing::warn!(id, error = %e, "removing container state dir");
+            }
+        };
+        tokio::join!(
+            record,
+            task::remove_snapshot(&self.cd, &self.opts.snapshotter, id),
+            files
+        );
     }
 
     /// ExecSync.

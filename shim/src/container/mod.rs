@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 use self::io::Fifos;
 use crate::store::{Named, proto_b64};
 
+/// The kubelet's annotation carrying the pod's termination grace period, in seconds.
+pub const GRACE_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
+
 /// A rootfs mount, as containerd's snapshotter returned it.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct MountRecord {
@@ -232,6 +235,20 @@ impl Container {
     /// The container's metadata.
     pub fn metadata(&self) -> cri::ContainerMetadata {
         self.meta.config.metadata.clone().unwrap_or_default()
+    }
+
+    /// The grace period the kubelet gave the pod (its `io.kubernetes.pod.terminationGracePeriod`
+    /// annotation on the container), which StopPodSandbox honours for containers still
+    /// running; none means they are killed at once, as containerd does.
+    pub fn pod_grace_period(&self) -> std::time::Duration {
+        let secs = self
+            .meta
+            .config
+            .annotations
+            .get(GRACE_ANNOTATION)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        std::time::Duration::from_secs(secs)
     }
 
     /// The log pumps' handle, if running.

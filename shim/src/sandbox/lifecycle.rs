@@ -218,30 +218,43 @@ impl RuntimeInner {
     /// Each step tolerates what is already gone; failures are logged and the rest goes on.
     pub(crate) async fn destroy_sandbox(&self, meta: &SandboxMeta, network_up: bool) {
         let id = meta.id.as_str();
+        // containerd refuses to delete a record that still has a task.
         if let Err(e) = self.stop_pause(id).await {
             tracing::warn!(id, error = %e, "stopping pause task");
         }
-        if let Err(e) = task::delete_record(&self.cd, id).await {
-            tracing::warn!(id, error = %e, "deleting sandbox container");
-        }
-        task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await;
-        if let Some(ns) = &meta.netns {
+        let record = async {
+            if let Err(e) = task::delete_record(&self.cd, id).await {
+                tracing::warn!(id, error = %e, "deleting sandbox container");
+            }
+        };
+        let network = async {
+            let Some(ns) = &meta.netns else {
+                return;
+            };
             if network_up && let Err(e) = self.network.teardown(id, ns, &meta.config).await {
                 tracing::warn!(id, error = %e, "tearing the pod network down");
             }
             if let Err(e) = self.network.remove_netns(id, ns).await {
                 tracing::warn!(id, error = %e, "removing the netns");
             }
-        }
-        if let Err(e) = files::remove(&meta.files).await {
-            tracing::warn!(id, error = %e, "removing sandbox files");
-        }
-        for base in [&self.opts.root, &self.opts.state] {
-            let dir = base.join("sandboxes").join(id);
-            if let Err(e) = store::remove_dir(&dir).await {
-                tracing::warn!(id, error = %e, "removing sandbox dir");
+        };
+        let files = async {
+            if let Err(e) = files::remove(&meta.files).await {
+                tracing::warn!(id, error = %e, "removing sandbox files");
             }
-        }
+            for base in [&self.opts.root, &self.opts.state] {
+                let dir = base.join("sandboxes").join(id);
+                if let Err(e) = store::remove_dir(&dir).await {
+                    tracing::warn!(id, error = %e, "removing sandbox dir");
+                }
+            }
+        };
+        tokio::join!(
+            record,
+            task::remove_snapshot(&self.cd, &self.opts.snapshotter, id),
+            network,
+            files
+        );
     }
 
     /// Kills the pause process and deletes its task; no task is fine.
@@ -300,8 +313,12 @@ impl RuntimeInner {
             .into_iter()
             .filter(|c| c.meta.sandbox_id == id)
             .collect();
-        futures::future::try_join_all(containers.iter().map(|c| self.stop_container_now(c)))
-            .await?;
+        futures::future::try_join_all(
+            containers
+                .iter()
+                .map(|c| self.stop_container_with(c, c.pod_grace_period())),
+        )
+        .await?;
         let network = async {
             let status = sb.status();
             if let (Some(ns), true) = (&sb.meta.netns, status.network_up) {
