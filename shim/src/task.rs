@@ -109,7 +109,9 @@ impl PreparedSnapshot {
                 "creating containerd container {id}"
             ))(e));
         }
-        drop_lease(cd, self.lease).await;
+        // The record now holds the snapshot; the lease can go without making the caller wait.
+        let (cd, lease) = (cd.clone(), self.lease);
+        tokio::spawn(async move { drop_lease(&cd, lease).await });
         Ok(self.mounts)
     }
 

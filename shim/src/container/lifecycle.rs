@@ -122,7 +122,7 @@ impl RuntimeInner {
         config: cri::ContainerConfig,
         image: &crate::image::store::Image,
     ) -> Result<()> {
-        let (record_dir, state_dir) = self.container_paths(id);
+        let (_, state_dir) = self.container_paths(id);
         let fifos = Fifos::new(&state_dir, id, config.stdin, config.tty);
         let log_dir = &sb.meta.config.log_directory;
         let log_path = if log_dir.is_empty() || config.log_path.is_empty() {
@@ -224,12 +224,9 @@ impl RuntimeInner {
             store::metadata_any(&meta),
         );
         snapshot.commit(&self.cd, record).await?;
+        // Nothing to write yet: the record's extension holds the metadata, and a container
+        // recovered without a status file is "created", which is what it is.
         let container = Arc::new(Container::new(meta, ContainerStatus::default()));
-        if let Err(e) = self.persist_container(&container, true).await {
-            self.destroy_container(&container).await;
-            let _ = store::remove_dir(&record_dir).await;
-            return Err(e);
-        }
         self.containers.insert(container);
         self.emit(id, &sb.meta.id, ContainerEventType::ContainerCreatedEvent);
         Ok(())
@@ -242,7 +239,7 @@ impl RuntimeInner {
             return Ok(());
         }
         let dir = record_dir(&self.opts.root, &c.meta.id);
-        if meta {
+        if meta || !c.meta_written.swap(true, Ordering::Relaxed) {
             store::write_record(&dir.join("container.json"), &c.meta).await?;
         }
         store::write_record(&dir.join("status.json"), &c.status()).await?;
@@ -402,9 +399,18 @@ impl RuntimeInner {
     /// reaps its task.
     pub async fn handle_container_exit(&self, c: &Container, exit_status: u32, exited_at: i64) {
         let id = c.meta.id.as_str();
+        if c.status().state == ContainerState::Exited {
+            return;
+        }
+        // Read before the task (and with it the cgroup) goes.
         let oom = c.oom_killed.load(Ordering::Relaxed)
             || (exit_status == 128 + libc::SIGKILL as u32
                 && crate::runtime::stats::cgroup_oom_killed(&c.meta.cgroups_path));
+        // Reap first, as containerd does: once a container reads as exited, RemoveContainer
+        // finds no task left to wait for.
+        if let Err(e) = task::delete_task(&self.cd, id).await {
+            tracing::warn!(id, error = %e, "deleting an exited task");
+        }
         let changed = c.update(|s| {
             if s.state == ContainerState::Exited {
                 return false;
@@ -432,9 +438,6 @@ impl RuntimeInner {
         });
         if !changed {
             return;
-        }
-        if let Err(e) = task::delete_task(&self.cd, id).await {
-            tracing::warn!(id, error = %e, "deleting an exited task");
         }
         if let Err(e) = self.persist_container(c, false).await {
             tracing::warn!(id, error = %e, "recording an exit");

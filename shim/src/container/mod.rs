@@ -175,6 +175,8 @@ pub struct Container {
     exited: tokio::sync::watch::Sender<bool>,
     /// containerd reported an OOM kill in its cgroup.
     pub oom_killed: AtomicBool,
+    /// container.json exists under root (written with the first status).
+    pub meta_written: AtomicBool,
     /// The log pumps, while the process runs.
     pub log: Mutex<Option<log::LogHandle>>,
     /// Serializes lifecycle calls on this container.
@@ -198,6 +200,7 @@ impl Container {
             status: Mutex::new(status),
             exited: tokio::sync::watch::Sender::new(exited),
             oom_killed: AtomicBool::new(false),
+            meta_written: AtomicBool::new(false),
             log: Mutex::new(None),
             op: tokio::sync::Mutex::new(()),
             removed: tokio::sync::Mutex::new(false),
