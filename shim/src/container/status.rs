@@ -1,6 +1,7 @@
 //! ContainerStatus and ListContainers: the CRI views of a container.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ferrolet_proto::cri;
 
@@ -9,6 +10,30 @@ use crate::runtime::{Result, RuntimeInner};
 use crate::store::labels_match;
 
 impl RuntimeInner {
+    /// Containers matching CRI's list filters: id and sandbox id prefixes, labels.
+    pub fn matching_containers(
+        &self,
+        id: &str,
+        sandbox_id: &str,
+        labels: &HashMap<String, String>,
+    ) -> Vec<Arc<Container>> {
+        self.containers
+            .list()
+            .into_iter()
+            .filter(|c| c.meta.id.starts_with(id) && c.meta.sandbox_id.starts_with(sandbox_id))
+            .filter(|c| labels_match(labels, &c.meta.config.labels))
+            .collect()
+    }
+
+    /// A sandbox's containers.
+    pub fn containers_of(&self, sandbox_id: &str) -> Vec<Arc<Container>> {
+        self.containers
+            .list()
+            .into_iter()
+            .filter(|c| c.meta.sandbox_id == sandbox_id)
+            .collect()
+    }
+
     /// The image name and image ref to report: the first tag the image still has, and its
     /// repo digest, as containerd reports them.
     fn image_names(&self, c: &Container) -> (String, String) {
@@ -124,15 +149,8 @@ impl RuntimeInner {
     ) -> Result<cri::ListContainersResponse> {
         let filter = req.filter.unwrap_or_default();
         let mut containers: Vec<_> = self
-            .containers
-            .list()
+            .matching_containers(&filter.id, &filter.pod_sandbox_id, &filter.label_selector)
             .into_iter()
-            .filter(|c| filter.id.is_empty() || c.meta.id.starts_with(&filter.id))
-            .filter(|c| {
-                filter.pod_sandbox_id.is_empty()
-                    || c.meta.sandbox_id.starts_with(&filter.pod_sandbox_id)
-            })
-            .filter(|c| labels_match(&filter.label_selector, &c.meta.config.labels))
             .map(|c| self.cri_container(&c))
             .filter(|c| filter.state.as_ref().is_none_or(|s| s.state == c.state))
             .collect();

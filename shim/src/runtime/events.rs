@@ -223,11 +223,9 @@ impl RuntimeInner {
         kind: ContainerEventType,
     ) {
         let containers_statuses = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == sandbox_id)
-            .map(|c| self.cri_container_status(&c))
+            .containers_of(sandbox_id)
+            .iter()
+            .map(|c| self.cri_container_status(c))
             .collect();
         let event = cri::ContainerEventResponse {
             container_id: container_id.to_string(),

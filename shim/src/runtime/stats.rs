@@ -97,17 +97,8 @@ impl RuntimeInner {
         req: cri::ListContainerStatsRequest,
     ) -> Result<cri::ListContainerStatsResponse> {
         let filter = req.filter.unwrap_or_default();
-        let containers: Vec<_> = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| filter.id.is_empty() || c.meta.id.starts_with(&filter.id))
-            .filter(|c| {
-                filter.pod_sandbox_id.is_empty()
-                    || c.meta.sandbox_id.starts_with(&filter.pod_sandbox_id)
-            })
-            .filter(|c| labels_match(&filter.label_selector, &c.meta.config.labels))
-            .collect();
+        let containers =
+            self.matching_containers(&filter.id, &filter.pod_sandbox_id, &filter.label_selector);
         let samples = self.samples(&[]).await?;
         let stats = futures::future::join_all(
             containers
@@ -145,12 +136,7 @@ impl RuntimeInner {
         } else {
             None
         };
-        let containers: Vec<_> = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == id)
-            .collect();
+        let containers = self.containers_of(id);
         let container_stats = futures::future::join_all(
             containers
                 .iter()

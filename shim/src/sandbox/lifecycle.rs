@@ -307,12 +307,7 @@ impl RuntimeInner {
 
     async fn stop_sandbox_locked(&self, sb: &Arc<Sandbox>) -> Result<()> {
         let id = sb.meta.id.as_str();
-        let containers: Vec<_> = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == id)
-            .collect();
+        let containers = self.containers_of(id);
         futures::future::try_join_all(
             containers
                 .iter()
@@ -369,12 +364,7 @@ impl RuntimeInner {
             self.stop_sandbox_locked(&sb).await?;
         }
         let id = sb.meta.id.as_str();
-        let containers: Vec<_> = self
-            .containers
-            .list()
-            .into_iter()
-            .filter(|c| c.meta.sandbox_id == id)
-            .collect();
+        let containers = self.containers_of(id);
         futures::future::try_join_all(containers.iter().map(|c| self.remove_container_entry(c)))
             .await?;
         sb.mark_removed().await;
