@@ -1,5 +1,8 @@
-//! `ferrolet`, the kubelet: pod sources, sync loop, pod workers, PLEG, probes, volumes and
-//! status, driving pods through any CRI endpoint.
+//! `ferrolet`: a kubelet that drives pods to their desired state through CRI.
 //!
-//! Not built yet: the kubelet issues fill in this crate. Until then it has no binary, and
-//! `make node` says so.
+//! Module map:
+//! - [`types`]: pod updates, the runtime's view of a pod, the Go kubelet's label keys.
+//! - [`cri`]: the CRI client (timeouts; the runtime's pods read back by label).
+
+pub mod cri;
+pub mod types;

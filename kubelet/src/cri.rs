@@ -1,0 +1,439 @@
+//! The kubelet's CRI client: the runtime and image services on one unix socket (or two), every
+//! call bounded by `runtimeRequestTimeout`, and the runtime's pods read back by their labels.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
+use ferrolet_proto::cri::{self, ContainerState};
+use ferrolet_proto::transport;
+use tonic::transport::Channel;
+
+use crate::types::{RuntimeContainer, RuntimePod, RuntimeSandbox, labels};
+
+/// A CRI call that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    /// The endpoint could not be reached.
+    #[error("connecting to CRI endpoint {endpoint}: {source}")]
+    Connect {
+        endpoint: String,
+        #[source]
+        source: transport::TransportError,
+    },
+    /// The runtime answered with an error.
+    #[error("CRI {method}: {status}")]
+    Call {
+        method: &'static str,
+        #[source]
+        status: tonic::Status,
+    },
+    /// The call took longer than runtimeRequestTimeout.
+    #[error("CRI {method}: no answer within {timeout:?}")]
+    Timeout {
+        method: &'static str,
+        timeout: Duration,
+    },
+}
+
+impl CriError {
+    /// The gRPC code, when the runtime answered.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            CriError::Call { status, .. } => Some(status.code()),
+            _ => None,
+        }
+    }
+
+    /// Whether the object was not there.
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(tonic::Code::NotFound)
+    }
+}
+
+/// CRI clients; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Cri {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+/// Runs one call with the timeout.
+macro_rules! call {
+    ($self:ident, $client:ident, $method:ident, $name:literal, $req:expr) => {{
+        let mut client = $self.$client.clone();
+        match tokio::time::timeout($self.timeout, client.$method($req)).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(CriError::Call {
+                method: $name,
+                status,
+            }),
+            Err(_) => Err(CriError::Timeout {
+                method: $name,
+                timeout: $self.timeout,
+            }),
+        }
+    }};
+}
+
+impl Cri {
+    /// Connects to the runtime and image endpoints (`unix:///path`).
+    pub async fn connect(
+        runtime_endpoint: &str,
+        image_endpoint: &str,
+        timeout: Duration,
+    ) -> Result<Self, CriError> {
+        let connect = |endpoint: &str| {
+            let endpoint = endpoint.to_string();
+            async move {
+                transport::connect(&endpoint)
+                    .await
+                    .map_err(|source| CriError::Connect { endpoint, source })
+            }
+        };
+        let runtime_channel = connect(runtime_endpoint).await?;
+        let image_channel = if image_endpoint.is_empty() || image_endpoint == runtime_endpoint {
+            runtime_channel.clone()
+        } else {
+            connect(image_endpoint).await?
+        };
+        Ok(Self {
+            runtime: RuntimeServiceClient::new(runtime_channel).max_decoding_message_size(16 << 20),
+            images: ImageServiceClient::new(image_channel),
+            timeout,
+        })
+    }
+
+    /// The runtime service client (for calls not wrapped here).
+    pub fn runtime(&self) -> RuntimeServiceClient<Channel> {
+        self.runtime.clone()
+    }
+
+    /// The image service client.
+    pub fn images(&self) -> ImageServiceClient<Channel> {
+        self.images.clone()
+    }
+
+    /// Version.
+    pub async fn version(&self) -> Result<cri::VersionResponse, CriError> {
+        call!(
+            self,
+            runtime,
+            version,
+            "Version",
+            cri::VersionRequest::default()
+        )
+    }
+
+    /// Status.
+    pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
+        call!(
+            self,
+            runtime,
+            status,
+            "Status",
+            cri::StatusRequest { verbose: false }
+        )
+    }
+
+    /// RunPodSandbox; returns the sandbox id.
+    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
+        let req = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: String::new(),
+        };
+        call!(self, runtime, run_pod_sandbox, "RunPodSandbox", req).map(|r| r.pod_sandbox_id)
+    }
+
+    /// StopPodSandbox.
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let req = cri::StopPodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        call!(self, runtime, stop_pod_sandbox, "StopPodSandbox", req).map(|_| ())
+    }
+
+    /// RemovePodSandbox.
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let req = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: id.to_string(),
+        };
+        call!(self, runtime, remove_pod_sandbox, "RemovePodSandbox", req).map(|_| ())
+    }
+
+    /// PodSandboxStatus.
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: false,
+        };
+        call!(self, runtime, pod_sandbox_status, "PodSandboxStatus", req)
+            .map(|r| r.status.unwrap_or_default())
+    }
+
+    /// CreateContainer; returns the container id.
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let req = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        call!(self, runtime, create_container, "CreateContainer", req).map(|r| r.container_id)
+    }
+
+    /// StartContainer.
+    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let req = cri::StartContainerRequest {
+            container_id: id.to_string(),
+        };
+        call!(self, runtime, start_container, "StartContainer", req).map(|_| ())
+    }
+
+    /// StopContainer with a grace period in seconds (the call may take that long, so it is
+    /// not bounded by the request timeout alone).
+    pub async fn stop_container(&self, id: &str, grace_secs: i64) -> Result<(), CriError> {
+        let req = cri::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: grace_secs,
+        };
+        let mut client = self.runtime.clone();
+        let limit = self.timeout + Duration::from_secs(grace_secs.max(0) as u64);
+        match tokio::time::timeout(limit, client.stop_container(req)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(status)) => Err(CriError::Call {
+                method: "StopContainer",
+                status,
+            }),
+            Err(_) => Err(CriError::Timeout {
+                method: "StopContainer",
+                timeout: limit,
+            }),
+        }
+    }
+
+    /// RemoveContainer.
+    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let req = cri::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        call!(self, runtime, remove_container, "RemoveContainer", req).map(|_| ())
+    }
+
+    /// ContainerStatus.
+    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+        let req = cri::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        };
+        call!(self, runtime, container_status, "ContainerStatus", req)
+            .map(|r| r.status.unwrap_or_default())
+    }
+
+    /// ReopenContainerLog.
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let req = cri::ReopenContainerLogRequest {
+            container_id: id.to_string(),
+        };
+        call!(
+            self,
+            runtime,
+            reopen_container_log,
+            "ReopenContainerLog",
+            req
+        )
+        .map(|_| ())
+    }
+
+    /// ExecSync.
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout_secs: i64,
+    ) -> Result<cri::ExecSyncResponse, CriError> {
+        let req = cri::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd,
+            timeout: timeout_secs,
+        };
+        let mut client = self.runtime.clone();
+        let limit = self.timeout + Duration::from_secs(timeout_secs.max(0) as u64);
+        match tokio::time::timeout(limit, client.exec_sync(req)).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(status)) => Err(CriError::Call {
+                method: "ExecSync",
+                status,
+            }),
+            Err(_) => Err(CriError::Timeout {
+                method: "ExecSync",
+                timeout: limit,
+            }),
+        }
+    }
+
+    /// Whether the image is present; its id when it is.
+    pub async fn image_id(&self, image: &str) -> Result<Option<String>, CriError> {
+        let req = cri::ImageStatusRequest {
+            image: Some(cri::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        call!(self, images, image_status, "ImageStatus", req).map(|r| r.image.map(|i| i.id))
+    }
+
+    /// PullImage; returns the image ref.
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<cri::AuthConfig>,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> Result<String, CriError> {
+        let req = cri::PullImageRequest {
+            image: Some(cri::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            }),
+            auth,
+            sandbox_config,
+        };
+        // Pulls are bounded by progress, not by the request timeout (as the Go kubelet does).
+        let mut client = self.images.clone();
+        client
+            .pull_image(req)
+            .await
+            .map(|r| r.into_inner().image_ref)
+            .map_err(|status| CriError::Call {
+                method: "PullImage",
+                status,
+            })
+    }
+
+    /// Every sandbox and container the kubelet made, grouped by pod UID (from the labels the
+    /// kubelet puts on them).
+    pub async fn runtime_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+        let sandboxes = call!(
+            self,
+            runtime,
+            list_pod_sandbox,
+            "ListPodSandbox",
+            cri::ListPodSandboxRequest::default()
+        )?
+        .items;
+        let containers = call!(
+            self,
+            runtime,
+            list_containers,
+            "ListContainers",
+            cri::ListContainersRequest::default()
+        )?
+        .containers;
+        let mut pods: BTreeMap<String, RuntimePod> = BTreeMap::new();
+        for sb in sandboxes {
+            let Some(uid) = sb.labels.get(labels::POD_UID).cloned() else {
+                continue;
+            };
+            let meta = sb.metadata.clone().unwrap_or_default();
+            let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                uid,
+                name: meta.name.clone(),
+                namespace: meta.namespace.clone(),
+                ..Default::default()
+            });
+            pod.sandboxes.push(RuntimeSandbox {
+                id: sb.id.clone(),
+                attempt: meta.attempt,
+                ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
+                created_at: sb.created_at,
+                ip: String::new(),
+                additional_ips: Vec::new(),
+            });
+        }
+        for c in containers {
+            let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
+                continue;
+            };
+            let Some(pod) = pods.get_mut(&uid) else {
+                continue;
+            };
+            let meta = c.metadata.clone().unwrap_or_default();
+            pod.containers.push(RuntimeContainer {
+                id: c.id.clone(),
+                sandbox_id: c.pod_sandbox_id.clone(),
+                name: c
+                    .labels
+                    .get(labels::CONTAINER_NAME)
+                    .cloned()
+                    .unwrap_or(meta.name),
+                attempt: meta.attempt,
+                hash: c
+                    .annotations
+                    .get(labels::CONTAINER_HASH)
+                    .cloned()
+                    .unwrap_or_default(),
+                state: ContainerState::try_from(c.state)
+                    .unwrap_or(ContainerState::ContainerUnknown),
+                created_at: c.created_at,
+                image: c
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                image_ref: c.image_ref.clone(),
+                labels: c.labels.clone().into_iter().collect(),
+                annotations: c.annotations.clone().into_iter().collect(),
+                ..Default::default()
+            });
+        }
+        for pod in pods.values_mut() {
+            pod.sandboxes
+                .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+            pod.containers
+                .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        }
+        Ok(pods.into_values().collect())
+    }
+
+    /// Fills in what only the per-object status calls know: the sandbox's IPs, containers'
+    /// times, exit codes and reasons.
+    pub async fn fill_statuses(&self, pod: &mut RuntimePod) -> Result<(), CriError> {
+        if let Some(sb) = pod.sandboxes.first_mut() {
+            match self.pod_sandbox_status(&sb.id).await {
+                Ok(status) => {
+                    let net = status.network.unwrap_or_default();
+                    sb.ip = net.ip;
+                    sb.additional_ips = net.additional_ips.into_iter().map(|ip| ip.ip).collect();
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        for c in &mut pod.containers {
+            match self.container_status(&c.id).await {
+                Ok(s) => {
+                    c.state = ContainerState::try_from(s.state).unwrap_or(c.state);
+                    c.started_at = s.started_at;
+                    c.finished_at = s.finished_at;
+                    c.exit_code = s.exit_code;
+                    c.reason = s.reason;
+                    c.message = s.message;
+                    c.log_path = s.log_path;
+                    if !s.image_ref.is_empty() {
+                        c.image_ref = s.image_ref;
+                    }
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
