@@ -2,7 +2,25 @@
 //!
 //! Module map:
 //! - [`types`]: pod updates, the runtime's view of a pod, the Go kubelet's label keys.
+//! - [`config`]: KubeletConfiguration + flags.
+//! - [`manifest`]: manifests: parsing, static-pod identity, defaults, validation.
+//! - [`source`]: pod sources (directory, URL) and their merge into one update stream.
 //! - [`cri`]: the CRI client (timeouts; the runtime's pods read back by label).
+//! - [`podspec`]: a pod as CRI sandbox and container configs.
+//! - [`volume`]: emptyDir and hostPath volumes, container mounts.
+//! - [`pleg`]: the pod lifecycle event generator and the runtime pod cache.
+//! - [`backoff`]: crash-loop and image-pull back-off.
+//! - [`status`]: the API PodStatus from the runtime's view.
+//! - [`server`]: the read-only HTTP API and healthz.
 
+pub mod backoff;
+pub mod config;
 pub mod cri;
+pub mod manifest;
+pub mod pleg;
+pub mod podspec;
+pub mod server;
+pub mod source;
+pub mod status;
 pub mod types;
+pub mod volume;
