@@ -21,6 +21,7 @@ env:
 
 ## stop: tear the environment down (and the reference containerd of bench-cri, if it runs)
 stop:
+	@scripts/node.sh down
 	@scripts/containerd-cri.sh down
 	@scripts/env.sh down
 

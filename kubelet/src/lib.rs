@@ -12,15 +12,26 @@
 //! - [`backoff`]: crash-loop and image-pull back-off.
 //! - [`status`]: the API PodStatus from the runtime's view.
 //! - [`server`]: the read-only HTTP API and healthz.
+//! - [`kubelet`]: desired pods, the sync loop, housekeeping; [`pod_workers`]: one task per pod.
+//! - [`sync_pod`]: SyncPod/KillPod, the Kubernetes semantics; [`images`]: pull policies.
+//! - [`view`]: what the HTTP API reads from the kubelet.
+//! - [`node`], [`logging`]: node facts, log set-up.
 
 pub mod backoff;
 pub mod config;
 pub mod cri;
+pub mod images;
+pub mod kubelet;
+pub mod logging;
 pub mod manifest;
+pub mod node;
 pub mod pleg;
+pub mod pod_workers;
 pub mod podspec;
 pub mod server;
 pub mod source;
 pub mod status;
+pub mod sync_pod;
 pub mod types;
+pub mod view;
 pub mod volume;

@@ -1,1 +1,467 @@
-//! (stub)
+//! The pod lifecycle event generator and the runtime pod cache, as the Go kubelet's generic
+//! PLEG with its evented mode:
+//!
+//! - a relist lists every sandbox and container, compares their states with the previous
+//!   relist and makes [`PodLifecycleEvent`]s;
+//! - the cache holds the newest [`RuntimePod`] of each UID with the statuses only the
+//!   per-object calls know (IPs, times, exit codes); a relist asks for the status of a
+//!   container or sandbox only when it is new or its listed state changed, so a quiet node
+//!   costs two list calls per relist however many pods it runs;
+//! - [`Pleg::spawn`] relists every period and, when the runtime serves GetContainerEvents, at
+//!   once on each burst of runtime events; [`Pleg::refresh`] gives the sync loop a view at
+//!   least as new as its own changes.
+
+mod events;
+mod source;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
+
+use crate::cri::{Cri, CriError};
+use crate::types::RuntimePod;
+use events::Listed;
+pub use events::{PodLifecycleEvent, PodLifecycleEventType};
+pub use source::{BoxFut, EventStream, RuntimeSource, TERMINATION_MESSAGE_POLICY, fill_container};
+
+/// How long without a successful relist makes the PLEG unhealthy (Go's `RelistThreshold`).
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// Status calls a relist makes at once.
+const STATUS_CONCURRENCY: usize = 16;
+/// Longest wait between attempts to subscribe to runtime events after a broken stream.
+const MAX_RESUBSCRIBE: Duration = Duration::from_secs(30);
+
+/// Relist timings, kept for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelistStats {
+    /// When the last successful relist started.
+    pub last_relist: Option<Instant>,
+    /// How long it took.
+    pub last_duration: Option<Duration>,
+    /// Time between the starts of the last two successful relists.
+    pub last_interval: Option<Duration>,
+    /// Whether runtime events are being received.
+    pub evented: bool,
+    /// Successful relists so far.
+    pub relists: u64,
+}
+
+/// One pod in the cache.
+#[derive(Debug)]
+struct Record {
+    /// The pod as served, statuses filled in.
+    pod: RuntimePod,
+    /// The states the relist that filled it listed (events compare these, not the fuller
+    /// states from status calls, so every listed change makes exactly one event).
+    listed: Listed,
+    /// When the runtime last confirmed it.
+    read_at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    records: HashMap<String, Record>,
+    /// Pods whose status calls failed: inspected again on the next relist.
+    reinspect: HashSet<String>,
+    stats: RelistStats,
+}
+
+/// A status call a relist has to make.
+enum Todo {
+    Sandbox {
+        uid: String,
+        index: usize,
+        id: String,
+    },
+    Container {
+        uid: String,
+        index: usize,
+        id: String,
+    },
+}
+
+/// The PLEG and runtime pod cache.
+pub struct Pleg {
+    source: Arc<dyn RuntimeSource>,
+    state: Mutex<State>,
+    /// Relists run one at a time.
+    relist_lock: tokio::sync::Mutex<()>,
+    /// Where events go once [`Pleg::spawn`] ran.
+    tx: Mutex<Option<mpsc::Sender<PodLifecycleEvent>>>,
+}
+
+impl std::fmt::Debug for Pleg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pleg")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pleg {
+    /// A PLEG on a CRI runtime; nothing is cached until the first relist.
+    pub fn new(cri: Cri) -> Self {
+        Self::with_source(Arc::new(cri))
+    }
+
+    /// A PLEG on any [`RuntimeSource`] (tests script one).
+    pub fn with_source(source: Arc<dyn RuntimeSource>) -> Self {
+        Self {
+            source,
+            state: Mutex::new(State::default()),
+            relist_lock: tokio::sync::Mutex::new(()),
+            tx: Mutex::new(None),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every update is applied whole under the lock; a panic elsewhere leaves it usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cached runtime pod (None if the runtime has nothing for the uid).
+    pub fn get(&self, uid: &str) -> Option<RuntimePod> {
+        self.state().records.get(uid).map(|r| r.pod.clone())
+    }
+
+    /// The cached runtime pod with when the runtime last confirmed it.
+    pub fn get_with_time(&self, uid: &str) -> Option<(RuntimePod, Instant)> {
+        self.state()
+            .records
+            .get(uid)
+            .map(|r| (r.pod.clone(), r.read_at))
+    }
+
+    /// Every cached pod.
+    pub fn all(&self) -> Vec<RuntimePod> {
+        self.state()
+            .records
+            .values()
+            .map(|r| r.pod.clone())
+            .collect()
+    }
+
+    /// Relist timings and mode.
+    pub fn stats(&self) -> RelistStats {
+        self.state().stats
+    }
+
+    /// When the last successful relist started.
+    pub fn last_relist(&self) -> Option<Instant> {
+        self.stats().last_relist
+    }
+
+    /// Whether relists succeed often enough (Go's PLEG health check, 3 minutes).
+    pub fn healthy(&self) -> Result<(), String> {
+        match self.last_relist() {
+            None => Err("pleg has yet to be successful".into()),
+            Some(at) if at.elapsed() > RELIST_THRESHOLD => Err(format!(
+                "pleg was last seen active {:?} ago; threshold is {RELIST_THRESHOLD:?}",
+                at.elapsed()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// One relist; returns its events (also `ContainerChanged` ones, which are not sent) and
+    /// sends the others to the channel given to [`Pleg::spawn`], if any.
+    pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
+        let _one = self.relist_lock.lock().await;
+        self.relist_locked().await
+    }
+
+    /// Forces a relist (after the sync loop changed something) and waits for it; a relist
+    /// that started after the call does as well, so concurrent callers share one.
+    pub async fn refresh(&self, uid: &str) -> Result<Option<RuntimePod>, CriError> {
+        let asked = Instant::now();
+        let _one = self.relist_lock.lock().await;
+        if self.last_relist().is_none_or(|at| at < asked) {
+            self.relist_locked().await?;
+        }
+        Ok(self.get(uid))
+    }
+
+    /// Runs: relists every `period`, and at once on each burst of runtime events while the
+    /// runtime serves GetContainerEvents (periodic relists go on regardless, the safety net);
+    /// sends events to `tx`. Ends when `tx`'s receiver is dropped.
+    pub fn spawn(
+        self: Arc<Self>,
+        period: Duration,
+        tx: mpsc::Sender<PodLifecycleEvent>,
+    ) -> JoinHandle<()> {
+        *self.tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx.clone());
+        let wake = Arc::new(Notify::new());
+        let watcher = tokio::spawn(self.clone().watch_events(wake.clone()));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = wake.notified() => {}
+                    () = tx.closed() => break,
+                }
+                if let Err(e) = self.relist().await {
+                    tracing::warn!(error = %e, "PLEG: relist failed");
+                }
+            }
+            watcher.abort();
+        })
+    }
+
+    /// Follows the runtime's container events, waking the relist loop on each; gives up for
+    /// good on a runtime without them, resubscribes (with back-off) after a broken stream.
+    async fn watch_events(self: Arc<Self>, wake: Arc<Notify>) {
+        let mut delay = Duration::from_secs(1);
+        loop {
+            match self.source.events().await {
+                Ok(mut stream) => {
+                    tracing::info!("PLEG: following the runtime's container events");
+                    self.set_evented(true);
+                    delay = Duration::from_secs(1);
+                    // Anything may have happened while not subscribed.
+                    wake.notify_one();
+                    while let Some(item) = stream.next().await {
+                        if let Err(e) = item {
+                            tracing::warn!(error = %e, "PLEG: container event stream broke");
+                            break;
+                        }
+                        wake.notify_one();
+                    }
+                    self.set_evented(false);
+                }
+                Err(e) if e.code() == Some(tonic::Code::Unimplemented) => {
+                    tracing::info!(
+                        "PLEG: the runtime has no container events; relisting periodically"
+                    );
+                    return;
+                }
+                Err(e) => tracing::debug!(error = %e, "PLEG: subscribing to container events"),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_RESUBSCRIBE);
+        }
+    }
+
+    fn set_evented(&self, on: bool) {
+        self.state().stats.evented = on;
+    }
+
+    async fn relist_locked(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
+        let started = Instant::now();
+        let pods = self.source.list().await?;
+
+        // Plan under the lock: events, and which pods need status calls.
+        let mut events: BTreeMap<String, Vec<PodLifecycleEvent>> = BTreeMap::new();
+        let mut candidates: BTreeMap<String, (RuntimePod, Listed)> = BTreeMap::new();
+        let mut todos = Vec::new();
+        let mut unchanged = Vec::new();
+        let mut gone = Vec::new();
+        {
+            let state = self.state();
+            let listed_uids: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+            for uid in state.records.keys() {
+                if !listed_uids.contains(uid.as_str()) {
+                    gone.push(uid.clone());
+                }
+            }
+            for uid in &gone {
+                let old = state.records.get(uid).map(|r| &r.listed);
+                events.insert(uid.clone(), events::pod_events(uid, old, None));
+            }
+            for mut pod in pods {
+                let uid = pod.uid.clone();
+                let listed = Listed::of(&pod);
+                let record = state.records.get(&uid);
+                let pod_events = events::pod_events(&uid, record.map(|r| &r.listed), Some(&listed));
+                if record.is_some() && pod_events.is_empty() && !state.reinspect.contains(&uid) {
+                    unchanged.push(uid);
+                    continue;
+                }
+                plan(&mut pod, record, &mut todos);
+                events.insert(uid.clone(), pod_events);
+                candidates.insert(uid, (pod, listed));
+            }
+        }
+
+        // Status calls, without the lock, a few at a time.
+        let source = &self.source;
+        let results: Vec<(Todo, Result<StatusResult, CriError>)> = futures::stream::iter(todos)
+            .map(|todo| async move {
+                let result = match &todo {
+                    Todo::Sandbox { id, .. } => source
+                        .sandbox_status(id.clone())
+                        .await
+                        .map(|s| StatusResult::Sandbox(Box::new(s))),
+                    Todo::Container { id, .. } => source
+                        .container_status(id.clone())
+                        .await
+                        .map(|s| StatusResult::Container(Box::new(s))),
+                };
+                (todo, result)
+            })
+            .buffer_unordered(STATUS_CONCURRENCY)
+            .collect()
+            .await;
+        let mut failed: HashSet<String> = HashSet::new();
+        for (todo, result) in results {
+            let (uid, index) = match &todo {
+                Todo::Sandbox { uid, index, .. } | Todo::Container { uid, index, .. } => {
+                    (uid.clone(), *index)
+                }
+            };
+            let Some((pod, _)) = candidates.get_mut(&uid) else {
+                continue;
+            };
+            match result {
+                Ok(StatusResult::Sandbox(status)) => {
+                    if let Some(sb) = pod.sandboxes.get_mut(index) {
+                        let net = status.network.unwrap_or_default();
+                        // An exited sandbox may no longer report the address it had: keep it.
+                        if !net.ip.is_empty() {
+                            sb.ip = net.ip;
+                            sb.additional_ips =
+                                net.additional_ips.into_iter().map(|ip| ip.ip).collect();
+                        }
+                    }
+                }
+                Ok(StatusResult::Container(status)) => {
+                    if let Some(c) = pod.containers.get_mut(index) {
+                        fill_container(c, *status).await;
+                    }
+                }
+                // Removed between the list and the status call: the next relist sees it gone.
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    tracing::debug!(uid, error = %e, "PLEG: status call failed; will inspect the pod again");
+                    failed.insert(uid);
+                }
+            }
+        }
+
+        // Apply.
+        let now = Instant::now();
+        let mut out = Vec::new();
+        {
+            let mut state = self.state();
+            for uid in gone {
+                state.records.remove(&uid);
+                state.reinspect.remove(&uid);
+                out.extend(events.remove(&uid).unwrap_or_default());
+            }
+            for uid in unchanged {
+                if let Some(r) = state.records.get_mut(&uid) {
+                    r.read_at = now;
+                }
+            }
+            for (uid, (pod, listed)) in candidates {
+                if failed.contains(&uid) {
+                    // As Go: keep the old record so the same events come again next time.
+                    state.reinspect.insert(uid);
+                    continue;
+                }
+                state.reinspect.remove(&uid);
+                out.extend(events.remove(&uid).unwrap_or_default());
+                state.records.insert(
+                    uid,
+                    Record {
+                        pod,
+                        listed,
+                        read_at: now,
+                    },
+                );
+            }
+            let stats = &mut state.stats;
+            stats.last_interval = stats
+                .last_relist
+                .map(|prev| started.saturating_duration_since(prev));
+            stats.last_relist = Some(started);
+            stats.last_duration = Some(now.saturating_duration_since(started));
+            stats.relists += 1;
+        }
+        self.send(&out);
+        Ok(out)
+    }
+
+    fn send(&self, events: &[PodLifecycleEvent]) {
+        let Some(tx) = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone() else {
+            return;
+        };
+        for e in events {
+            // Not reliable enough to act on, as in Go.
+            if e.kind == PodLifecycleEventType::ContainerChanged {
+                continue;
+            }
+            match tx.try_send(e.clone()) {
+                Ok(()) => {}
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // The periodic resync picks the pod up anyway.
+                    tracing::warn!(uid = %e.uid, "PLEG: event channel is full, dropping an event");
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+    }
+}
+
+/// A status call's answer.
+enum StatusResult {
+    Sandbox(Box<ferrolet_proto::cri::PodSandboxStatus>),
+    Container(Box<ferrolet_proto::cri::ContainerStatus>),
+}
+
+/// Fills `pod` from its cached record where the listed state did not change and lists the
+/// status calls needed for the rest: every new or changed container, and the newest sandbox
+/// when it is new or changed (only its addresses matter).
+fn plan(pod: &mut RuntimePod, record: Option<&Record>, todos: &mut Vec<Todo>) {
+    let newest_sandbox = pod
+        .sandboxes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, s)| s.created_at)
+        .map(|(i, _)| i);
+    for (index, sb) in pod.sandboxes.iter_mut().enumerate() {
+        let cached = record.and_then(|r| r.pod.sandboxes.iter().find(|s| s.id == sb.id));
+        if let Some(c) = cached {
+            sb.ip = c.ip.clone();
+            sb.additional_ips = c.additional_ips.clone();
+        }
+        let same = record.is_some_and(|r| r.listed.sandboxes.get(&sb.id) == Some(&sb.ready));
+        if Some(index) == newest_sandbox && !(same && cached.is_some()) {
+            todos.push(Todo::Sandbox {
+                uid: pod.uid.clone(),
+                index,
+                id: sb.id.clone(),
+            });
+        }
+    }
+    for (index, c) in pod.containers.iter_mut().enumerate() {
+        let same = record.is_some_and(|r| r.listed.containers.get(&c.id) == Some(&c.state));
+        let cached = record.and_then(|r| r.pod.containers.iter().find(|x| x.id == c.id));
+        match cached {
+            Some(old) if same => {
+                c.state = old.state;
+                c.started_at = old.started_at;
+                c.finished_at = old.finished_at;
+                c.exit_code = old.exit_code;
+                c.reason = old.reason.clone();
+                c.message = old.message.clone();
+                c.log_path = old.log_path.clone();
+                c.image_ref = old.image_ref.clone();
+                c.image = old.image.clone();
+            }
+            _ => todos.push(Todo::Container {
+                uid: pod.uid.clone(),
+                index,
+                id: c.id.clone(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

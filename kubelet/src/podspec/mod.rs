@@ -1,1 +1,245 @@
-//! (stub)
+//! A pod as CRI configs: the sandbox's `PodSandboxConfig` and each container's
+//! `ContainerConfig`, built as the Go kubelet's kuberuntime builds them
+//! (`generatePodSandboxConfig`, `generateContainerConfig`), so runtimes, crictl and our own
+//! restart recovery see the same labels, annotations, paths and settings.
+//!
+//! - [`sandbox`]: the sandbox config (metadata, hostname, DNS, ports, cgroup parent, namespaces).
+//! - [`container`]: the container config (command, env, labels/annotations, log path, linux).
+//! - [`env`]: environment variables (`value`, `fieldRef`, `resourceFieldRef`) and `$(VAR)`.
+//! - [`resources`]: cpu shares/quota, memory limit, huge pages, oom_score_adj.
+//! - [`security`]: security contexts, namespaces, seccomp and AppArmor profiles.
+//! - [`dns`]: the pod's resolv.conf per `dnsPolicy`, hostname and domain.
+//! - [`hash`]: the container spec hash; [`qos`]: the pod's QoS class.
+
+pub mod container;
+pub mod dns;
+pub mod env;
+pub mod hash;
+pub mod qos;
+pub mod resources;
+pub mod sandbox;
+pub mod security;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ferrolet_proto::cri;
+use k8s_openapi::api::core::v1::PodSpec;
+
+use crate::types::Pod;
+
+pub use container::container_config;
+pub use dns::{hostname_and_domain, pod_dns_config, pod_hostname};
+pub use env::container_env;
+pub use hash::container_hash;
+pub use qos::{QosClass, qos_class};
+pub use sandbox::sandbox_config;
+
+/// Node-wide inputs.
+#[derive(Clone, Debug)]
+pub struct NodeContext {
+    /// The node's name (`spec.nodeName` when a pod does not carry one).
+    pub node_name: String,
+    /// The node's primary IP (`status.hostIP`).
+    pub host_ip: String,
+    /// `clusterDNS`: nameservers for `ClusterFirst` pods.
+    pub cluster_dns: Vec<IpAddr>,
+    /// `clusterDomain` (`cluster.local`), for search paths and subdomain FQDNs.
+    pub cluster_domain: String,
+    /// `resolvConf`: the node's resolver config (`Default` pods; empty = none).
+    pub resolv_conf: PathBuf,
+    /// `podLogsDir` (`/var/log/pods`).
+    pub pod_logs_dir: PathBuf,
+    /// `cgroupRoot` (`/`): where the `kubepods` hierarchy hangs.
+    pub cgroup_root: String,
+    /// Bytes of memory on the node (oom_score_adj, downward-API defaults).
+    pub memory_capacity: u64,
+}
+
+/// Per-container inputs known at sync time.
+pub struct ContainerContext<'a> {
+    /// The pod's primary IP ("" before the network is up or for host-network pods).
+    pub pod_ip: &'a str,
+    /// Every pod IP.
+    pub pod_ips: &'a [String],
+    /// The new instance's restart count (also its CRI attempt).
+    pub restart_count: u32,
+    /// Mounts, from [`crate::volume::container_mounts`].
+    pub mounts: Vec<cri::Mount>,
+    /// The image ref or id to create from.
+    pub image: &'a str,
+}
+
+/// Why a pod cannot be expressed as CRI configs; the pod's containers get
+/// `CreateContainerConfigError` with this message, or the sandbox fails with it.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// A field the config cannot be built from.
+    #[error("{field}: {reason}")]
+    Invalid {
+        /// Where (`spec.containers[web].env[HOME]`).
+        field: String,
+        /// What is wrong, in the Go kubelet's words where it has some.
+        reason: String,
+    },
+    /// The node's resolver config could not be read (`Default` DNS and the node's searches).
+    #[error("reading resolv conf file {}: {source}", path.display())]
+    ResolvConf {
+        /// `resolvConf`.
+        path: PathBuf,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A log directory could not be made.
+    #[error("creating log directory {}: {source}", path.display())]
+    LogDir {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SpecError {
+    /// An [`SpecError::Invalid`].
+    pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        SpecError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A pod's name, namespace and UID; the UID is required (sources always set one).
+pub(crate) struct Identity<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `metadata.namespace` (`default` when unset).
+    pub namespace: &'a str,
+    /// `metadata.uid`.
+    pub uid: &'a str,
+}
+
+/// The identity of a pod, refusing one without a UID (every path and label needs it).
+pub(crate) fn identity(pod: &Pod) -> Result<Identity<'_>, SpecError> {
+    let m = &pod.metadata;
+    let uid = m
+        .uid
+        .as_deref()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| SpecError::invalid("metadata.uid", "must be set"))?;
+    Ok(Identity {
+        name: m.name.as_deref().unwrap_or_default(),
+        // The API's default namespace, as the sources would have set it.
+        namespace: m.namespace.as_deref().unwrap_or("default"),
+        uid,
+    })
+}
+
+/// The pod's spec, refusing a pod without one.
+pub(crate) fn spec_of(pod: &Pod) -> Result<&PodSpec, SpecError> {
+    pod.spec
+        .as_ref()
+        .ok_or_else(|| SpecError::invalid("spec", "must be set"))
+}
+
+/// Whether the pod uses the node's network namespace.
+pub(crate) fn host_network(spec: &PodSpec) -> bool {
+    spec.host_network.unwrap_or(false)
+}
+
+/// `<podLogsDir>/<namespace>_<name>_<uid>`: the sandbox's log directory.
+pub fn pod_log_dir(pod: &Pod, node: &NodeContext) -> Result<PathBuf, SpecError> {
+    let id = identity(pod)?;
+    Ok(pod_log_dir_of(&node.pod_logs_dir, &id))
+}
+
+/// [`pod_log_dir`] from its parts.
+pub(crate) fn pod_log_dir_of(pod_logs_dir: &Path, id: &Identity<'_>) -> PathBuf {
+    pod_logs_dir.join(format!("{}_{}_{}", id.namespace, id.name, id.uid))
+}
+
+/// `<pod log dir>/<container>`: where a container's `<restartCount>.log` files go.
+pub fn container_log_dir(
+    pod: &Pod,
+    node: &NodeContext,
+    container: &str,
+) -> Result<PathBuf, SpecError> {
+    Ok(pod_log_dir(pod, node)?.join(container))
+}
+
+/// Creates a log directory (0755, parents included), as the Go kubelet does before
+/// RunPodSandbox (the pod's) and CreateContainer (the container's): runtimes open the log
+/// file in it but do not make it.
+pub async fn ensure_log_dir(path: &Path) -> Result<(), SpecError> {
+    let mut builder = tokio::fs::DirBuilder::new();
+    builder.recursive(true).mode(0o755);
+    builder
+        .create(path)
+        .await
+        .map_err(|source| SpecError::LogDir {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::testutil::{node, pod};
+    use super::*;
+
+    #[tokio::test]
+    async fn log_dirs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut n = node();
+        n.pod_logs_dir = tmp.path().join("pods");
+        let p =
+            pod("metadata: {name: web, namespace: prod, uid: u1}\nspec: {containers: [{name: c}]}");
+        let dir = container_log_dir(&p, &n, "c").unwrap();
+        assert_eq!(dir, tmp.path().join("pods/prod_web_u1/c"));
+        assert_eq!(
+            pod_log_dir(&p, &n).unwrap(),
+            tmp.path().join("pods/prod_web_u1")
+        );
+        ensure_log_dir(&dir).await.unwrap();
+        ensure_log_dir(&dir).await.unwrap();
+        let meta = std::fs::metadata(&dir).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o700, 0o700);
+        let no_uid = pod("metadata: {name: web}\nspec: {containers: [{name: c}]}");
+        assert!(pod_log_dir(&no_uid, &n).is_err());
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Pods for the podspec tests.
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// A node context for tests.
+    pub fn node() -> NodeContext {
+        NodeContext {
+            node_name: "node1".into(),
+            host_ip: "192.168.1.10".into(),
+            cluster_dns: vec!["10.96.0.10".parse().unwrap()],
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: PathBuf::new(),
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            cgroup_root: "/".into(),
+            memory_capacity: 8 << 30,
+        }
+    }
+
+    /// A pod from YAML.
+    pub fn pod(yaml: &str) -> Pod {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+}

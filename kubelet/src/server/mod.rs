@@ -1,1 +1,279 @@
-//! (stub)
+//! The kubelet's read-only HTTP API (the Go kubelet's `readOnlyPort` server) and its healthz
+//! server, on hyper.
+//!
+//! - `/healthz`: `ok`, or 500 with the reason.
+//! - `/pods`: the desired pods with their statuses, a v1 PodList.
+//! - `/runningpods/`: what the runtime runs, as pods with just names, UIDs and containers.
+//! - `/containerLogs/{namespace}/{pod}/{container}`: a container's log ([`logs`]).
+//!
+//! [`cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows.
+
+pub mod cri_log;
+pub mod follow;
+pub mod logs;
+pub mod pods;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming};
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::types::Pod;
+
+/// What the server reads; the kubelet implements it.
+pub trait NodeView: Send + Sync + 'static {
+    /// The desired pods, with their full statuses.
+    fn pods(&self) -> Vec<Pod>;
+    /// The runtime's pods: name, namespace, UID and containers (name, image), as Go's
+    /// `/runningpods/`.
+    fn running_pods(&self) -> Vec<Pod>;
+    /// Whether the kubelet is healthy; the reason when not.
+    fn healthy(&self) -> Result<(), String>;
+    /// The log file of a container's current instance (or the one before it, `previous`).
+    fn container_log_path(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        previous: bool,
+    ) -> Option<PathBuf>;
+
+    /// Whether the instance writing `log_path` still runs; following its log ends once it
+    /// does not (and the file is drained). The default says so while `container_log_path`
+    /// still names that file and the pod's status shows the container running.
+    fn log_writer_running(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        log_path: &Path,
+    ) -> bool {
+        if self
+            .container_log_path(namespace, pod, container, false)
+            .as_deref()
+            != Some(log_path)
+        {
+            return false;
+        }
+        self.pods()
+            .iter()
+            .filter(|p| {
+                p.metadata.namespace.as_deref() == Some(namespace)
+                    && p.metadata.name.as_deref() == Some(pod)
+            })
+            .flat_map(|p| p.status.iter())
+            .flat_map(|s| {
+                s.container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.init_container_statuses.iter().flatten())
+            })
+            .any(|s| s.name == container && s.state.as_ref().is_some_and(|st| st.running.is_some()))
+    }
+}
+
+/// A response body: all at once, or streamed from a channel (logs).
+#[derive(Debug)]
+pub enum Body {
+    /// The whole body (taken once sent).
+    Full(Option<Bytes>),
+    /// Chunks as they come; the body ends when the sender goes.
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Body::Stream(rx) => rx
+                .poll_recv(cx)
+                .map(|chunk| chunk.map(|d| Ok(Frame::data(d)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None))
+    }
+}
+
+/// A plain-text response.
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut resp = Response::new(Body::Full(Some(body.into())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp.headers_mut().insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// A JSON response.
+pub(crate) fn json(body: Vec<u8>) -> Response<Body> {
+    let mut resp = Response::new(Body::Full(Some(body.into())));
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp
+}
+
+/// Which endpoints a server has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Routes {
+    /// The read-only API.
+    ReadOnly,
+    /// `/healthz` only.
+    Healthz,
+}
+
+/// Serves the read-only API on `addr` until `shutdown` completes.
+pub async fn serve_read_only(
+    addr: SocketAddr,
+    view: Arc<dyn NodeView>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, "read-only API listening");
+    serve_on(listener, view, Routes::ReadOnly, shutdown).await
+}
+
+/// Serves the read-only API on a bound listener (tests bind port 0).
+pub async fn serve_read_only_on(
+    listener: TcpListener,
+    view: Arc<dyn NodeView>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve_on(listener, view, Routes::ReadOnly, shutdown).await
+}
+
+/// Serves `/healthz` only on `addr` until `shutdown` completes.
+pub async fn serve_healthz(
+    addr: SocketAddr,
+    view: Arc<dyn NodeView>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr).await?;
+    tracing::info!(addr = %listener.local_addr()?, "healthz listening");
+    serve_on(listener, view, Routes::Healthz, shutdown).await
+}
+
+/// Serves `/healthz` only on a bound listener.
+pub async fn serve_healthz_on(
+    listener: TcpListener,
+    view: Arc<dyn NodeView>,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    serve_on(listener, view, Routes::Healthz, shutdown).await
+}
+
+async fn serve_on(
+    listener: TcpListener,
+    view: Arc<dyn NodeView>,
+    routes: Routes,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let view = view.clone();
+                    connections.spawn(async move {
+                        let service = hyper::service::service_fn(move |req| {
+                            let view = view.clone();
+                            async move { Ok::<_, Infallible>(route(req, view, routes).await) }
+                        });
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service);
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, "HTTP connection");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: pause instead of spinning.
+                    tracing::warn!(error = %e, "accepting an HTTP connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    // Open connections (log followers) end with the server.
+    connections.shutdown().await;
+    Ok(())
+}
+
+async fn route(req: Request<Incoming>, view: Arc<dyn NodeView>, routes: Routes) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
+    let known = match routes {
+        Routes::Healthz => matches!(path.as_str(), "/healthz" | "/healthz/ping"),
+        Routes::ReadOnly => {
+            matches!(
+                path.as_str(),
+                "/healthz"
+                    | "/healthz/ping"
+                    | "/pods"
+                    | "/pods/"
+                    | "/runningpods"
+                    | "/runningpods/"
+            ) || path.starts_with("/containerLogs/")
+        }
+    };
+    if !known {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n");
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
+    }
+    match path.as_str() {
+        "/healthz" => healthz(view.as_ref(), &query),
+        "/healthz/ping" => text(StatusCode::OK, "ok"),
+        "/pods" | "/pods/" => pods::pods(view.as_ref()),
+        "/runningpods" | "/runningpods/" => pods::running_pods(view.as_ref()),
+        _ => logs::container_logs(&path, &query, view).await,
+    }
+}
+
+/// `/healthz`: `ok`, or 500 with the failed check, in the Go health checker's words.
+fn healthz(view: &dyn NodeView, query: &str) -> Response<Body> {
+    let verbose = logs::parse_query(query).iter().any(|(k, _)| k == "verbose");
+    match view.healthy() {
+        Ok(()) if verbose => text(
+            StatusCode::OK,
+            "[+]ping ok\n[+]syncloop ok\nhealthz check passed\n",
+        ),
+        Ok(()) => text(StatusCode::OK, "ok"),
+        Err(reason) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("[+]ping ok\n[-]syncloop failed: {reason}\nhealthz check failed\n"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests;

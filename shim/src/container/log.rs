@@ -12,7 +12,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -268,6 +268,17 @@ impl Sink {
 }
 
 fn open_log(path: &PathBuf) -> Result<File, IoError> {
+    // containerd makes the directory too (0755); kubelets create it, other clients may not.
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(dir)
+            .map_err(|source| IoError::OpenLog {
+                path: path.clone(),
+                source,
+            })?;
+    }
     OpenOptions::new()
         .append(true)
         .create(true)
@@ -714,11 +725,13 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn missing_parent_is_an_error_naming_the_path() {
+    async fn an_unopenable_log_is_an_error_naming_the_path() {
         let tmp = tempfile::tempdir().unwrap();
         let fifos = Fifos::new(&tmp.path().join("io"), "c", false, false);
         let opened = io::open(&fifos).await.unwrap();
-        let log = tmp.path().join("nope").join("0.log");
+        // A missing parent is made; a parent that is a file cannot be.
+        std::fs::write(tmp.path().join("file"), b"").unwrap();
+        let log = tmp.path().join("file").join("0.log");
         let err = start(opened, log.clone(), "c".into()).unwrap_err();
         assert!(matches!(&err, IoError::OpenLog { path, .. } if *path == log));
         assert!(err.to_string().contains(&*log.to_string_lossy()));

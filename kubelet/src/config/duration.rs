@@ -1,0 +1,162 @@
+//! Durations as Go writes them (`20s`, `1m30s`, `2m0s`, `1.5h`, `300ms`), the form
+//! KubeletConfiguration uses.
+
+use std::time::Duration;
+
+/// Why a duration string is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Not `<number><unit>...`.
+    #[error("invalid duration {0:?}")]
+    Syntax(String),
+    /// A unit Go does not know.
+    #[error("unknown unit {unit:?} in duration {input:?}")]
+    Unit {
+        /// The unit.
+        unit: String,
+        /// The whole input.
+        input: String,
+    },
+    /// Below zero: no period or timeout may be.
+    #[error("duration {0:?} must not be negative")]
+    Negative(String),
+    /// More than a `Duration` (or Go's int64 nanoseconds) holds.
+    #[error("invalid duration {0:?}: too large")]
+    Overflow(String),
+}
+
+fn unit_nanos(unit: &str) -> Option<u128> {
+    Some(match unit {
+        "ns" => 1,
+        "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return None,
+    })
+}
+
+/// Parses a Go duration (`time.ParseDuration`); negative durations are refused since every
+/// duration here is a period or a timeout.
+pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
+    let syntax = || DurationError::Syntax(input.to_string());
+    let (negative, mut s) = match input.as_bytes().first() {
+        Some(b'-') => (true, &input[1..]),
+        Some(b'+') => (false, &input[1..]),
+        _ => (false, input),
+    };
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err(syntax());
+    }
+    let mut total: u128 = 0;
+    while !s.is_empty() {
+        let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
+        let (int_part, rest) = s.split_at(int_len);
+        let (frac_part, rest) = match rest.strip_prefix('.') {
+            Some(r) => {
+                let n = r.bytes().take_while(u8::is_ascii_digit).count();
+                r.split_at(n)
+            }
+            None => ("", rest),
+        };
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(syntax());
+        }
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let (unit, rest) = rest.split_at(unit_len);
+        if unit.is_empty() {
+            return Err(DurationError::Syntax(input.to_string()));
+        }
+        let per = unit_nanos(unit).ok_or_else(|| DurationError::Unit {
+            unit: unit.to_string(),
+            input: input.to_string(),
+        })?;
+        let overflow = || DurationError::Overflow(input.to_string());
+        let whole: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| overflow())?
+        };
+        let mut nanos = whole.checked_mul(per).ok_or_else(overflow)?;
+        // The fraction scaled by the unit; digits beyond nanosecond precision are dropped,
+        // as Go drops them.
+        let mut scale = per;
+        for d in frac_part.bytes() {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            nanos += u128::from(d - b'0') * scale;
+        }
+        total = total.checked_add(nanos).ok_or_else(overflow)?;
+        s = rest;
+    }
+    // Go's durations are int64 nanoseconds.
+    if total > i64::MAX as u128 {
+        return Err(DurationError::Overflow(input.to_string()));
+    }
+    if negative && total > 0 {
+        return Err(DurationError::Negative(input.to_string()));
+    }
+    let secs = (total / 1_000_000_000) as u64;
+    let nanos = (total % 1_000_000_000) as u32;
+    Ok(Duration::new(secs, nanos))
+}
+
+/// For clap: a Go duration flag value.
+pub fn parse_duration_flag(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_forms() {
+        let d = |s| parse_duration(s).unwrap();
+        assert_eq!(d("20s"), Duration::from_secs(20));
+        assert_eq!(d("1m30s"), Duration::from_secs(90));
+        assert_eq!(d("2m0s"), Duration::from_secs(120));
+        assert_eq!(d("1.5h"), Duration::from_secs(5400));
+        assert_eq!(d("300ms"), Duration::from_millis(300));
+        assert_eq!(d("1h2m3s4ms5us6ns"), Duration::new(3723, 4_005_006));
+        assert_eq!(d("10\u{b5}s"), Duration::from_micros(10));
+        assert_eq!(d(".5s"), Duration::from_millis(500));
+        assert_eq!(d("0"), Duration::ZERO);
+        assert_eq!(d("-0s"), Duration::ZERO);
+        assert_eq!(d("+5s"), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn refusals() {
+        assert!(
+            matches!(parse_duration("20x"), Err(DurationError::Unit { unit, .. }) if unit == "x")
+        );
+        assert!(matches!(
+            parse_duration("20"),
+            Err(DurationError::Syntax(_))
+        ));
+        assert!(matches!(parse_duration(""), Err(DurationError::Syntax(_))));
+        assert!(matches!(parse_duration("s"), Err(DurationError::Syntax(_))));
+        assert!(matches!(
+            parse_duration("1.s.s"),
+            Err(DurationError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_duration("-1s"),
+            Err(DurationError::Negative(_))
+        ));
+        assert!(matches!(
+            parse_duration("9999999999h"),
+            Err(DurationError::Overflow(_))
+        ));
+    }
+}

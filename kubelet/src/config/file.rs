@@ -1,0 +1,454 @@
+//! The KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, YAML or JSON): the fields
+//! ferrolet uses are read with the Go kubelet's names and value forms; other fields of the
+//! real schema are reported as ignored and anything else as unknown (warnings, as the Go
+//! kubelet's lenient decoding warns), while a bad value is refused with its field named.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use super::duration::parse_duration;
+use super::{Config, ConfigError, LogFormat};
+use crate::manifest::quantity::parse_quantity;
+
+/// The only group/version and kind accepted.
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+/// The kind accepted.
+pub const KIND: &str = "KubeletConfiguration";
+
+/// Fields of the Go kubelet's KubeletConfiguration that ferrolet does not act on: accepted
+/// with a warning, so a file written for the Go kubelet still loads.
+const IGNORED_FIELDS: &[&str] = &[
+    "enableServer",
+    "port",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsCurvePreferences",
+    "tlsMinVersion",
+    "rotateCertificates",
+    "serverTLSBootstrap",
+    "authentication",
+    "authorization",
+    "registryPullQPS",
+    "registryBurst",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
+    "eventRecordQPS",
+    "eventBurst",
+    "enableDebuggingHandlers",
+    "enableContentionProfiling",
+    "oomScoreAdj",
+    "streamingConnectionIdleTimeout",
+    "nodeStatusUpdateFrequency",
+    "nodeStatusReportFrequency",
+    "nodeLeaseDurationSeconds",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "volumeStatsAggPeriod",
+    "kubeletCgroups",
+    "systemCgroups",
+    "cgroupsPerQOS",
+    "cgroupDriver",
+    "cpuManagerPolicy",
+    "singleProcessOOMKill",
+    "cpuManagerPolicyOptions",
+    "cpuManagerReconcilePeriod",
+    "draManagerReconcilePeriod",
+    "memoryManagerPolicy",
+    "topologyManagerPolicy",
+    "topologyManagerScope",
+    "topologyManagerPolicyOptions",
+    "qosReserved",
+    "hairpinMode",
+    "podCIDR",
+    "podPidsLimit",
+    "runOnce",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "nodeStatusMaxImages",
+    "maxOpenFiles",
+    "contentType",
+    "kubeAPIQPS",
+    "kubeAPIBurst",
+    "maxParallelImagePulls",
+    "evictionHard",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
+    "mergeDefaultEvictionSettings",
+    "podsPerCore",
+    "enableControllerAttachDetach",
+    "protectKernelDefaults",
+    "makeIPTablesUtilChains",
+    "iptablesMasqueradeBit",
+    "iptablesDropBit",
+    "featureGates",
+    "failSwapOn",
+    "memorySwap",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
+    "configMapAndSecretChangeDetectionStrategy",
+    "systemReserved",
+    "kubeReserved",
+    "reservedSystemCPUs",
+    "showHiddenMetricsForVersion",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "enforceNodeAllocatable",
+    "allowedUnsafeSysctls",
+    "volumePluginDir",
+    "providerID",
+    "kernelMemcgNotification",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
+    "shutdownGracePeriod",
+    "shutdownGracePeriodCriticalPods",
+    "shutdownGracePeriodByPodPriority",
+    "crashLoopBackOff",
+    "reservedMemory",
+    "enableProfilingHandler",
+    "enableDebugFlagsHandler",
+    "seccompDefault",
+    "memoryThrottlingFactor",
+    "memoryReservationPolicy",
+    "registerWithTaints",
+    "registerNode",
+    "tracing",
+    "localStorageCapacityIsolation",
+    "failCgroupV1",
+    "userNamespaces",
+    "podHousekeepingPeriod",
+];
+
+/// Fields of `logging` (component-base LoggingConfiguration) other than format/verbosity.
+const IGNORED_LOGGING_FIELDS: &[&str] = &["flushFrequency", "vmodule", "options"];
+
+fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Reads `text` (the file at `path`) over `config`; returns the warnings.
+pub(super) fn apply(
+    config: &mut Config,
+    path: &Path,
+    text: &str,
+) -> Result<Vec<String>, ConfigError> {
+    let parse_err = |reason: String| ConfigError::Parse {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+    let map = match doc {
+        Value::Mapping(m) => m,
+        Value::Null => return Err(parse_err("the file is empty".into())),
+        _ => return Err(parse_err("not a KubeletConfiguration object".into())),
+    };
+    let api_version = get_str(&map, "apiVersion")?.unwrap_or_default();
+    if api_version != API_VERSION {
+        return Err(invalid(
+            "apiVersion",
+            format!("{api_version:?} is not {API_VERSION:?}"),
+        ));
+    }
+    let kind = get_str(&map, "kind")?.unwrap_or_default();
+    if kind != KIND {
+        return Err(invalid("kind", format!("{kind:?} is not {KIND:?}")));
+    }
+    let mut warnings = Vec::new();
+    for (k, v) in &map {
+        let Some(key) = k.as_str() else {
+            warnings.push(format!(
+                "{}: a non-string key {k:?} (ignored)",
+                path.display()
+            ));
+            continue;
+        };
+        if !field(config, key, v)? {
+            if key == "logging" {
+                logging(config, path, v, &mut warnings)?;
+            } else if IGNORED_FIELDS.contains(&key) {
+                warnings.push(format!(
+                    "{}: field {key:?} is not supported by ferrolet (ignored)",
+                    path.display()
+                ));
+            } else {
+                warnings.push(format!(
+                    "{}: unknown field {key:?} (ignored)",
+                    path.display()
+                ));
+            }
+        }
+    }
+    Ok(warnings)
+}
+
+/// Applies one top-level field; false when it is not one ferrolet reads.
+fn field(c: &mut Config, key: &str, v: &Value) -> Result<bool, ConfigError> {
+    match key {
+        "apiVersion" | "kind" => {}
+        "staticPodPath" => {
+            c.static_pod_path = string(key, v)?.filter(|s| !s.is_empty()).map(PathBuf::from)
+        }
+        "staticPodURL" => c.static_pod_url = string(key, v)?.filter(|s| !s.is_empty()),
+        "staticPodURLHeader" => c.static_pod_url_header = header_map(key, v)?,
+        "fileCheckFrequency" => set(&mut c.file_check_frequency, duration(key, v)?),
+        "httpCheckFrequency" => set(&mut c.http_check_frequency, duration(key, v)?),
+        "syncFrequency" => set(&mut c.sync_frequency, duration(key, v)?),
+        "runtimeRequestTimeout" => set(&mut c.runtime_request_timeout, duration(key, v)?),
+        "containerRuntimeEndpoint" => set(&mut c.container_runtime_endpoint, nonempty(key, v)?),
+        "imageServiceEndpoint" => {
+            if let Some(s) = string(key, v)? {
+                c.image_service_endpoint = s;
+            }
+        }
+        "address" => set(&mut c.address, ip(key, v)?),
+        "healthzBindAddress" => set(&mut c.healthz_bind_address, ip(key, v)?),
+        "readOnlyPort" => set(&mut c.read_only_port, port(key, v)?),
+        "healthzPort" => set(&mut c.healthz_port, port(key, v)?),
+        "maxPods" => set(
+            &mut c.max_pods,
+            integer(key, v, 0, i64::from(i32::MAX))?.map(|n| n as u32),
+        ),
+        "clusterDNS" => c.cluster_dns = ip_list(key, v)?,
+        "clusterDomain" => c.cluster_domain = string(key, v)?.unwrap_or_default(),
+        // A pointer in Go: unset means the default, "" means no host DNS for pods.
+        "resolvConf" => set(&mut c.resolv_conf, string(key, v)?.map(PathBuf::from)),
+        "serializeImagePulls" => set(&mut c.serialize_image_pulls, boolean(key, v)?),
+        "podLogsDir" => set(&mut c.pod_logs_dir, nonempty(key, v)?.map(PathBuf::from)),
+        "containerLogMaxSize" => set(&mut c.container_log_max_size, size(key, v)?),
+        "containerLogMaxFiles" => set(
+            &mut c.container_log_max_files,
+            integer(key, v, i64::from(i32::MIN), i64::from(i32::MAX))?
+                .map(|n| {
+                    u32::try_from(n)
+                        .ok()
+                        .filter(|n| *n > 1)
+                        .ok_or_else(|| invalid(key, format!("{n}: must be greater than 1")))
+                })
+                .transpose()?,
+        ),
+        "cgroupRoot" => set(&mut c.cgroup_root, nonempty(key, v)?),
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn logging(
+    c: &mut Config,
+    path: &Path,
+    v: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let map = match v {
+        Value::Null => return Ok(()),
+        Value::Mapping(m) => m,
+        _ => return Err(invalid("logging", "must be an object")),
+    };
+    for (k, v) in map {
+        match k.as_str() {
+            Some("format") => match string("logging.format", v)?.as_deref() {
+                None | Some("") | Some("text") => c.log_format = LogFormat::Text,
+                Some("json") => c.log_format = LogFormat::Json,
+                Some(other) => {
+                    return Err(invalid(
+                        "logging.format",
+                        format!("unsupported log format {other:?} (want \"text\" or \"json\")"),
+                    ));
+                }
+            },
+            Some("verbosity") => {
+                if let Some(n) = integer("logging.verbosity", v, 0, i64::from(u8::MAX))? {
+                    c.verbosity = n as u8;
+                }
+            }
+            Some(k) if IGNORED_LOGGING_FIELDS.contains(&k) => warnings.push(format!(
+                "{}: field \"logging.{k}\" is not supported by ferrolet (ignored)",
+                path.display()
+            )),
+            _ => warnings.push(format!(
+                "{}: unknown field \"logging.{}\" (ignored)",
+                path.display(),
+                k.as_str().unwrap_or("?")
+            )),
+        }
+    }
+    Ok(())
+}
+
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *slot = v;
+    }
+}
+
+fn get_str(map: &Mapping, key: &str) -> Result<Option<String>, ConfigError> {
+    match map.get(key) {
+        None => Ok(None),
+        Some(v) => string(key, v),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "an object",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+/// A string; null is unset.
+fn string(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        other => Err(invalid(
+            key,
+            format!("must be a string, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// A string where "" means the default (Go's zero value).
+fn nonempty(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
+    Ok(string(key, v)?.filter(|s| !s.is_empty()))
+}
+
+/// A Go duration string; zero means the default, as Go's defaulting treats it.
+fn duration(key: &str, v: &Value) -> Result<Option<Duration>, ConfigError> {
+    match string(key, v)? {
+        None => Ok(None),
+        Some(s) => {
+            let d = parse_duration(&s).map_err(|e| invalid(key, e.to_string()))?;
+            Ok(Some(d).filter(|d| !d.is_zero()))
+        }
+    }
+}
+
+fn boolean(key: &str, v: &Value) -> Result<Option<bool>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Bool(b) => Ok(Some(*b)),
+        other => Err(invalid(
+            key,
+            format!("must be true or false, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// An integer within `[min, max]`.
+fn integer(key: &str, v: &Value, min: i64, max: i64) -> Result<Option<i64>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) if (min..=max).contains(&i) => Ok(Some(i)),
+            Some(i) => Err(invalid(
+                key,
+                format!("{i} must be between {min} and {max}, inclusive"),
+            )),
+            None => Err(invalid(key, format!("{n} is not an integer"))),
+        },
+        other => Err(invalid(
+            key,
+            format!("must be an integer, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// A port, 0 meaning off.
+fn port(key: &str, v: &Value) -> Result<Option<u16>, ConfigError> {
+    Ok(integer(key, v, 0, 65535)?.map(|n| n as u16))
+}
+
+/// An IP address; "" is the default.
+fn ip(key: &str, v: &Value) -> Result<Option<IpAddr>, ConfigError> {
+    match nonempty(key, v)? {
+        None => Ok(None),
+        Some(s) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(key, format!("{s:?} is not an IP address"))),
+    }
+}
+
+fn ip_list(key: &str, v: &Value) -> Result<Vec<IpAddr>, ConfigError> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Sequence(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let field = format!("{key}[{i}]");
+                ip(&field, item)?.ok_or_else(|| invalid(&field, "an empty IP address"))
+            })
+            .collect(),
+        other => Err(invalid(
+            key,
+            format!("must be a list of IP addresses, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// A quantity of bytes (`10Mi`).
+fn size(key: &str, v: &Value) -> Result<Option<u64>, ConfigError> {
+    let Some(s) = nonempty(key, v)? else {
+        return Ok(None);
+    };
+    let q = parse_quantity(&s).map_err(|e| invalid(key, format!("{s:?}: {e}")))?;
+    u64::try_from(q.value_ceil())
+        .map(Some)
+        .map_err(|_| invalid(key, format!("{s:?} must be a non-negative size")))
+}
+
+/// `map[string][]string`, as Go's http.Header.
+fn header_map(key: &str, v: &Value) -> Result<BTreeMap<String, Vec<String>>, ConfigError> {
+    let map = match v {
+        Value::Null => return Ok(BTreeMap::new()),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(invalid(
+                key,
+                format!(
+                    "must be a map of header names to lists of values, not {}",
+                    type_name(other)
+                ),
+            ));
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (name, values) in map {
+        let name = name
+            .as_str()
+            .ok_or_else(|| invalid(key, "header names must be strings"))?;
+        let field = format!("{key}[{name}]");
+        let values = match values {
+            Value::Null => Vec::new(),
+            Value::Sequence(vs) => vs
+                .iter()
+                .map(|v| string(&field, v).map(Option::unwrap_or_default))
+                .collect::<Result<Vec<_>, _>>()?,
+            other => {
+                return Err(invalid(
+                    &field,
+                    format!("must be a list of strings, not {}", type_name(other)),
+                ));
+            }
+        };
+        out.insert(name.to_string(), values);
+    }
+    Ok(out)
+}

@@ -1,0 +1,580 @@
+//! The kubelet's settings: a KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, the
+//! Go kubelet's field names and defaults) overridden by flags, checked once at start-up.
+
+pub mod duration;
+mod file;
+mod flags;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+pub use file::{API_VERSION, KIND};
+pub use flags::{Flags, LogFormat};
+
+use crate::manifest::names;
+
+/// Why the kubelet cannot start with these settings.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The configuration file cannot be read.
+    #[error("reading the configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The configuration file is not YAML/JSON, or not an object.
+    #[error("parsing the configuration file {path}: {reason}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A field has a value the kubelet refuses.
+    #[error("invalid configuration: {field}: {reason}")]
+    Invalid {
+        /// The field, as the file names it (`maxPods`, `logging.format`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The host name (the default node name) cannot be read.
+    #[error("reading the host name: {0}")]
+    Hostname(std::io::Error),
+}
+
+/// The kubelet's settings: KubeletConfiguration (kubelet.config.k8s.io/v1beta1, YAML, same
+/// field names and defaults as the Go kubelet) overridden by flags.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Directory (or file) of static pod manifests (`staticPodPath`).
+    pub static_pod_path: Option<PathBuf>,
+    /// URL of static pod manifests (`staticPodURL`).
+    pub static_pod_url: Option<String>,
+    /// Headers sent to `static_pod_url` (`staticPodURLHeader`).
+    pub static_pod_url_header: BTreeMap<String, Vec<String>>,
+    /// Re-list period of the manifest directory (`fileCheckFrequency`, 20s).
+    pub file_check_frequency: Duration,
+    /// Poll period of the manifest URL (`httpCheckFrequency`, 20s).
+    pub http_check_frequency: Duration,
+    /// Period of the all-pods resync (`syncFrequency`, 1m).
+    pub sync_frequency: Duration,
+    /// CRI runtime endpoint (`containerRuntimeEndpoint`).
+    pub container_runtime_endpoint: String,
+    /// CRI image endpoint; "" = the runtime's (`imageServiceEndpoint`).
+    pub image_service_endpoint: String,
+    /// Timeout of CRI calls other than pulls (`runtimeRequestTimeout`, 2m).
+    pub runtime_request_timeout: Duration,
+    /// Bind address of the read-only API (`address`, 0.0.0.0).
+    pub address: IpAddr,
+    /// Read-only API port, 0 = off (`readOnlyPort`, 0).
+    pub read_only_port: u16,
+    /// Healthz port, 0 = off (`healthzPort`, 10248).
+    pub healthz_port: u16,
+    /// Healthz bind address (`healthzBindAddress`, 127.0.0.1).
+    pub healthz_bind_address: IpAddr,
+    /// Most pods this node runs (`maxPods`, 110).
+    pub max_pods: u32,
+    /// Cluster DNS servers (`clusterDNS`).
+    pub cluster_dns: Vec<IpAddr>,
+    /// Cluster DNS domain (`clusterDomain`).
+    pub cluster_domain: String,
+    /// Resolver configuration pods' DNS starts from; empty = none (`resolvConf`).
+    pub resolv_conf: PathBuf,
+    /// One image pull at a time (`serializeImagePulls`, true).
+    pub serialize_image_pulls: bool,
+    /// Root of container logs (`podLogsDir`, /var/log/pods).
+    pub pod_logs_dir: PathBuf,
+    /// Size at which a container log is rotated, bytes (`containerLogMaxSize`, 10Mi).
+    pub container_log_max_size: u64,
+    /// Log files kept per container (`containerLogMaxFiles`, 5).
+    pub container_log_max_files: u32,
+    /// Cgroup parent of pods (`cgroupRoot`, "/").
+    pub cgroup_root: String,
+    /// `--hostname-override`, as given.
+    pub hostname_override: Option<String>,
+    /// The node name: the override or the host's name, trimmed and lowercased.
+    pub node_name: String,
+    /// Pod dirs and volumes (`--root-dir`, /var/lib/ferrolet/kubelet).
+    pub root_dir: PathBuf,
+    /// Log verbosity (`logging.verbosity`, `-v`).
+    pub verbosity: u8,
+    /// Log format (`logging.format`, `--log-format`).
+    pub log_format: LogFormat,
+}
+
+/// ferrolet-cri's socket: our default runtime (the Go kubelet defaults to containerd's).
+pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/ferrolet/cri.sock";
+/// Default `--root-dir`.
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/ferrolet/kubelet";
+
+impl Default for Config {
+    /// The Go kubelet's defaults (ours for the runtime endpoint and root dir); no node name.
+    fn default() -> Self {
+        Self {
+            static_pod_path: None,
+            static_pod_url: None,
+            static_pod_url_header: BTreeMap::new(),
+            file_check_frequency: Duration::from_secs(20),
+            http_check_frequency: Duration::from_secs(20),
+            sync_frequency: Duration::from_secs(60),
+            container_runtime_endpoint: DEFAULT_RUNTIME_ENDPOINT.into(),
+            image_service_endpoint: String::new(),
+            runtime_request_timeout: Duration::from_secs(120),
+            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            read_only_port: 0,
+            healthz_port: 10248,
+            healthz_bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            max_pods: 110,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
+            serialize_image_pulls: true,
+            pod_logs_dir: PathBuf::from("/var/log/pods"),
+            container_log_max_size: 10 * 1024 * 1024,
+            container_log_max_files: 5,
+            cgroup_root: "/".into(),
+            hostname_override: None,
+            node_name: String::new(),
+            root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
+            verbosity: 0,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+impl Config {
+    /// Defaults, then the `--config` file, then the flags given; resolves the node name and
+    /// checks every value. Returns the settings and the warnings (unknown or ignored fields,
+    /// each naming the field). Synchronous: it runs before the async runtime exists.
+    pub fn load(flags: &Flags) -> Result<(Config, Vec<String>), ConfigError> {
+        let mut config = Config::default();
+        let mut warnings = Vec::new();
+        if let Some(path) = &flags.config {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            warnings = file::apply(&mut config, path, &text)?;
+        }
+        config.apply_flags(flags)?;
+        config.node_name = node_name(config.hostname_override.as_deref())?;
+        config.check()?;
+        Ok((config, warnings))
+    }
+
+    fn apply_flags(&mut self, f: &Flags) -> Result<(), ConfigError> {
+        fn set<T: Clone>(slot: &mut T, v: &Option<T>) {
+            if let Some(v) = v {
+                *slot = v.clone();
+            }
+        }
+        if let Some(p) = &f.pod_manifest_path {
+            self.static_pod_path = Some(p.clone()).filter(|p| !p.as_os_str().is_empty());
+        }
+        if let Some(u) = &f.manifest_url {
+            self.static_pod_url = Some(u.clone()).filter(|u| !u.is_empty());
+        }
+        if !f.manifest_url_header.is_empty() {
+            self.static_pod_url_header = header_flags(&f.manifest_url_header)?;
+        }
+        set(&mut self.root_dir, &f.root_dir);
+        set(
+            &mut self.container_runtime_endpoint,
+            &f.container_runtime_endpoint,
+        );
+        set(&mut self.image_service_endpoint, &f.image_service_endpoint);
+        set(&mut self.read_only_port, &f.read_only_port);
+        set(&mut self.healthz_port, &f.healthz_port);
+        set(&mut self.healthz_bind_address, &f.healthz_bind_address);
+        set(&mut self.address, &f.address);
+        set(&mut self.max_pods, &f.max_pods);
+        if !f.cluster_dns.is_empty() {
+            self.cluster_dns = f.cluster_dns.clone();
+        }
+        set(&mut self.cluster_domain, &f.cluster_domain);
+        set(&mut self.resolv_conf, &f.resolv_conf);
+        set(&mut self.cgroup_root, &f.cgroup_root);
+        // Zero means the default, as in the file.
+        for (slot, v) in [
+            (&mut self.file_check_frequency, f.file_check_frequency),
+            (&mut self.http_check_frequency, f.http_check_frequency),
+            (&mut self.sync_frequency, f.sync_frequency),
+            (&mut self.runtime_request_timeout, f.runtime_request_timeout),
+        ] {
+            if let Some(v) = v.filter(|v| !v.is_zero()) {
+                *slot = v;
+            }
+        }
+        set(&mut self.verbosity, &f.v);
+        set(&mut self.log_format, &f.log_format);
+        if f.hostname_override.is_some() {
+            self.hostname_override = f.hostname_override.clone();
+        }
+        Ok(())
+    }
+
+    /// The start-up checks: values every part relies on.
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: String| ConfigError::Invalid {
+            field: field.into(),
+            reason,
+        };
+        if self.max_pods == 0 {
+            return Err(invalid("maxPods", "must be greater than 0".into()));
+        }
+        if self.container_log_max_files <= 1 {
+            return Err(invalid(
+                "containerLogMaxFiles",
+                "must be greater than 1".into(),
+            ));
+        }
+        if self.container_runtime_endpoint.is_empty() {
+            return Err(invalid(
+                "containerRuntimeEndpoint",
+                "was not specified or empty".into(),
+            ));
+        }
+        let logs = &self.pod_logs_dir;
+        if !logs.is_absolute() {
+            return Err(invalid(
+                "podLogsDir",
+                format!("pod logs path {logs:?} must be absolute path"),
+            ));
+        }
+        if !is_clean(logs) {
+            return Err(invalid(
+                "podLogsDir",
+                format!("pod logs path {logs:?} must be normalized"),
+            ));
+        }
+        if !logs.to_string_lossy().is_ascii() {
+            return Err(invalid(
+                "podLogsDir",
+                format!("pod logs path {logs:?} must contain ASCII characters only"),
+            ));
+        }
+        if let Some(url) = &self.static_pod_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(invalid(
+                "staticPodURL",
+                format!("{url:?} is not an http:// or https:// URL"),
+            ));
+        }
+        if !self.root_dir.is_absolute() {
+            return Err(invalid(
+                "rootDir (--root-dir)",
+                format!("{:?} must be an absolute path", self.root_dir),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `a:1,b:2` (repeatable) → {a: [1], b: [2]}; values of one name accumulate in order.
+fn header_flags(values: &[String]) -> Result<BTreeMap<String, Vec<String>>, ConfigError> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pair in values.iter().flat_map(|v| v.split(',')) {
+        let (k, v) = pair.split_once(':').ok_or_else(|| ConfigError::Invalid {
+            field: "staticPodURLHeader (--manifest-url-header)".into(),
+            reason: format!("{pair:?} is not key:value"),
+        })?;
+        let k = k.trim();
+        if k.is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "staticPodURLHeader (--manifest-url-header)".into(),
+                reason: format!("{pair:?} has an empty key"),
+            });
+        }
+        out.entry(k.to_string()).or_default().push(v.to_string());
+    }
+    Ok(out)
+}
+
+/// No `.`, `..`, doubled or trailing slashes: the path as Go's `filepath.Clean` leaves it.
+fn is_clean(p: &Path) -> bool {
+    let s = p.to_string_lossy();
+    if s == "/" {
+        return true;
+    }
+    !s.ends_with('/')
+        && !s.contains("//")
+        && p.components()
+            .all(|c| !matches!(c, Component::CurDir | Component::ParentDir))
+        && !s.split('/').any(|part| part == ".")
+}
+
+/// The node name: the override, else the host name; trimmed, lowercased, and a valid DNS
+/// subdomain (static pod names are `<name>-<node>`).
+fn node_name(override_name: Option<&str>) -> Result<String, ConfigError> {
+    let (raw, field) = match override_name {
+        Some(n) => (n.to_string(), "hostnameOverride (--hostname-override)"),
+        None => (
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map_err(ConfigError::Hostname)?,
+            "the host name",
+        ),
+    };
+    let name = raw.trim().to_lowercase();
+    if name.is_empty() {
+        return Err(ConfigError::Invalid {
+            field: field.into(),
+            reason: "empty hostname is invalid".into(),
+        });
+    }
+    let errs = names::dns1123_subdomain(&name);
+    if let Some(e) = errs.first() {
+        return Err(ConfigError::Invalid {
+            field: field.into(),
+            reason: format!("{name:?}: {e}"),
+        });
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::io::Write;
+
+    fn flags(args: &[&str]) -> Flags {
+        let mut all = vec!["ferrolet", "--hostname-override=Node-A"];
+        all.extend_from_slice(args);
+        Flags::try_parse_from(all).unwrap()
+    }
+
+    fn with_file(yaml: &str, args: &[&str]) -> Result<(Config, Vec<String>), ConfigError> {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(yaml.as_bytes()).unwrap();
+        let path = f.path().to_str().unwrap().to_string();
+        let mut all = vec!["--config", path.as_str()];
+        all.extend_from_slice(args);
+        Config::load(&flags(&all))
+    }
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn invalid_field(r: Result<(Config, Vec<String>), ConfigError>) -> String {
+        match r {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_go_s() {
+        let (c, warnings) = Config::load(&flags(&[])).unwrap();
+        assert!(warnings.is_empty());
+        let expected = Config {
+            hostname_override: Some("Node-A".into()),
+            node_name: "node-a".into(),
+            ..Config::default()
+        };
+        assert_eq!(c, expected);
+        assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+        assert_eq!(c.sync_frequency, Duration::from_secs(60));
+        assert_eq!(c.runtime_request_timeout, Duration::from_secs(120));
+        assert_eq!(c.address.to_string(), "0.0.0.0");
+        assert_eq!(c.healthz_port, 10248);
+        assert_eq!(c.max_pods, 110);
+        assert_eq!(c.container_log_max_size, 10 << 20);
+        assert_eq!(c.container_log_max_files, 5);
+        assert_eq!(
+            c.container_runtime_endpoint,
+            "unix:///run/ferrolet/cri.sock"
+        );
+        assert_eq!(c.root_dir, PathBuf::from("/var/lib/ferrolet/kubelet"));
+    }
+
+    #[test]
+    fn host_name_is_the_default_node_name() {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        let host = host.trim().to_lowercase();
+        let loaded = Config::load(&Flags::default());
+        if names::dns1123_subdomain(&host).is_empty() {
+            let (c, _) = loaded.unwrap();
+            assert_eq!(c.node_name, host);
+            assert_eq!(c.hostname_override, None);
+        } else {
+            // A host name that cannot name pods is refused, naming where it came from.
+            assert_eq!(invalid_field(loaded), "the host name");
+        }
+    }
+
+    #[test]
+    fn file_then_flags() {
+        let yaml = format!(
+            "{HEAD}staticPodPath: /etc/pods\nstaticPodURL: http://127.0.0.1:8000/pods\nstaticPodURLHeader: {{X-A: [a, b]}}\n\
+             fileCheckFrequency: 5s\nhttpCheckFrequency: 1m30s\nsyncFrequency: 2m0s\nruntimeRequestTimeout: 0s\n\
+             containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\naddress: 127.0.0.1\nreadOnlyPort: 10255\n\
+             healthzPort: 0\nmaxPods: 30\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nresolvConf: \"\"\n\
+             serializeImagePulls: false\npodLogsDir: /tmp/logs\ncontainerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\n\
+             cgroupRoot: /kubepods\nlogging: {{format: json, verbosity: 3}}\n"
+        );
+        let (c, warnings) = with_file(&yaml, &["--max-pods=50", "-v", "5"]).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(c.static_pod_path, Some("/etc/pods".into()));
+        assert_eq!(
+            c.static_pod_url.as_deref(),
+            Some("http://127.0.0.1:8000/pods")
+        );
+        assert_eq!(c.static_pod_url_header["X-A"], ["a", "b"]);
+        assert_eq!(c.file_check_frequency, Duration::from_secs(5));
+        assert_eq!(c.http_check_frequency, Duration::from_secs(90));
+        assert_eq!(c.sync_frequency, Duration::from_secs(120));
+        assert_eq!(
+            c.runtime_request_timeout,
+            Duration::from_secs(120),
+            "0s = default"
+        );
+        assert_eq!(
+            c.container_runtime_endpoint,
+            "unix:///run/containerd/containerd.sock"
+        );
+        assert_eq!(c.address.to_string(), "127.0.0.1");
+        assert_eq!((c.read_only_port, c.healthz_port), (10255, 0));
+        assert_eq!(c.max_pods, 50, "the flag wins");
+        assert_eq!(c.cluster_dns, vec!["10.96.0.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.cluster_domain, "cluster.local");
+        assert_eq!(c.resolv_conf, PathBuf::new());
+        assert!(!c.serialize_image_pulls);
+        assert_eq!(c.pod_logs_dir, PathBuf::from("/tmp/logs"));
+        assert_eq!(
+            (c.container_log_max_size, c.container_log_max_files),
+            (1 << 20, 3)
+        );
+        assert_eq!(c.cgroup_root, "/kubepods");
+        assert_eq!((c.log_format, c.verbosity), (LogFormat::Json, 5));
+    }
+
+    #[test]
+    fn header_flags_accumulate_and_replace_the_file() {
+        let yaml = format!("{HEAD}staticPodURLHeader: {{X-File: [f]}}\n");
+        let (c, _) = with_file(
+            &yaml,
+            &[
+                "--manifest-url-header",
+                "a:hello,b:again",
+                "--manifest-url-header",
+                "b:beautiful:x",
+            ],
+        )
+        .unwrap();
+        let want: BTreeMap<String, Vec<String>> = [
+            ("a".to_string(), vec!["hello".to_string()]),
+            (
+                "b".to_string(),
+                vec!["again".to_string(), "beautiful:x".to_string()],
+            ),
+        ]
+        .into();
+        assert_eq!(c.static_pod_url_header, want);
+        assert_eq!(
+            invalid_field(Config::load(&flags(&["--manifest-url-header", "nocolon"]))),
+            "staticPodURLHeader (--manifest-url-header)"
+        );
+    }
+
+    #[test]
+    fn unknown_and_ignored_fields_warn() {
+        let yaml = format!(
+            "{HEAD}port: 10250\nfancyNewThing: 1\nlogging: {{flushFrequency: 5s, colour: red}}\n"
+        );
+        let (_, warnings) = with_file(&yaml, &[]).unwrap();
+        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("\"port\" is not supported")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("unknown field \"fancyNewThing\"")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("\"logging.flushFrequency\"")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("unknown field \"logging.colour\"")),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let cases = [
+            ("fileCheckFrequency: 20x\n", "fileCheckFrequency"),
+            ("syncFrequency: -1s\n", "syncFrequency"),
+            ("syncFrequency: 20\n", "syncFrequency"),
+            ("containerLogMaxSize: 10Zi\n", "containerLogMaxSize"),
+            ("containerLogMaxSize: -1\n", "containerLogMaxSize"),
+            ("containerLogMaxFiles: 1\n", "containerLogMaxFiles"),
+            ("maxPods: 0\n", "maxPods"),
+            ("maxPods: -3\n", "maxPods"),
+            ("maxPods: many\n", "maxPods"),
+            ("readOnlyPort: 70000\n", "readOnlyPort"),
+            ("address: localhost\n", "address"),
+            ("clusterDNS: [10.0.0.1, dns]\n", "clusterDNS[1]"),
+            ("serializeImagePulls: sometimes\n", "serializeImagePulls"),
+            ("podLogsDir: logs\n", "podLogsDir"),
+            ("podLogsDir: /var/log/../pods\n", "podLogsDir"),
+            ("staticPodURL: ftp://x\n", "staticPodURL"),
+            ("logging: {format: xml}\n", "logging.format"),
+            ("staticPodURLHeader: {X: v}\n", "staticPodURLHeader[X]"),
+        ];
+        for (line, field) in cases {
+            assert_eq!(
+                invalid_field(with_file(&format!("{HEAD}{line}"), &[])),
+                field,
+                "{line}"
+            );
+        }
+        let wrong_version =
+            "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n";
+        assert_eq!(invalid_field(with_file(wrong_version, &[])), "apiVersion");
+        let wrong_kind = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n";
+        assert_eq!(invalid_field(with_file(wrong_kind, &[])), "kind");
+        assert_eq!(invalid_field(with_file("maxPods: 3\n", &[])), "apiVersion");
+        assert_eq!(
+            invalid_field(Config::load(&flags(&["--max-pods=0"]))),
+            "maxPods"
+        );
+        let bad_name = Flags::try_parse_from(["ferrolet", "--hostname-override=bad_name"]).unwrap();
+        assert_eq!(
+            invalid_field(Config::load(&bad_name)),
+            "hostnameOverride (--hostname-override)"
+        );
+    }
+
+    #[test]
+    fn unreadable_and_unparsable_files() {
+        let missing = flags(&["--config", "/nonexistent/kubelet.yaml"]);
+        assert!(matches!(
+            Config::load(&missing),
+            Err(ConfigError::Read { .. })
+        ));
+        assert!(matches!(
+            with_file("a: [1, 2", &[]),
+            Err(ConfigError::Parse { .. })
+        ));
+        assert!(matches!(with_file("", &[]), Err(ConfigError::Parse { .. })));
+        assert!(matches!(
+            with_file("- 1\n", &[]),
+            Err(ConfigError::Parse { .. })
+        ));
+    }
+}

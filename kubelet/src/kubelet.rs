@@ -1,0 +1,280 @@
+//! The kubelet: desired pods from the sources, the sync loop that hands work to the pod
+//! workers, housekeeping, and the pods' statuses as the API shows them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::mpsc;
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::cri::Cri;
+use crate::pleg::{Pleg, PodLifecycleEvent};
+use crate::pod_workers::{PodWorkers, Work};
+use crate::podspec::NodeContext;
+use crate::source::PodConfig;
+use crate::status::Waiting;
+use crate::types::{Pod, PodOp, PodUpdate};
+
+/// How often every pod is synced even without events (the Go kubelet's resync).
+const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// PLEG relist period.
+const RELIST_PERIOD: Duration = Duration::from_secs(1);
+
+/// What the kubelet knows of one desired pod.
+#[derive(Clone, Debug, Default)]
+pub struct PodState {
+    /// The pod as its source gave it.
+    pub pod: Pod,
+    /// The status from the last sync.
+    pub status: PodStatus,
+    /// Why containers are not running, per container name, from the last sync.
+    pub waiting: BTreeMap<String, Waiting>,
+    /// When the kubelet first synced it.
+    pub start_time: Option<Time>,
+    /// Being killed (removed from its source).
+    pub terminating: bool,
+}
+
+/// The kubelet.
+pub struct Kubelet {
+    /// Settings.
+    pub config: Config,
+    /// Node-wide inputs of pod specs.
+    pub node: NodeContext,
+    /// The runtime.
+    pub cri: Cri,
+    /// The runtime pod cache and event generator.
+    pub pleg: Arc<Pleg>,
+    /// The runtime's name (`containerd`, `ferrolet`), for container ids in statuses.
+    pub runtime_name: String,
+    pub(crate) pods: RwLock<BTreeMap<String, PodState>>,
+    pub(crate) crash_backoff: Backoff,
+    pub(crate) pull_backoff: Backoff,
+    pub(crate) pull_lock: tokio::sync::Mutex<()>,
+}
+
+impl Kubelet {
+    /// A kubelet on a connected runtime.
+    pub async fn new(config: Config, node: NodeContext, cri: Cri) -> Arc<Self> {
+        let runtime_name = match cri.version().await {
+            Ok(v) => v.runtime_name,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the runtime's version");
+                "cri".into()
+            }
+        };
+        Arc::new(Self {
+            pleg: Arc::new(Pleg::new(cri.clone())),
+            config,
+            node,
+            cri,
+            runtime_name,
+            pods: RwLock::new(BTreeMap::new()),
+            crash_backoff: Backoff::crash_loop(),
+            pull_backoff: Backoff::image_pull(),
+            pull_lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The desired pods with their last statuses.
+    pub fn pods(&self) -> Vec<PodState> {
+        self.pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// One desired pod.
+    pub fn pod_state(&self, uid: &str) -> Option<PodState> {
+        self.pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .cloned()
+    }
+
+    /// Changes a desired pod's state.
+    pub(crate) fn update_state(&self, uid: &str, f: impl FnOnce(&mut PodState)) {
+        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = pods.get_mut(uid) {
+            f(state);
+        }
+    }
+
+    /// The sync loop: sources → pod workers; PLEG events and the periodic resync → syncs;
+    /// housekeeping removes what no desired pod owns. Runs until the update channel closes.
+    pub async fn run(self: Arc<Self>, mut updates: mpsc::Receiver<PodUpdate>) {
+        let kubelet = self.clone();
+        let workers = PodWorkers::new(move |uid: String, work: Work| {
+            let kubelet = kubelet.clone();
+            async move { kubelet.work(&uid, work).await }
+        });
+        let (pleg_tx, mut pleg_rx) = mpsc::channel::<PodLifecycleEvent>(1024);
+        self.pleg.clone().spawn(RELIST_PERIOD, pleg_tx);
+        let mut config = PodConfig::new();
+        let mut resync =
+            tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        loop {
+            tokio::select! {
+                update = updates.recv() => {
+                    let Some(update) = update else { break };
+                    for change in config.apply(update) {
+                        self.handle_change(&workers, change);
+                    }
+                }
+                Some(event) = pleg_rx.recv() => {
+                    if let Some(state) = self.pod_state(&event.uid)
+                        && !state.terminating
+                    {
+                        workers.update(&event.uid, Work::Sync(Box::new(state.pod)));
+                    }
+                }
+                _ = resync.tick() => {
+                    for state in self.pods() {
+                        if !state.terminating {
+                            let uid = uid_of(&state.pod);
+                            workers.update(&uid, Work::Sync(Box::new(state.pod)));
+                        }
+                    }
+                }
+                _ = housekeeping.tick() => {
+                    let now = std::time::Instant::now();
+                    self.crash_backoff.gc(now);
+                    self.pull_backoff.gc(now);
+                    // Until every source has spoken, a running pod may just not be listed yet.
+                    if config.seen_all(&self.sources()) {
+                        self.housekeeping(&workers).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The sources configured, by their `kubernetes.io/config.source` names.
+    fn sources(&self) -> Vec<&'static str> {
+        let mut sources = Vec::new();
+        if self.config.static_pod_path.is_some() {
+            sources.push(crate::source::FILE_SOURCE);
+        }
+        if self.config.static_pod_url.is_some() {
+            sources.push(crate::source::HTTP_SOURCE);
+        }
+        sources
+    }
+
+    fn handle_change<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, change: PodUpdate)
+    where
+        F: Fn(String, Work) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        for pod in change.pods {
+            let uid = uid_of(&pod);
+            match change.op {
+                PodOp::Add | PodOp::Update | PodOp::Reconcile => {
+                    let known = {
+                        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+                        let known = pods.contains_key(&uid);
+                        let state = pods.entry(uid.clone()).or_default();
+                        state.pod = pod.clone();
+                        state.terminating = false;
+                        known
+                    };
+                    // A re-listed, unchanged pod needs no sync of its own: PLEG events and the
+                    // resync cover it (else N manifests written one by one cost N² syncs).
+                    if change.op != PodOp::Reconcile || !known {
+                        workers.update(&uid, Work::Sync(Box::new(pod)));
+                    }
+                }
+                PodOp::Remove => {
+                    let grace = grace_period(&pod);
+                    self.update_state(&uid, |s| s.terminating = true);
+                    tracing::info!(pod = %pod_name(&pod), grace, "pod removed from its source; stopping it");
+                    workers.update(&uid, Work::Kill(Box::new(pod), grace));
+                }
+            }
+        }
+    }
+
+    async fn work(&self, uid: &str, work: Work) {
+        match work {
+            Work::Sync(pod) => {
+                let span = tracing::info_span!("sync_pod", pod = %pod_name(&pod), uid);
+                let _ = tracing::Instrument::instrument(self.sync_pod(&pod), span).await;
+            }
+            Work::Kill(pod, grace) => {
+                let span = tracing::info_span!("kill_pod", pod = %pod_name(&pod), uid);
+                tracing::Instrument::instrument(self.kill_pod(uid, grace), span).await;
+                self.pods
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(uid);
+                self.crash_backoff.forget_prefix(&format!("{uid}/"));
+            }
+        }
+    }
+
+    /// Kills sandboxes and containers that belong to no desired pod (a pod removed while the
+    /// kubelet was down, or one whose kill failed), and removes pod dirs of unknown pods.
+    async fn housekeeping<F, Fut>(&self, workers: &Arc<PodWorkers<F>>)
+    where
+        F: Fn(String, Work) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let desired: BTreeSet<String> = self
+            .pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        for runtime_pod in self.pleg.all() {
+            if desired.contains(&runtime_pod.uid) || workers.has(&runtime_pod.uid) {
+                continue;
+            }
+            tracing::info!(uid = %runtime_pod.uid, name = %runtime_pod.name, "housekeeping: killing a pod no source wants");
+            let mut pod = Pod::default();
+            pod.metadata.uid = Some(runtime_pod.uid.clone());
+            pod.metadata.name = Some(runtime_pod.name.clone());
+            pod.metadata.namespace = Some(runtime_pod.namespace.clone());
+            workers.update(&runtime_pod.uid, Work::Kill(Box::new(pod), 0));
+        }
+        for uid in crate::volume::pod_dirs(&self.config.root_dir).await {
+            if desired.contains(&uid) || workers.has(&uid) {
+                continue;
+            }
+            if let Err(e) = crate::volume::teardown(&self.config.root_dir, &uid).await {
+                tracing::warn!(uid, error = %e, "housekeeping: removing a pod dir");
+            }
+        }
+    }
+}
+
+/// A pod's UID (static pods always have one).
+pub fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// `namespace/name`.
+pub fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The pod's termination grace period (default 30 s).
+pub fn grace_period(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0)
+}

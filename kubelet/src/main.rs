@@ -1,0 +1,137 @@
+//! `ferrolet`: the kubelet binary. Standalone mode: pods from a manifest directory and/or URL,
+//! driven through any CRI endpoint.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use ferrolet::config::{Config, Flags};
+use ferrolet::cri::Cri;
+use ferrolet::kubelet::Kubelet;
+use ferrolet::podspec::NodeContext;
+use ferrolet::{logging, node, server, source};
+use tokio::sync::mpsc;
+
+fn main() -> Result<()> {
+    let flags = Flags::parse();
+    let (config, warnings) = Config::load(&flags)?;
+    logging::init(config.verbosity, config.log_format.is_json()).map_err(anyhow::Error::msg)?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(run(config))
+}
+
+/// Connects to the runtime, retrying while it is not up yet (it may start after us).
+async fn connect(config: &Config) -> Result<Cri> {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match Cri::connect(
+            &config.container_runtime_endpoint,
+            &config.image_service_endpoint,
+            config.runtime_request_timeout,
+        )
+        .await
+        {
+            Ok(cri) => match cri.version().await {
+                Ok(v) => {
+                    tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "connected to the container runtime");
+                    return Ok(cri);
+                }
+                Err(e) => tracing::warn!(error = %e, "the container runtime does not answer yet"),
+            },
+            Err(e) => tracing::warn!(error = %e, "the container runtime is not up yet"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn run(config: Config) -> Result<()> {
+    tokio::fs::create_dir_all(&config.root_dir)
+        .await
+        .with_context(|| format!("creating {}", config.root_dir.display()))?;
+    let cri = connect(&config).await?;
+    let node = NodeContext {
+        node_name: config.node_name.clone(),
+        host_ip: node::host_ip().to_string(),
+        cluster_dns: config.cluster_dns.clone(),
+        cluster_domain: config.cluster_domain.clone(),
+        resolv_conf: config.resolv_conf.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        cgroup_root: config.cgroup_root.clone(),
+        memory_capacity: node::memory_capacity(),
+    };
+    tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
+    let kubelet = Kubelet::new(config.clone(), node, cri).await;
+    let (tx, rx) = mpsc::channel(64);
+    if let Some(dir) = &config.static_pod_path {
+        source::spawn_file_source(
+            dir.clone(),
+            config.node_name.clone(),
+            config.file_check_frequency,
+            tx.clone(),
+        );
+    }
+    if let Some(url) = &config.static_pod_url {
+        source::spawn_url_source(
+            url.clone(),
+            config.static_pod_url_header.clone(),
+            config.node_name.clone(),
+            config.http_check_frequency,
+            tx.clone(),
+        );
+    }
+    let view: Arc<dyn server::NodeView> = kubelet.clone();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    if config.healthz_port > 0 {
+        let addr = SocketAddr::new(config.healthz_bind_address, config.healthz_port);
+        let (view, stop) = (view.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = server::serve_healthz(addr, view, stop).await {
+                tracing::error!(%addr, error = %e, "healthz server");
+            }
+        });
+    }
+    if config.read_only_port > 0 {
+        let addr = SocketAddr::new(config.address, config.read_only_port);
+        let (view, stop) = (view.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = server::serve_read_only(addr, view, stop).await {
+                tracing::error!(%addr, error = %e, "read-only API server");
+            }
+        });
+    }
+    // The sources hold the senders; the loop ends when they all stop, or on a signal.
+    drop(tx);
+    tokio::select! {
+        () = kubelet.clone().run(rx) => {}
+        () = termination_signal() => tracing::info!("stopping (pods keep running)"),
+    }
+    let _ = stop_tx.send(true);
+    Ok(())
+}
+
+async fn termination_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,159 @@
+//! Pod workers: one task per pod UID. Work for one pod runs one at a time, and only the
+//! newest pending work is kept (a burst of updates becomes one sync); different pods sync in
+//! parallel.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+use crate::types::Pod;
+
+/// What a worker is asked to do.
+#[derive(Clone, Debug)]
+pub enum Work {
+    /// Drive the pod to its desired state.
+    Sync(Box<Pod>),
+    /// Stop it with a grace period in seconds and clean up; the worker ends afterwards.
+    Kill(Box<Pod>, i64),
+}
+
+struct Slot {
+    pending: Mutex<Option<Work>>,
+    notify: Notify,
+}
+
+/// The workers.
+pub struct PodWorkers<F> {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+    run: F,
+}
+
+impl<F, Fut> PodWorkers<F>
+where
+    F: Fn(String, Work) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    /// Workers that run `run(uid, work)` for each piece of work.
+    pub fn new(run: F) -> Arc<Self> {
+        Arc::new(Self {
+            slots: Mutex::new(HashMap::new()),
+            run,
+        })
+    }
+
+    /// Queues work for a pod, replacing whatever was still pending (a kill is never replaced
+    /// by a sync); starts the pod's worker if it has none.
+    pub fn update(self: &Arc<Self>, uid: &str, work: Work) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(slot) = slots.get(uid) {
+            let mut pending = slot.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let keep_kill =
+                matches!(pending.as_ref(), Some(Work::Kill(..))) && matches!(work, Work::Sync(_));
+            if !keep_kill {
+                *pending = Some(work);
+            }
+            drop(pending);
+            slot.notify.notify_one();
+            return;
+        }
+        let slot = Arc::new(Slot {
+            pending: Mutex::new(Some(work)),
+            notify: Notify::new(),
+        });
+        slots.insert(uid.to_string(), slot.clone());
+        drop(slots);
+        let this = self.clone();
+        let uid = uid.to_string();
+        tokio::spawn(async move { this.work_loop(uid, slot).await });
+    }
+
+    /// Whether a pod has a worker.
+    pub fn has(&self, uid: &str) -> bool {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(uid)
+    }
+
+    async fn work_loop(self: Arc<Self>, uid: String, slot: Arc<Slot>) {
+        loop {
+            let work = slot
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let Some(work) = work else {
+                slot.notify.notified().await;
+                continue;
+            };
+            let killing = matches!(work, Work::Kill(..));
+            (self.run)(uid.clone(), work).await;
+            if killing {
+                let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+                let mut pending = slot.pending.lock().unwrap_or_else(|p| p.into_inner());
+                // A new pod with the same UID may have arrived while we killed: keep going.
+                if pending.is_none() {
+                    slots.remove(&uid);
+                    return;
+                }
+                if let Some(Work::Kill(..)) = pending.as_ref() {
+                    *pending = None;
+                    slots.remove(&uid);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::time::Duration;
+
+    fn pod(name: &str) -> Box<Pod> {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        Box::new(p)
+    }
+
+    #[tokio::test]
+    async fn newest_pending_work_wins_and_kills_end_the_worker() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let workers = PodWorkers::new(move |uid: String, work: Work| {
+            let s = s.clone();
+            async move {
+                let name = match &work {
+                    Work::Sync(p) => format!("sync {}", p.metadata.name.clone().unwrap()),
+                    Work::Kill(p, g) => format!("kill {} {g}", p.metadata.name.clone().unwrap()),
+                };
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                s.lock().unwrap().push(format!("{uid}: {name}"));
+            }
+        });
+        workers.update("a", Work::Sync(pod("1")));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // While "1" runs, three more arrive: only the last is run.
+        workers.update("a", Work::Sync(pod("2")));
+        workers.update("a", Work::Sync(pod("3")));
+        workers.update("a", Work::Kill(pod("4"), 5));
+        workers.update("a", Work::Sync(pod("5")));
+        workers.update("b", Work::Sync(pod("x")));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.contains(&"a: sync 1".to_string()), "{seen:?}");
+        assert!(seen.contains(&"a: kill 4 5".to_string()), "{seen:?}");
+        assert!(seen.contains(&"b: sync x".to_string()), "{seen:?}");
+        assert!(
+            !seen
+                .iter()
+                .any(|s| s.contains("sync 2") || s.contains("sync 3") || s.contains("sync 5")),
+            "{seen:?}"
+        );
+        assert!(!workers.has("a"));
+    }
+}

@@ -1,0 +1,93 @@
+//! What the HTTP API reads from the kubelet: desired pods with statuses, the runtime's pods,
+//! health, and where container logs are.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ferrolet_proto::cri::ContainerState;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::kubelet::Kubelet;
+use crate::server::NodeView;
+use crate::types::Pod;
+
+/// PLEG not relisting for this long makes the node unhealthy (the Go kubelet's threshold).
+const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+
+impl NodeView for Kubelet {
+    fn pods(&self) -> Vec<Pod> {
+        Kubelet::pods(self)
+            .into_iter()
+            .map(|s| {
+                let mut pod = s.pod;
+                pod.status = Some(s.status);
+                pod
+            })
+            .collect()
+    }
+
+    fn running_pods(&self) -> Vec<Pod> {
+        self.pleg
+            .all()
+            .into_iter()
+            .filter(|p| p.sandboxes.iter().any(|s| s.ready))
+            .map(|p| Pod {
+                metadata: ObjectMeta {
+                    name: Some(p.name.clone()),
+                    namespace: Some(p.namespace.clone()),
+                    uid: Some(p.uid.clone()),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    containers: p
+                        .containers
+                        .iter()
+                        .filter(|c| c.state == ContainerState::ContainerRunning)
+                        .map(|c| Container {
+                            name: c.name.clone(),
+                            image: Some(c.image.clone()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                    ..Default::default()
+                }),
+                status: None,
+            })
+            .collect()
+    }
+
+    fn healthy(&self) -> Result<(), String> {
+        match self.pleg.last_relist() {
+            Some(at) if at.elapsed() > RELIST_THRESHOLD => Err(format!(
+                "PLEG is not healthy: pleg was last seen active {:?} ago; threshold is {RELIST_THRESHOLD:?}",
+                at.elapsed()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn container_log_path(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        previous: bool,
+    ) -> Option<PathBuf> {
+        let uid = Kubelet::pods(self).into_iter().find_map(|s| {
+            let m = &s.pod.metadata;
+            (m.namespace.as_deref() == Some(namespace) && m.name.as_deref() == Some(pod))
+                .then(|| m.uid.clone().unwrap_or_default())
+        })?;
+        let runtime = self.pleg.get(&uid)?;
+        let mut instances: Vec<_> = runtime
+            .containers
+            .iter()
+            .filter(|c| c.name == container && !c.log_path.is_empty())
+            .collect();
+        instances.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        instances
+            .get(usize::from(previous))
+            .map(|c| PathBuf::from(&c.log_path))
+    }
+}
