@@ -73,7 +73,25 @@ impl Kubelet {
             }
             return Ok(());
         }
-        let volumes = crate::volume::setup(&self.config.root_dir, pod).await?;
+        let volumes = match crate::volume::setup(&self.config.root_dir, pod).await {
+            Ok(v) => v,
+            Err(e) => {
+                // As the Go kubelet: the pod waits in ContainerCreating, the reason says why.
+                tracing::warn!(error = %e, "FailedMount");
+                let w = Waiting {
+                    reason: "ContainerCreating".into(),
+                    message: e.to_string(),
+                };
+                for c in spec
+                    .containers
+                    .iter()
+                    .chain(spec.init_containers.iter().flatten())
+                {
+                    waiting.insert(c.name.clone(), w.clone());
+                }
+                return Ok(());
+            }
+        };
         let sandbox = runtime.sandboxes.first().filter(|s| s.ready).cloned();
         let (sandbox_id, attempt, pod_ip, pod_ips, fresh) = match sandbox {
             Some(sb) => {
@@ -297,19 +315,13 @@ impl Kubelet {
             reason: reason.into(),
             message,
         };
-        let mounts =
-            match crate::volume::container_mounts(&self.config.root_dir, pod, c, volumes, pod_ip)
-                .await
-            {
-                Ok(m) => m,
-                Err(e) => {
-                    waiting.insert(
-                        c.name.clone(),
-                        fail("CreateContainerConfigError", e.to_string()),
-                    );
-                    return;
-                }
-            };
+        let mounts = match self.container_mounts(pod, c, volumes, pod_ips).await {
+            Ok(m) => m,
+            Err(e) => {
+                waiting.insert(c.name.clone(), fail("CreateContainerConfigError", e));
+                return;
+            }
+        };
         let ctx = ContainerContext {
             pod_ip,
             pod_ips,
@@ -362,6 +374,30 @@ impl Kubelet {
         }
         waiting.remove(&c.name);
         tracing::info!(container = %c.name, id, restart_count, "container started");
+    }
+
+    /// A container's mounts, with what its /etc/hosts and subPathExpr need.
+    async fn container_mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        volumes: &crate::volume::PodVolumes,
+        pod_ips: &[String],
+    ) -> Result<Vec<ferrolet_proto::cri::Mount>, String> {
+        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
+        let (hostname, domain) =
+            podspec::hostname_and_domain(pod, &self.node).map_err(|e| e.to_string())?;
+        let envs = podspec::container_env(pod, c, &self.node, pod_ip, pod_ips)
+            .map_err(|e| e.to_string())?;
+        let ctx = crate::volume::MountContext {
+            pod_ips,
+            hostname: &hostname,
+            host_domain: &domain,
+            envs: &envs,
+        };
+        crate::volume::container_mounts_with(&self.config.root_dir, pod, c, volumes, &ctx)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// `runAsNonRoot` checked against the user the container would run as.
