@@ -15,6 +15,7 @@
 
 pub mod containerd;
 pub mod cri;
+pub mod kubelet;
 pub mod leak;
 pub mod network;
 pub mod pods;

@@ -113,6 +113,18 @@ impl CriNode {
         }
     }
 
+    /// Records ids of sandboxes and containers another CRI client made (the kubelet), so
+    /// [`CriNode::pod_leaks`] looks for their leftovers too.
+    pub fn track_ids(&self, ids: impl IntoIterator<Item = String>) {
+        if let Ok(mut known) = self.created.lock() {
+            for id in ids {
+                if !known.contains(&id) {
+                    known.push(id);
+                }
+            }
+        }
+    }
+
     /// ferrolet-cri's persistent state dir.
     pub fn root(&self) -> PathBuf {
         self.scratch.path().join("root")
