@@ -21,6 +21,8 @@ use crate::types::{Pod, PodOp, PodUpdate};
 
 /// How often every pod is synced even without events (the Go kubelet's resync).
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// How often container log sizes are checked (the Go kubelet's log manager: 10 s).
+const LOG_ROTATION_PERIOD: Duration = Duration::from_secs(10);
 /// PLEG relist period.
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
 
@@ -121,6 +123,7 @@ impl Kubelet {
         let mut resync =
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        let mut log_rotation = tokio::time::interval(LOG_ROTATION_PERIOD);
         loop {
             tokio::select! {
                 update = updates.recv() => {
@@ -143,6 +146,9 @@ impl Kubelet {
                             workers.update(&uid, Work::Sync(Box::new(state.pod)));
                         }
                     }
+                }
+                _ = log_rotation.tick() => {
+                    self.rotate_logs().await;
                 }
                 _ = housekeeping.tick() => {
                     let now = std::time::Instant::now();

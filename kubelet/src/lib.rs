@@ -15,6 +15,7 @@
 //! - [`kubelet`]: desired pods, the sync loop, housekeeping; [`pod_workers`]: one task per pod.
 //! - [`sync_pod`]: SyncPod/KillPod, the Kubernetes semantics; [`images`]: pull policies.
 //! - [`view`]: what the HTTP API reads from the kubelet.
+//! - [`log_rotation`]: container logs rotated by size through ReopenContainerLog.
 //! - [`node`], [`logging`]: node facts, log set-up.
 
 pub mod backoff;
@@ -22,6 +23,7 @@ pub mod config;
 pub mod cri;
 pub mod images;
 pub mod kubelet;
+pub mod log_rotation;
 pub mod logging;
 pub mod manifest;
 pub mod node;

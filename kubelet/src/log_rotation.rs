@@ -1,0 +1,149 @@
+//! Container log rotation (the Go kubelet's container log manager): a running container's log
+//! over `containerLogMaxSize` is renamed with a timestamp suffix and the runtime reopens the
+//! original path (ReopenContainerLog); at most `containerLogMaxFiles` files are kept.
+
+use std::path::{Path, PathBuf};
+
+use ferrolet_proto::cri::ContainerState;
+
+use crate::kubelet::Kubelet;
+
+impl Kubelet {
+    /// Rotates every running container's log that has outgrown the limit.
+    pub async fn rotate_logs(&self) {
+        let max_size = self.config.container_log_max_size;
+        let max_files = self.config.container_log_max_files.max(2) as usize;
+        for pod in self.pleg.all() {
+            for c in pod
+                .containers
+                .iter()
+                .filter(|c| c.state == ContainerState::ContainerRunning && !c.log_path.is_empty())
+            {
+                let path = PathBuf::from(&c.log_path);
+                let Ok(meta) = tokio::fs::metadata(&path).await else {
+                    continue;
+                };
+                if meta.len() < max_size {
+                    continue;
+                }
+                if let Err(e) = self.rotate(&c.id, &path, max_files).await {
+                    tracing::warn!(container = %c.id, path = %path.display(), error = %e, "rotating a container log");
+                }
+            }
+        }
+    }
+
+    async fn rotate(&self, id: &str, path: &Path, max_files: usize) -> Result<(), String> {
+        let rotated = PathBuf::from(format!("{}.{}", path.display(), stamp()));
+        tokio::fs::rename(path, &rotated)
+            .await
+            .map_err(|e| format!("renaming to {}: {e}", rotated.display()))?;
+        if let Err(e) = self.cri.reopen_container_log(id).await {
+            // Put it back so the runtime keeps writing where the kubelet reads.
+            let _ = tokio::fs::rename(&rotated, path).await;
+            return Err(format!("ReopenContainerLog: {e}"));
+        }
+        tracing::info!(container = id, rotated = %rotated.display(), "container log rotated");
+        remove_oldest(path, max_files - 1).await;
+        Ok(())
+    }
+}
+
+/// Keeps the newest `keep` rotated files of a log.
+async fn remove_oldest(path: &Path, keep: usize) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return;
+    };
+    let mut rotated = Vec::new();
+    while let Ok(Some(e)) = entries.next_entry().await {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with(&prefix) {
+            rotated.push(e.path());
+        }
+    }
+    // The suffix is a sortable timestamp: oldest first.
+    rotated.sort();
+    let excess = rotated.len().saturating_sub(keep);
+    for old in rotated.into_iter().take(excess) {
+        let _ = tokio::fs::remove_file(old).await;
+    }
+}
+
+/// `YYYYMMDD-hhmmss.nnnnnnnnn` UTC, sortable, like the Go kubelet's rotation suffix (with
+/// nanoseconds so two rotations in one second do not collide).
+fn stamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil(days);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}.{:09}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        now.subsec_nanos()
+    )
+}
+
+/// Days since 1970-01-01 as a civil date (Howard Hinnant's algorithm).
+fn civil(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil(0), (1970, 1, 1));
+        assert_eq!(civil(19_683), (2023, 11, 22));
+        assert_eq!(civil(11_016), (2000, 2, 29));
+    }
+
+    #[tokio::test]
+    async fn only_the_newest_rotated_files_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("0.log");
+        std::fs::write(&log, b"current").unwrap();
+        for s in [
+            "20231122-000001.1",
+            "20231122-000002.1",
+            "20231122-000003.1",
+        ] {
+            std::fs::write(dir.path().join(format!("0.log.{s}")), b"old").unwrap();
+        }
+        std::fs::write(dir.path().join("1.log.20231122-000000.1"), b"other").unwrap();
+        remove_oldest(&log, 2).await;
+        let mut left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "0.log",
+                "0.log.20231122-000002.1",
+                "0.log.20231122-000003.1",
+                "1.log.20231122-000000.1"
+            ]
+        );
+    }
+}
