@@ -1,0 +1,1080 @@
+//! `ferrolet-kubelet-bench`: the static-pod start-latency benchmark of `ferrolet` (issue #6,
+//! "Performance"). Against a running `ferrolet` (standalone, its manifest dir and read-only port
+//! given), for each N it writes N static pod manifests at once and measures per pod the time from
+//! its manifest being written to the pod being `Running` in `/pods` (and to its container having
+//! started, from the runtime's CRI `ContainerStatus`), then the total until all run; with the
+//! largest N running it samples ferrolet's RSS and idle CPU; then it removes the manifests and
+//! waits until the runtime (CRI `ListPodSandbox`) holds none of the pods. `compare A.json B.json`
+//! prints two runs side by side with the issue's goals.
+//!
+//! A Ctrl-C (or SIGTERM) removes the manifests written and waits for the pods to go before
+//! exiting 130; a second one exits at once.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Parser, Subcommand};
+use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
+use ferrolet_proto::cri::{
+    ContainerStatusRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
+    ListPodSandboxRequest, PullImageRequest, VersionRequest,
+};
+use ferrolet_proto::transport;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+/// Namespace of the benchmark's pods; how their sandboxes are found in the runtime.
+const POD_NAMESPACE: &str = "ferrolet-bench";
+/// Pod label carrying the run id (so `/pods` entries are matched to the manifests written).
+const RUN_LABEL: &str = "ferrolet.bench/run";
+/// Pod label carrying the pod's index within its round.
+const INDEX_LABEL: &str = "ferrolet.bench/index";
+/// Sandbox label the kubelet puts the pod namespace under (the Go kubelet's key).
+const NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// Container label the kubelet puts the pod name under.
+const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+/// Ends at once on SIGTERM: as PID 1 a plain `sleep` would ignore it and every pod removal would
+/// wait for the whole grace period.
+const COMMAND: &str = "trap 'exit 0' TERM; sleep 1000000 & wait";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ferrolet-kubelet-bench",
+    about = "Static-pod start latency, RSS and idle CPU of a running ferrolet",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print two `--json` reports side by side, with the goals of issue #6.
+    Compare {
+        /// Report of the first run (e.g. on ferrolet-cri).
+        a: PathBuf,
+        /// Report of the second run (e.g. on containerd's CRI).
+        b: PathBuf,
+    },
+}
+
+/// Flags of a benchmark run.
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// ferrolet's manifest directory (`--pod-manifest-path`); the benchmark writes into it.
+    #[arg(long)]
+    manifest_dir: Option<PathBuf>,
+    /// ferrolet's read-only API, host:port.
+    #[arg(long, default_value = "127.0.0.1:10255")]
+    read_only: String,
+    /// The CRI endpoint ferrolet drives (to pre-pull the image and to see pods go), unix:///path.
+    #[arg(long, default_value = "unix:///run/ferrolet/cri.sock")]
+    endpoint: String,
+    /// ferrolet's pid (RSS and CPU are sampled from /proc/<pid>).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Pod counts, one round each, in order.
+    #[arg(short = 'n', long = "pods", value_delimiter = ',', default_values_t = [1u32, 30, 100])]
+    pods: Vec<u32>,
+    /// Container image (pulled through CRI first if missing; the pods use IfNotPresent).
+    #[arg(long, default_value = "127.0.0.1:5000/ferrolet/busybox:1")]
+    image: String,
+    /// Interval between two `/pods` polls, milliseconds.
+    #[arg(long, default_value_t = 20)]
+    poll_ms: u64,
+    /// Idle window over which ferrolet's CPU is measured with the largest N running, seconds.
+    #[arg(long, default_value_t = 30)]
+    idle_s: u64,
+    /// Pause after the last pod is Running before the idle window, seconds.
+    #[arg(long, default_value_t = 5)]
+    settle_s: u64,
+    /// Deadline for a round's pods to run, and for them to go, seconds.
+    #[arg(long, default_value_t = 300)]
+    round_timeout_s: u64,
+    /// Name of this run in the table and the JSON.
+    #[arg(long, default_value = "ferrolet")]
+    label: String,
+    /// Print the report as JSON on stdout (the table then goes to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Latency summary of one measure over a round's pods, milliseconds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Latency {
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+/// One round: N manifests written, all Running, all removed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Round {
+    pods: u32,
+    /// Manifest written → pod `Running` in `/pods`.
+    running: Latency,
+    /// Manifest written → container started (the runtime's `ContainerStatus.started_at`).
+    started: Option<Latency>,
+    /// First manifest written → last pod `Running`, seconds.
+    total_s: f64,
+    /// Manifests removed → no sandbox of them left in the runtime, seconds.
+    teardown_s: f64,
+}
+
+/// ferrolet's footprint with the largest round's pods running.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Idle {
+    pods: u32,
+    /// VmRSS at the end of the idle window, MiB.
+    rss_mib: f64,
+    /// VmHWM (peak RSS since start), MiB.
+    peak_rss_mib: f64,
+    /// utime+stime over the window, percent of one core.
+    cpu_pct: f64,
+    window_s: f64,
+}
+
+/// Everything one run measured; `--json` prints it, `compare` reads it back.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct Report {
+    label: String,
+    endpoint: String,
+    runtime: String,
+    rounds: Vec<Round>,
+    idle: Option<Idle>,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    if let Some(Command::Compare { a, b }) = cli.command {
+        let (a, b) = (read_report(&a)?, read_report(&b)?);
+        print!("{}", render_compare(&a, &b));
+        return Ok(());
+    }
+    let cancel = install_signal_thread()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = rt.block_on(run(cli.run, cancel));
+    if let Err(e) = &result
+        && e.chain().any(|c| c.is::<Interrupted>())
+    {
+        eprintln!("interrupted: the manifests written have been removed");
+        std::process::exit(130);
+    }
+    result
+}
+
+/// The run was interrupted by a signal.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+struct Interrupted;
+
+/// Blocks SIGINT/SIGTERM/SIGHUP in every thread and waits for them on a thread of its own: the
+/// first asks the run to clean up and stop, a second exits at once.
+fn install_signal_thread() -> Result<Arc<AtomicBool>> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set.thread_block().context("blocking signals")?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = false;
+            loop {
+                let Ok(sig) = set.wait() else { continue };
+                if seen {
+                    eprintln!("{sig}: second signal, exiting without cleaning up");
+                    std::process::exit(130);
+                }
+                seen = true;
+                eprintln!("{sig}: stopping; removing the manifests (again to abort)");
+                flag.store(true, Ordering::SeqCst);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(cancel)
+}
+
+fn read_report(path: &Path) -> Result<Report> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// State of one benchmark run.
+struct Bench {
+    args: RunArgs,
+    manifest_dir: PathBuf,
+    run_id: String,
+    rt: RuntimeServiceClient<Channel>,
+    cancel: Arc<AtomicBool>,
+    rpc_timeout: Duration,
+}
+
+async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
+    let manifest_dir = args
+        .manifest_dir
+        .clone()
+        .ok_or_else(|| anyhow!("--manifest-dir is required"))?;
+    if args.pods.is_empty() || args.pods.contains(&0) {
+        bail!("--pods needs counts of at least 1");
+    }
+    let channel = transport::connect(&args.endpoint)
+        .await
+        .with_context(|| format!("connecting to {}", args.endpoint))?;
+    let mut rt = RuntimeServiceClient::new(channel.clone());
+    let rpc_timeout = Duration::from_secs(120);
+    let version = deadline(
+        rpc_timeout,
+        "Version",
+        rt.version(VersionRequest::default()),
+    )
+    .await?;
+    let runtime = format!("{} {}", version.runtime_name, version.runtime_version);
+    ensure_image(channel, &args.image, rpc_timeout).await?;
+    let bench = Bench {
+        manifest_dir,
+        run_id: run_id(),
+        rt,
+        cancel,
+        rpc_timeout,
+        args,
+    };
+    // ferrolet must answer before the clock starts, or the first round would time its start-up.
+    bench.pods_json().await.context("ferrolet's /pods")?;
+    let left = bench.sandboxes_left().await?;
+    if left > 0 {
+        bail!(
+            "{left} pods of namespace {POD_NAMESPACE} already run on the runtime; remove them first"
+        );
+    }
+    eprintln!(
+        "[{}] {runtime} at {}; run {}, rounds {:?}",
+        bench.args.label, bench.args.endpoint, bench.run_id, bench.args.pods
+    );
+    let largest = bench.args.pods.iter().copied().max().unwrap_or(1);
+    let mut report = Report {
+        label: bench.args.label.clone(),
+        endpoint: bench.args.endpoint.clone(),
+        runtime,
+        rounds: Vec::new(),
+        idle: None,
+    };
+    let mut idle_done = false;
+    for &n in &bench.args.pods.clone() {
+        let sample_idle = n == largest && !idle_done;
+        let outcome = bench.round(n, sample_idle).await;
+        // Whatever happened, the round's pods go before the next step.
+        let teardown = bench.remove_all(n).await;
+        let (mut round, idle) = outcome?;
+        round.teardown_s = teardown?;
+        eprintln!("{}", render_round(&bench.args.label, &round));
+        if let Some(idle) = idle {
+            eprintln!("{}", render_idle(&bench.args.label, &idle));
+            report.idle = Some(idle);
+            idle_done = true;
+        }
+        report.rounds.push(round);
+    }
+    if bench.args.json {
+        eprint!("{}", render_report(&report));
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_report(&report));
+    }
+    Ok(())
+}
+
+/// A short random run id from the clock and the pid (lowercase hex: valid in names and labels).
+fn run_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mixed = (nanos as u64) ^ (u64::from(std::process::id()) << 32);
+    format!("{:08x}", mixed & 0xffff_ffff)
+}
+
+impl Bench {
+    fn check(&self) -> Result<()> {
+        if self.cancel.load(Ordering::SeqCst) {
+            return Err(Interrupted.into());
+        }
+        Ok(())
+    }
+
+    fn pod_name(&self, index: u32) -> String {
+        format!("bench-{}-{index}", self.run_id)
+    }
+
+    fn manifest_path(&self, index: u32) -> PathBuf {
+        self.manifest_dir
+            .join(format!("{}.json", self.pod_name(index)))
+    }
+
+    /// Writes the N manifests (each atomically: a dot file renamed into place, which the file
+    /// source ignores until the rename) and returns the instant and wall time each appeared.
+    async fn write_manifests(&self, n: u32) -> Result<Vec<(Instant, SystemTime)>> {
+        let files: Vec<(PathBuf, PathBuf, Vec<u8>)> = (0..n)
+            .map(|i| {
+                let path = self.manifest_path(i);
+                let tmp = self.manifest_dir.join(format!(".{}.tmp", self.pod_name(i)));
+                let body = manifest(&self.pod_name(i), &self.run_id, i, &self.args.image);
+                (path, tmp, body)
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            // Contents first, renames in a tight loop: "at once" as far as the watcher goes.
+            for (_, tmp, body) in &files {
+                std::fs::write(tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
+            }
+            let mut written = Vec::with_capacity(files.len());
+            for (path, tmp, _) in &files {
+                std::fs::rename(tmp, path)
+                    .with_context(|| format!("renaming to {}", path.display()))?;
+                written.push((Instant::now(), SystemTime::now()));
+            }
+            Ok(written)
+        })
+        .await?
+    }
+
+    /// Removes every manifest this run may have written for a round of N, then waits until
+    /// the runtime holds no sandbox of the benchmark's namespace; returns that wait, seconds.
+    async fn remove_all(&self, n: u32) -> Result<f64> {
+        let paths: Vec<PathBuf> = (0..n)
+            .flat_map(|i| {
+                let tmp = self.manifest_dir.join(format!(".{}.tmp", self.pod_name(i)));
+                [self.manifest_path(i), tmp]
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            for p in paths {
+                // Missing is fine: a round may fail before writing them all.
+                let _ = std::fs::remove_file(p);
+            }
+        })
+        .await?;
+        let start = Instant::now();
+        let limit = Duration::from_secs(self.args.round_timeout_s);
+        loop {
+            let left = self.sandboxes_left().await?;
+            if left == 0 {
+                return Ok(start.elapsed().as_secs_f64());
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "{left} sandboxes still in the runtime {limit:?} after removing the manifests"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sandboxes of the benchmark's namespace in the runtime, in any state.
+    async fn sandboxes_left(&self) -> Result<usize> {
+        let mut rt = self.rt.clone();
+        let list = deadline(
+            self.rpc_timeout,
+            "ListPodSandbox",
+            rt.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
+        )
+        .await?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|s| {
+                s.labels.get(NAMESPACE_LABEL).map(String::as_str) == Some(POD_NAMESPACE)
+                    || s.metadata
+                        .as_ref()
+                        .is_some_and(|m| m.namespace == POD_NAMESPACE)
+            })
+            .count())
+    }
+
+    async fn pods_json(&self) -> Result<Value> {
+        let addr = self.args.read_only.clone();
+        tokio::task::spawn_blocking(move || http_get_json(&addr, "/pods")).await?
+    }
+
+    /// One round: write, poll until all Running, then (when asked) sample the idle footprint.
+    async fn round(&self, n: u32, sample_idle: bool) -> Result<(Round, Option<Idle>)> {
+        self.check()?;
+        eprintln!("[{}] {n} pods: writing the manifests", self.args.label);
+        let written = self.write_manifests(n).await?;
+        let first = written.first().map(|w| w.0).unwrap_or_else(Instant::now);
+        let mut running_at: Vec<Option<Instant>> = vec![None; written.len()];
+        let limit = Duration::from_secs(self.args.round_timeout_s);
+        let poll = Duration::from_millis(self.args.poll_ms);
+        let mut waiting = written.len();
+        while waiting > 0 {
+            self.check()?;
+            let body = self.pods_json().await?;
+            // Stamped after the answer: the pod was Running at the latest then.
+            let now = Instant::now();
+            for index in running_indexes(&body, &self.run_id) {
+                if let Some(slot) = running_at.get_mut(index as usize)
+                    && slot.is_none()
+                {
+                    *slot = Some(now);
+                    waiting -= 1;
+                }
+            }
+            if first.elapsed() > limit {
+                bail!("{waiting} of {n} pods not Running after {limit:?}");
+            }
+            if waiting > 0 {
+                tokio::time::sleep(poll).await;
+            }
+        }
+        let mut running = Vec::with_capacity(written.len());
+        let mut last = first;
+        for ((w, _), r) in written.iter().zip(&running_at) {
+            let r = r.ok_or_else(|| anyhow!("a pod has no Running time"))?;
+            running.push(r.saturating_duration_since(*w));
+            last = last.max(r);
+        }
+        let total_s = last.saturating_duration_since(first).as_secs_f64();
+        let wall: Vec<SystemTime> = written.iter().map(|w| w.1).collect();
+        let started = match self.started_latencies(&wall).await {
+            Ok(s) if !s.is_empty() => Some(latency(&s)),
+            Ok(_) => None,
+            Err(e) => {
+                eprintln!("[{}] no CRI start times: {e:#}", self.args.label);
+                None
+            }
+        };
+        let round = Round {
+            pods: n,
+            running: latency(&running),
+            started,
+            total_s,
+            teardown_s: 0.0,
+        };
+        let idle = if sample_idle {
+            match self.args.pid {
+                Some(pid) => Some(self.sample_idle(pid, n).await?),
+                None => None,
+            }
+        } else {
+            None
+        };
+        Ok((round, idle))
+    }
+
+    /// Manifest written → container started, from the runtime's `ContainerStatus.started_at`
+    /// (nanoseconds, unlike the API's whole-second `startedAt`).
+    async fn started_latencies(&self, wall: &[SystemTime]) -> Result<Vec<Duration>> {
+        let mut rt = self.rt.clone();
+        let list = deadline(
+            self.rpc_timeout,
+            "ListContainers",
+            rt.list_containers(ListContainersRequest { filter: None }),
+        )
+        .await?;
+        let prefix = format!("bench-{}-", self.run_id);
+        let mut out = Vec::new();
+        for c in list.containers {
+            let Some(index) = c
+                .labels
+                .get(POD_NAME_LABEL)
+                .and_then(|name| name.strip_prefix(&prefix))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|i| i.parse::<usize>().ok())
+            else {
+                continue;
+            };
+            let Some(written) = wall.get(index) else {
+                continue;
+            };
+            let status = deadline(
+                self.rpc_timeout,
+                "ContainerStatus",
+                rt.container_status(ContainerStatusRequest {
+                    container_id: c.id.clone(),
+                    verbose: false,
+                }),
+            )
+            .await?;
+            let Some(started_ns) = status.status.map(|s| s.started_at).filter(|t| *t > 0) else {
+                continue;
+            };
+            let started = UNIX_EPOCH + Duration::from_nanos(started_ns.unsigned_abs());
+            out.push(started.duration_since(*written).unwrap_or(Duration::ZERO));
+        }
+        Ok(out)
+    }
+
+    /// ferrolet's RSS and CPU over the idle window, with `pods` pods running.
+    async fn sample_idle(&self, pid: u32, pods: u32) -> Result<Idle> {
+        let label = &self.args.label;
+        eprintln!(
+            "[{label}] {pods} pods running: settling {} s, then {} s of idle sampling",
+            self.args.settle_s, self.args.idle_s
+        );
+        self.sleep_checked(Duration::from_secs(self.args.settle_s))
+            .await?;
+        let t0 = Instant::now();
+        let before = read_proc(pid).await?;
+        self.sleep_checked(Duration::from_secs(self.args.idle_s))
+            .await?;
+        let after = read_proc(pid).await?;
+        let window = t0.elapsed().as_secs_f64();
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = if hz > 0 { hz as f64 } else { 100.0 };
+        let ticks = after.ticks.saturating_sub(before.ticks) as f64;
+        Ok(Idle {
+            pods,
+            rss_mib: after.rss_kib as f64 / 1024.0,
+            peak_rss_mib: after.hwm_kib as f64 / 1024.0,
+            cpu_pct: ticks / hz / window * 100.0,
+            window_s: window,
+        })
+    }
+
+    async fn sleep_checked(&self, d: Duration) -> Result<()> {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            self.check()?;
+            let left = end.saturating_duration_since(Instant::now());
+            tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+        }
+        Ok(())
+    }
+}
+
+/// A static pod manifest (JSON, which the kubelet reads as YAML too).
+fn manifest(name: &str, run_id: &str, index: u32, image: &str) -> Vec<u8> {
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": POD_NAMESPACE,
+            "labels": { RUN_LABEL: run_id, INDEX_LABEL: index.to_string() },
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{
+                "name": "sleep",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", COMMAND],
+            }],
+        },
+    });
+    let mut out = pod.to_string().into_bytes();
+    out.push(b'\n');
+    out
+}
+
+/// Indexes of this run's pods whose phase is `Running` in a `/pods` PodList.
+fn running_indexes(pods: &Value, run_id: &str) -> Vec<u32> {
+    let Some(items) = pods.get("items").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter(|p| p.pointer("/status/phase").and_then(Value::as_str) == Some("Running"))
+        .filter_map(|p| {
+            let labels = p.pointer("/metadata/labels")?;
+            if labels.get(RUN_LABEL)?.as_str()? != run_id {
+                return None;
+            }
+            labels.get(INDEX_LABEL)?.as_str()?.parse().ok()
+        })
+        .collect()
+}
+
+/// A plain HTTP/1.1 GET of a JSON document (the read-only API has neither TLS nor auth).
+fn http_get_json(addr: &str, path: &str) -> Result<Value> {
+    let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .with_context(|| format!("reading {path} from {addr}"))?;
+    let body = http_body(&raw)?;
+    serde_json::from_slice(&body).with_context(|| format!("parsing {path} from {addr}"))
+}
+
+/// The body of a raw HTTP/1.1 response with status 200 (chunked or not).
+fn http_body(raw: &[u8]) -> Result<Vec<u8>> {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow!("truncated HTTP response"))?;
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let body = &raw[split + 4..];
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("HTTP status {status:?}");
+    }
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    if !chunked {
+        return Ok(body.to_vec());
+    }
+    let mut out = Vec::new();
+    let mut rest = body;
+    loop {
+        let line_end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or_else(|| anyhow!("truncated chunk header"))?;
+        let size_text = String::from_utf8_lossy(&rest[..line_end]);
+        let size_hex = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_hex, 16)
+            .with_context(|| format!("bad chunk size {size_hex:?}"))?;
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = rest.get(..size).ok_or_else(|| anyhow!("truncated chunk"))?;
+        out.extend_from_slice(chunk);
+        rest = rest.get(size + 2..).unwrap_or_default();
+    }
+}
+
+/// What /proc says about a process.
+struct ProcSample {
+    rss_kib: u64,
+    hwm_kib: u64,
+    ticks: u64,
+}
+
+async fn read_proc(pid: u32) -> Result<ProcSample> {
+    tokio::task::spawn_blocking(move || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .with_context(|| format!("reading /proc/{pid}/status (is ferrolet running?)"))?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .with_context(|| format!("reading /proc/{pid}/stat"))?;
+        Ok(ProcSample {
+            rss_kib: status_kib(&status, "VmRSS:").ok_or_else(|| anyhow!("no VmRSS"))?,
+            hwm_kib: status_kib(&status, "VmHWM:").unwrap_or(0),
+            ticks: parse_stat_ticks(&stat).ok_or_else(|| anyhow!("unreadable /proc/{pid}/stat"))?,
+        })
+    })
+    .await?
+}
+
+/// A `kB` field of /proc/<pid>/status.
+fn status_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// utime + stime of /proc/<pid>/stat, in clock ticks (fields 14 and 15; the command name may
+/// hold spaces and parentheses, so fields are counted after its last `)`).
+fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+async fn deadline<T>(
+    limit: Duration,
+    what: &str,
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) => Err(anyhow!("{what}: {:?}: {}", status.code(), status.message())),
+        Err(_) => Err(anyhow!("{what}: no answer within {limit:?}")),
+    }
+}
+
+/// Pulls the image through the CRI image service unless the runtime has it already.
+async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<()> {
+    let mut images = ImageServiceClient::new(channel);
+    let spec = ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    };
+    let status = deadline(
+        t,
+        "ImageStatus",
+        images.image_status(ImageStatusRequest {
+            image: Some(spec.clone()),
+            verbose: false,
+        }),
+    )
+    .await?;
+    if status.image.is_some() {
+        return Ok(());
+    }
+    eprintln!("pulling {image}");
+    deadline(
+        t,
+        "PullImage",
+        images.pull_image(PullImageRequest {
+            image: Some(spec),
+            auth: None,
+            sandbox_config: None,
+        }),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Nearest-rank percentile of sorted samples (0 for none).
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn latency(samples: &[Duration]) -> Latency {
+    let mut ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    ms.sort_by(f64::total_cmp);
+    Latency {
+        p50_ms: percentile(&ms, 50.0),
+        p99_ms: percentile(&ms, 99.0),
+        max_ms: ms.last().copied().unwrap_or(0.0),
+    }
+}
+
+fn render_round(label: &str, r: &Round) -> String {
+    let started = r.started.as_ref().map_or("-".to_string(), |s| {
+        format!("{:.0}/{:.0} ms", s.p50_ms, s.p99_ms)
+    });
+    format!(
+        "[{label}] N={}: Running p50 {:.0} ms, p99 {:.0} ms; started (CRI) p50/p99 {started}; all Running {:.2} s; gone {:.2} s",
+        r.pods, r.running.p50_ms, r.running.p99_ms, r.total_s, r.teardown_s
+    )
+}
+
+fn render_idle(label: &str, i: &Idle) -> String {
+    format!(
+        "[{label}] idle with {} pods: RSS {:.1} MiB (peak {:.1}), CPU {:.2}% of a core over {:.0} s",
+        i.pods, i.rss_mib, i.peak_rss_mib, i.cpu_pct, i.window_s
+    )
+}
+
+fn render_report(r: &Report) -> String {
+    let mut out = format!("{} on {} ({})\n", r.label, r.runtime, r.endpoint);
+    for round in &r.rounds {
+        let _ = writeln!(out, "  {}", render_round(&r.label, round));
+    }
+    if let Some(i) = &r.idle {
+        let _ = writeln!(out, "  {}", render_idle(&r.label, i));
+    }
+    out
+}
+
+fn round_of(r: &Report, n: u32) -> Option<&Round> {
+    r.rounds.iter().find(|x| x.pods == n)
+}
+
+/// One table row: a measure of both reports (`-` where one lacks it).
+fn row(out: &mut String, name: &str, a: Option<f64>, b: Option<f64>, unit: &str, digits: usize) {
+    let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.digits$} {unit}"));
+    let _ = writeln!(out, "{name:<34}{:>16}{:>16}", cell(a), cell(b));
+}
+
+/// Whether a measure meets its goal, for one report.
+fn verdict(v: Option<f64>, goal: f64) -> &'static str {
+    match v {
+        Some(v) if v <= goal => "met",
+        Some(_) => "NOT met",
+        None => "not measured",
+    }
+}
+
+fn render_compare(a: &Report, b: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ferrolet static-pod start latency: {} ({}) vs {} ({})",
+        a.label, a.runtime, b.label, b.runtime
+    );
+    let _ = writeln!(out, "{:<34}{:>16}{:>16}", "", a.label, b.label);
+    let mut counts: Vec<u32> = a.rounds.iter().chain(&b.rounds).map(|r| r.pods).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    for n in counts {
+        let (ra, rb) = (round_of(a, n), round_of(b, n));
+        let s = |r: Option<&Round>, f: fn(&Round) -> Option<f64>| r.and_then(f);
+        row(
+            &mut out,
+            &format!("N={n} Running p50"),
+            s(ra, |r| Some(r.running.p50_ms)),
+            s(rb, |r| Some(r.running.p50_ms)),
+            "ms",
+            0,
+        );
+        row(
+            &mut out,
+            &format!("N={n} Running p99"),
+            s(ra, |r| Some(r.running.p99_ms)),
+            s(rb, |r| Some(r.running.p99_ms)),
+            "ms",
+            0,
+        );
+        row(
+            &mut out,
+            &format!("N={n} started (CRI) p50"),
+            s(ra, |r| r.started.as_ref().map(|l| l.p50_ms)),
+            s(rb, |r| r.started.as_ref().map(|l| l.p50_ms)),
+            "ms",
+            0,
+        );
+        row(
+            &mut out,
+            &format!("N={n} started (CRI) p99"),
+            s(ra, |r| r.started.as_ref().map(|l| l.p99_ms)),
+            s(rb, |r| r.started.as_ref().map(|l| l.p99_ms)),
+            "ms",
+            0,
+        );
+        row(
+            &mut out,
+            &format!("N={n} all Running"),
+            s(ra, |r| Some(r.total_s)),
+            s(rb, |r| Some(r.total_s)),
+            "s",
+            2,
+        );
+        row(
+            &mut out,
+            &format!("N={n} all gone after removal"),
+            s(ra, |r| Some(r.teardown_s)),
+            s(rb, |r| Some(r.teardown_s)),
+            "s",
+            2,
+        );
+    }
+    let idle = |r: &Report, f: fn(&Idle) -> f64| r.idle.as_ref().map(f);
+    let pods = a.idle.as_ref().or(b.idle.as_ref()).map_or(0, |i| i.pods);
+    row(
+        &mut out,
+        &format!("ferrolet RSS, {pods} pods"),
+        idle(a, |i| i.rss_mib),
+        idle(b, |i| i.rss_mib),
+        "MiB",
+        1,
+    );
+    row(
+        &mut out,
+        "ferrolet peak RSS",
+        idle(a, |i| i.peak_rss_mib),
+        idle(b, |i| i.peak_rss_mib),
+        "MiB",
+        1,
+    );
+    row(
+        &mut out,
+        &format!("ferrolet idle CPU, {pods} pods"),
+        idle(a, |i| i.cpu_pct),
+        idle(b, |i| i.cpu_pct),
+        "%",
+        2,
+    );
+    let _ = writeln!(out, "goals (issue #6):");
+    type Pick = fn(&Report) -> Option<f64>;
+    let goals: [(&str, f64, Pick); 4] = [
+        ("N=1 p50 <= 1 s", 1000.0, |r| {
+            round_of(r, 1).map(|x| x.running.p50_ms)
+        }),
+        ("N=30 all Running <= 10 s", 10.0, |r| {
+            round_of(r, 30).map(|x| x.total_s)
+        }),
+        ("idle CPU <= 1% of a core, 100 pods", 1.0, |r| {
+            r.idle.as_ref().filter(|i| i.pods >= 100).map(|i| i.cpu_pct)
+        }),
+        ("RSS <= 40 MiB, 100 pods", 40.0, |r| {
+            r.idle.as_ref().filter(|i| i.pods >= 100).map(|i| i.rss_mib)
+        }),
+    ];
+    for (name, goal, pick) in goals {
+        let _ = writeln!(
+            out,
+            "  {name:<34}{:>14}{:>16}",
+            verdict(pick(a), goal),
+            verdict(pick(b), goal)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifests_are_valid_pods_with_the_run_labels() {
+        let m: Value = serde_json::from_slice(&manifest("bench-ab-3", "ab", 3, "img:1")).unwrap();
+        assert_eq!(m["kind"], "Pod");
+        assert_eq!(m["metadata"]["namespace"], POD_NAMESPACE);
+        assert_eq!(m["metadata"]["labels"][RUN_LABEL], "ab");
+        assert_eq!(m["metadata"]["labels"][INDEX_LABEL], "3");
+        let c = &m["spec"]["containers"][0];
+        assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+        assert_eq!(c["command"][2], COMMAND);
+    }
+
+    #[test]
+    fn only_this_runs_running_pods_count() {
+        let list = json!({"kind": "PodList", "items": [
+            {"metadata": {"labels": {RUN_LABEL: "r1", INDEX_LABEL: "0"}}, "status": {"phase": "Running"}},
+            {"metadata": {"labels": {RUN_LABEL: "r1", INDEX_LABEL: "1"}}, "status": {"phase": "Pending"}},
+            {"metadata": {"labels": {RUN_LABEL: "r2", INDEX_LABEL: "2"}}, "status": {"phase": "Running"}},
+            {"metadata": {"name": "other"}, "status": {"phase": "Running"}},
+            {"metadata": {"labels": {RUN_LABEL: "r1", INDEX_LABEL: "7"}}, "status": {"phase": "Running"}},
+        ]});
+        assert_eq!(running_indexes(&list, "r1"), vec![0, 7]);
+        assert!(running_indexes(&json!({}), "r1").is_empty());
+    }
+
+    #[test]
+    fn http_bodies_plain_and_chunked() {
+        let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+        assert_eq!(http_body(plain).unwrap(), b"{}");
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n4;x=y\r\n\":1}\r\n0\r\n\r\n";
+        assert_eq!(http_body(chunked).unwrap(), b"{\"a\":1}");
+        assert!(http_body(b"HTTP/1.1 404 Not Found\r\n\r\nno").is_err());
+        assert!(http_body(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert!(http_body(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+    }
+
+    #[test]
+    fn proc_fields_parse() {
+        let status = "Name:\tferrolet\nVmHWM:\t  20480 kB\nVmRSS:\t   10240 kB\n";
+        assert_eq!(status_kib(status, "VmRSS:"), Some(10240));
+        assert_eq!(status_kib(status, "VmHWM:"), Some(20480));
+        assert_eq!(status_kib(status, "VmSwap:"), None);
+        let stat = "123 (a b) c) S 1 123 123 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0";
+        assert_eq!(parse_stat_ticks(stat), Some(300));
+        assert_eq!(parse_stat_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let l = latency(&(1..=100).map(Duration::from_millis).collect::<Vec<_>>());
+        assert_eq!(l.p50_ms, 50.0);
+        assert_eq!(l.p99_ms, 99.0);
+        assert_eq!(l.max_ms, 100.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+        assert_eq!(latency(&[Duration::from_millis(7)]).p99_ms, 7.0);
+    }
+
+    fn report(label: &str, p50: f64, total30: f64, cpu: f64, rss: f64) -> Report {
+        let lat = |p| Latency {
+            p50_ms: p,
+            p99_ms: p * 2.0,
+            max_ms: p * 2.0,
+        };
+        Report {
+            label: label.into(),
+            endpoint: "unix:///x.sock".into(),
+            runtime: "rt 1".into(),
+            rounds: vec![
+                Round {
+                    pods: 1,
+                    running: lat(p50),
+                    started: Some(lat(p50 / 2.0)),
+                    total_s: p50 / 1000.0,
+                    teardown_s: 0.5,
+                },
+                Round {
+                    pods: 30,
+                    running: lat(p50 * 3.0),
+                    started: None,
+                    total_s: total30,
+                    teardown_s: 2.0,
+                },
+            ],
+            idle: Some(Idle {
+                pods: 100,
+                rss_mib: rss,
+                peak_rss_mib: rss + 1.0,
+                cpu_pct: cpu,
+                window_s: 30.0,
+            }),
+        }
+    }
+
+    #[test]
+    fn reports_survive_json() {
+        let r = report("a", 500.0, 5.0, 0.5, 20.0);
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn compare_shows_both_and_judges_the_goals() {
+        let t = render_compare(
+            &report("ferrolet-cri", 500.0, 5.0, 0.5, 20.0),
+            &report("containerd-cri", 1500.0, 12.0, 2.0, 50.0),
+        );
+        let p50 = t
+            .lines()
+            .find(|l| l.starts_with("N=1 Running p50"))
+            .unwrap();
+        assert!(p50.contains("500 ms") && p50.contains("1500 ms"), "{p50}");
+        let started = t
+            .lines()
+            .find(|l| l.starts_with("N=30 started (CRI) p50"))
+            .unwrap();
+        assert!(started.trim_end().ends_with('-'), "{started}");
+        for goal in ["N=1 p50", "N=30 all Running", "idle CPU", "RSS <= 40 MiB"] {
+            // Goal lines are indented; the measures above them are not.
+            let line = t
+                .lines()
+                .find(|l| l.starts_with("  ") && l.contains(goal))
+                .unwrap();
+            assert!(line.contains("met") && line.contains("NOT met"), "{line}");
+            let first = line.find("met").unwrap();
+            assert!(!line[..first].ends_with("NOT "), "{line}");
+        }
+    }
+
+    #[test]
+    fn missing_measures_are_reported_as_such() {
+        let mut a = report("a", 500.0, 5.0, 0.5, 20.0);
+        a.idle = None;
+        a.rounds.truncate(1);
+        let t = render_compare(&a, &report("b", 500.0, 5.0, 0.5, 20.0));
+        let line = t
+            .lines()
+            .find(|l| l.contains("N=30 all Running <="))
+            .unwrap();
+        assert!(line.contains("not measured"), "{line}");
+    }
+}

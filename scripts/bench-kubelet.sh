@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# `make bench-kubelet`: the static-pod start-latency benchmark of ferrolet (issue #6), run twice
+# in one go: ferrolet on ferrolet-cri (over the environment's containerd) and ferrolet on
+# containerd's own CRI plugin (scripts/containerd-cri.sh). For N = 1, 30, 100 pods: p50/p99 per
+# pod from manifest written to Running in /pods, total until all Running, and ferrolet's RSS and
+# idle CPU with 100 pods; then both tables side by side with the goals.
+#
+# Needs the environment (`scripts/env.sh up`) and release builds of ferrolet, ferrolet-cri and
+# the integration binaries (the Makefile target does both). Everything it starts (ferrolet-cri,
+# each ferrolet, the reference containerd unless it already ran) it stops, also on error or
+# Ctrl-C, after removing every pod it made (netns and veths go with the sandboxes).
+#
+#   BENCH_PODS=1,30,100   pod counts      BENCH_IDLE_S=30  idle CPU window
+#   BENCH_RUNTIMES="ferrolet-cri containerd-cri"   which runtimes, in order
+#   BIN=target/release    where the binaries are
+set -euo pipefail
+
+ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT_DIR/target/release}
+KUBELET=$BIN/ferrolet
+CRI=$BIN/ferrolet-cri
+BENCH=$BIN/ferrolet-kubelet-bench
+CRI_BENCH=$BIN/ferrolet-cri-bench
+PODS=${BENCH_PODS:-1,30,100}
+IDLE_S=${BENCH_IDLE_S:-30}
+RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri}
+PID_DIR=/run/ferrolet/env
+CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
+REF_SOCK=/run/ferrolet/containerd-cri/containerd.sock
+# Our own places, apart from a node's (make node) and bench-cri's.
+STATE=/run/ferrolet/bench-kubelet
+LIB=/var/lib/ferrolet/bench-kubelet
+CRI_SOCK=$STATE/cri.sock
+CRI_NAMESPACE=ferrolet-bench-kubelet
+CNI_CONF_DIR=/etc/ferrolet/cni/net.d
+PORT=${BENCH_PORT:-10355}
+OUT=$ROOT_DIR/target/bench-kubelet/$(date +%Y%m%d-%H%M%S)
+
+log() { printf '[bench-kubelet] %s\n' "$*" >&2; }
+die() { printf '[bench-kubelet] error: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (containerd, netns and bridges need it)"
+for b in "$KUBELET" "$CRI" "$BENCH" "$CRI_BENCH"; do
+  [ -x "$b" ] || die "$b is missing: cargo build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration"
+done
+[ -f "$PID_DIR/containerd.pid" ] && kill -0 "$(cat "$PID_DIR/containerd.pid")" 2>/dev/null ||
+  die "the environment's containerd is not running: make env"
+if [ -s "$STATE/cri.pid" ] && kill -0 "$(cat "$STATE/cri.pid")" 2>/dev/null; then
+  die "another bench-kubelet runs (ferrolet-cri pid $(cat "$STATE/cri.pid")); stop it first"
+fi
+
+started_ref=0
+cri_pid=
+kubelet_pid=
+kubelet_endpoint=
+
+# stop PID NAME: SIGTERM, up to 15 s, then SIGKILL.
+stop() {
+  local pid=$1 name=$2
+  kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  log "stopped $name (pid $pid)"
+}
+
+# Stops the running ferrolet; whatever pods it left (an interrupted round) are removed through
+# CRI with ferrolet gone, so nothing recreates them. Its dirs are unmounted and removed.
+stop_kubelet() {
+  [ -z "$kubelet_pid" ] && [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
+  rm -f "$STATE/kubelet.pid"
+  if [ -n "$kubelet_pid" ]; then
+    rm -rf "$LIB/manifests"
+    stop "$kubelet_pid" ferrolet
+    kubelet_pid=
+  fi
+  if [ -n "$kubelet_endpoint" ]; then
+    "$CRI_BENCH" clean --all --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
+      log "removing the pods left on $kubelet_endpoint failed"
+    kubelet_endpoint=
+  fi
+  unmount_under "$LIB/kubelet"
+  rm -rf "$LIB/kubelet" "$LIB/pod-logs" "$LIB/manifests"
+}
+
+unmount_under() { # DIR...: every mount below them, deepest first
+  local d
+  for d in "$@"; do
+    awk -v a="$d" '$5 ~ "^"a"/" {print $5}' /proc/self/mountinfo
+  done | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
+    while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  stop_kubelet
+  if [ -n "$cri_pid" ]; then
+    stop "$cri_pid" ferrolet-cri
+  fi
+  unmount_under "$STATE" "$LIB"
+  rm -rf "$STATE" "$LIB"
+  if [ "$started_ref" = 1 ]; then
+    FERROLET_CRI_BENCH=$CRI_BENCH "$ROOT_DIR/scripts/containerd-cri.sh" down >&2 || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+rm -rf "$STATE" "$LIB"
+mkdir -p "$STATE" "$LIB" "$OUT"
+
+start_cri() {
+  cat >"$STATE/ferrolet-cri.toml" <<TOML
+listen = "unix://$CRI_SOCK"
+containerd = "$CTRD_SOCK"
+namespace = "$CRI_NAMESPACE"
+root = "$LIB/cri"
+state = "$STATE/cri"
+cni_conf_dir = "$CNI_CONF_DIR"
+cni_bin_dirs = ["/usr/lib/cni"]
+log_level = "info"
+[registry.hosts."127.0.0.1:5000"]
+plain_http = true
+TOML
+  # Its own session: a Ctrl-C reaches the benchmark, which still needs the runtime to clean up.
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/cri.pid" \
+    "$CRI" --config "$STATE/ferrolet-cri.toml" </dev/null >"$OUT/ferrolet-cri.log" 2>&1 &
+  for _ in $(seq 1 600); do
+    [ -s "$STATE/cri.pid" ] && cri_pid=$(cat "$STATE/cri.pid")
+    [ -S "$CRI_SOCK" ] && break
+    if [ -n "$cri_pid" ] && ! kill -0 "$cri_pid" 2>/dev/null; then
+      cat "$OUT/ferrolet-cri.log" >&2
+      die "ferrolet-cri exited at start-up"
+    fi
+    sleep 0.1
+  done
+  [ -S "$CRI_SOCK" ] || die "ferrolet-cri did not listen on $CRI_SOCK; see $OUT/ferrolet-cri.log"
+  log "ferrolet-cri (pid $cri_pid) on $CRI_SOCK, containerd namespace $CRI_NAMESPACE"
+}
+
+# start_kubelet LABEL ENDPOINT: a fresh ferrolet on an empty manifest dir.
+start_kubelet() {
+  local label=$1 endpoint=$2
+  mkdir -p "$LIB/manifests" "$LIB/kubelet" "$LIB/pod-logs"
+  cat >"$LIB/kubelet-config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+podLogsDir: $LIB/pod-logs
+fileCheckFrequency: 20s
+maxPods: 110
+YAML
+  kubelet_endpoint=$endpoint
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/kubelet.pid" \
+    "$KUBELET" --config "$LIB/kubelet-config.yaml" --pod-manifest-path "$LIB/manifests" \
+    --root-dir "$LIB/kubelet" --container-runtime-endpoint "$endpoint" --address 127.0.0.1 \
+    --read-only-port "$PORT" --healthz-port 0 --hostname-override bench-node \
+    </dev/null >"$OUT/ferrolet-$label.log" 2>&1 &
+  for _ in $(seq 1 300); do
+    [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
+    if [ -n "$kubelet_pid" ] && curl -sf "http://127.0.0.1:$PORT/pods" >/dev/null 2>&1; then
+      rm -f "$STATE/kubelet.pid"
+      log "ferrolet (pid $kubelet_pid) on $endpoint, read-only API on 127.0.0.1:$PORT"
+      return 0
+    fi
+    if [ -n "$kubelet_pid" ] && ! kill -0 "$kubelet_pid" 2>/dev/null; then
+      cat "$OUT/ferrolet-$label.log" >&2
+      die "ferrolet exited at start-up"
+    fi
+    sleep 0.1
+  done
+  die "ferrolet's read-only API did not answer; see $OUT/ferrolet-$label.log"
+}
+
+status=0
+# bench LABEL ENDPOINT: one full run of the benchmark through a fresh ferrolet.
+bench() {
+  local label=$1 endpoint=$2 rc=0
+  start_kubelet "$label" "$endpoint"
+  "$BENCH" --manifest-dir "$LIB/manifests" --read-only "127.0.0.1:$PORT" --endpoint "$endpoint" \
+    --pid "$kubelet_pid" --pods "$PODS" --idle-s "$IDLE_S" --label "$label" --json \
+    >"$OUT/$label.json" || rc=$?
+  [ "$rc" = 130 ] && exit 130
+  if [ "$rc" != 0 ]; then
+    log "$label: failed (exit $rc); see $OUT/ferrolet-$label.log"
+    rm -f "$OUT/$label.json"
+    status=1
+  fi
+  stop_kubelet
+}
+
+for runtime in $RUNTIMES; do
+  case $runtime in
+    ferrolet-cri)
+      start_cri
+      bench ferrolet-cri "unix://$CRI_SOCK"
+      # Idle from now on, but no process of one run should share the machine with the next.
+      stop "$cri_pid" ferrolet-cri
+      cri_pid=
+      ;;
+    containerd-cri)
+      if ! "$ROOT_DIR/scripts/containerd-cri.sh" status | grep -q running; then started_ref=1; fi
+      FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up >&2
+      bench containerd-cri "unix://$REF_SOCK"
+      ;;
+    *) die "unknown runtime $runtime (ferrolet-cri, containerd-cri)" ;;
+  esac
+done
+
+set -- $RUNTIMES
+if [ $# = 2 ] && [ -s "$OUT/$1.json" ] && [ -s "$OUT/$2.json" ]; then
+  "$BENCH" compare "$OUT/$1.json" "$OUT/$2.json" | tee "$OUT/compare.txt"
+fi
+log "results (JSON reports, comparison, logs) in $OUT"
+exit "$status"
