@@ -79,30 +79,10 @@ fn stamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    let secs = now.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (y, m, d) = civil(days);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}.{:09}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        now.subsec_nanos()
-    )
-}
-
-/// Days since 1970-01-01 as a civil date (Howard Hinnant's algorithm).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    k8s_openapi::chrono::DateTime::from_timestamp(now.as_secs() as i64, now.subsec_nanos())
+        .unwrap_or_default()
+        .format("%Y%m%d-%H%M%S.%9f")
+        .to_string()
 }
 
 #[cfg(test)]
@@ -111,10 +91,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn civil_dates() {
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(19_683), (2023, 11, 22));
-        assert_eq!(civil(11_016), (2000, 2, 29));
+    fn stamps_sort_by_time_and_have_nanoseconds() {
+        let a = stamp();
+        let b = stamp();
+        assert_eq!(a.len(), "20231122-000102.123456789".len(), "{a}");
+        assert!(a <= b, "{a} {b}");
     }
 
     #[tokio::test]

@@ -33,6 +33,16 @@ pub enum SyncError {
     Spec(#[from] crate::podspec::SpecError),
 }
 
+/// The sandbox a pass starts containers in, and what every container of it shares.
+#[derive(Clone, Copy)]
+struct SandboxTarget<'a> {
+    id: &'a str,
+    config: &'a ferrolet_proto::cri::PodSandboxConfig,
+    /// Primary first.
+    pod_ips: &'a [String],
+    volumes: &'a crate::volume::PodVolumes,
+}
+
 /// What the pass decided for one container.
 enum Step {
     /// Nothing to do (running, or done and not to be restarted).
@@ -93,21 +103,24 @@ impl Kubelet {
             }
         };
         let sandbox = runtime.sandboxes.first().filter(|s| s.ready).cloned();
-        let (sandbox_id, attempt, pod_ip, pod_ips, fresh) = match sandbox {
+        let attempt = match &sandbox {
+            Some(sb) => sb.attempt,
+            None => runtime
+                .sandboxes
+                .first()
+                .map(|s| s.attempt + 1)
+                .unwrap_or(0),
+        };
+        let sandbox_config = podspec::sandbox_config(pod, &self.node, attempt)?;
+        let (sandbox_id, pod_ips, fresh) = match sandbox {
             Some(sb) => {
-                let mut ips = vec![sb.ip.clone()];
-                ips.extend(sb.additional_ips.clone());
-                (sb.id, sb.attempt, sb.ip, ips, false)
+                let mut ips = vec![sb.ip];
+                ips.extend(sb.additional_ips);
+                (sb.id, ips, false)
             }
             None => {
                 // Whatever ran in an old sandbox goes with it.
                 self.kill_runtime_pod(&runtime, 0).await;
-                let attempt = runtime
-                    .sandboxes
-                    .first()
-                    .map(|s| s.attempt + 1)
-                    .unwrap_or(0);
-                let config = podspec::sandbox_config(pod, &self.node, attempt)?;
                 for c in spec
                     .containers
                     .iter()
@@ -121,16 +134,21 @@ impl Kubelet {
                         },
                     );
                 }
-                let id = self.cri.run_pod_sandbox(config).await?;
+                let id = self.cri.run_pod_sandbox(sandbox_config.clone()).await?;
                 let status = self.cri.pod_sandbox_status(&id).await?;
                 let net = status.network.unwrap_or_default();
-                let mut ips = vec![net.ip.clone()];
+                let mut ips = vec![net.ip];
                 ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
                 waiting.clear();
-                (id, attempt, net.ip, ips, true)
+                (id, ips, true)
             }
         };
-        let sandbox_config = podspec::sandbox_config(pod, &self.node, attempt)?;
+        let target = SandboxTarget {
+            id: &sandbox_id,
+            config: &sandbox_config,
+            pod_ips: &pod_ips,
+            volumes: &volumes,
+        };
         // Containers of this sandbox only: a new sandbox starts everyone afresh.
         let mine: Vec<&RuntimeContainer> = if fresh {
             Vec::new()
@@ -183,18 +201,7 @@ impl Kubelet {
             match step {
                 Step::Keep => continue,
                 Step::Start(count) => {
-                    self.start_container(
-                        pod,
-                        c,
-                        &sandbox_id,
-                        &sandbox_config,
-                        &pod_ip,
-                        &pod_ips,
-                        &volumes,
-                        count,
-                        waiting,
-                    )
-                    .await;
+                    self.start_container(pod, c, &target, count, waiting).await;
                     if !sidecar {
                         self.mark_app_containers(&spec, waiting);
                         return Ok(());
@@ -232,18 +239,7 @@ impl Kubelet {
             match step {
                 Step::Keep => {}
                 Step::Start(count) => {
-                    self.start_container(
-                        pod,
-                        c,
-                        &sandbox_id,
-                        &sandbox_config,
-                        &pod_ip,
-                        &pod_ips,
-                        &volumes,
-                        count,
-                        waiting,
-                    )
-                    .await;
+                    self.start_container(pod, c, &target, count, waiting).await;
                 }
                 Step::Wait(w) => {
                     waiting.insert(c.name.clone(), w);
@@ -290,19 +286,21 @@ impl Kubelet {
     }
 
     /// Pulls, creates and starts one container; failures become its waiting reason.
-    #[allow(clippy::too_many_arguments)]
     async fn start_container(
         &self,
         pod: &Pod,
         c: &Container,
-        sandbox_id: &str,
-        sandbox_config: &ferrolet_proto::cri::PodSandboxConfig,
-        pod_ip: &str,
-        pod_ips: &[String],
-        volumes: &crate::volume::PodVolumes,
+        target: &SandboxTarget<'_>,
         restart_count: u32,
         waiting: &mut BTreeMap<String, Waiting>,
     ) {
+        let SandboxTarget {
+            id: sandbox_id,
+            config: sandbox_config,
+            pod_ips,
+            volumes,
+        } = *target;
+        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
         let uid = uid_of(pod);
         let image = match self.ensure_image(&uid, c).await {
             Ok(image) => image,

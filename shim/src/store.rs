@@ -63,6 +63,31 @@ pub mod proto_b64 {
     }
 }
 
+/// An optional prost message inside JSON (`null` when absent).
+pub mod proto_b64_opt {
+    use super::*;
+
+    /// Serializes a message, or null.
+    pub fn serialize<M: Message, S: serde::Serializer>(
+        m: &Option<M>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match m {
+            Some(m) => proto_b64::serialize(m, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Deserializes a message, or null.
+    pub fn deserialize<'de, M: Message + Default, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<M>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapped<M: Message + Default>(#[serde(with = "proto_b64")] M);
+        Ok(Option::<Wrapped<M>>::deserialize(d)?.map(|Wrapped(m)| m))
+    }
+}
+
 /// JSON of a record.
 pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
     // Our record types always serialize.
@@ -330,6 +355,26 @@ mod tests {
     struct Rec {
         #[serde(with = "proto_b64")]
         config: cri::PodSandboxMetadata,
+    }
+
+    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    struct Maybe {
+        #[serde(default, with = "proto_b64_opt")]
+        config: Option<cri::PodSandboxMetadata>,
+    }
+
+    #[test]
+    fn optional_protos_ride_in_json() {
+        let some = Maybe {
+            config: Some(cri::PodSandboxMetadata {
+                name: "n".into(),
+                ..Default::default()
+            }),
+        };
+        assert_eq!(from_json::<Maybe>("m", &to_json(&some)).unwrap(), some);
+        let none = Maybe { config: None };
+        assert_eq!(from_json::<Maybe>("m", &to_json(&none)).unwrap(), none);
+        assert_eq!(from_json::<Maybe>("m", b"{}").unwrap(), none);
     }
 
     #[test]

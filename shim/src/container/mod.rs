@@ -80,7 +80,7 @@ pub struct ContainerMeta {
     /// The process as created, the template of every exec.
     pub process: oci_spec::runtime::Process,
     /// The user the process runs as (ContainerStatus.user).
-    #[serde(default, with = "proto_b64_opt")]
+    #[serde(default, with = "crate::store::proto_b64_opt")]
     pub user: Option<cri::ContainerUser>,
     /// Its cgroup.
     pub cgroups_path: String,
@@ -132,38 +132,8 @@ pub struct ContainerStatus {
     /// Human-readable detail.
     pub message: String,
     /// Resources after UpdateContainerResources, when any.
-    #[serde(default, with = "proto_b64_opt")]
+    #[serde(default, with = "crate::store::proto_b64_opt")]
     pub resources: Option<cri::LinuxContainerResources>,
-}
-
-/// An optional prost message inside JSON.
-mod proto_b64_opt {
-    use ferrolet_proto::prost::Message;
-
-    pub fn serialize<M: Message + Default, S: serde::Serializer>(
-        m: &Option<M>,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        match m {
-            Some(m) => crate::store::proto_b64::serialize(m, s),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, M: Message + Default, D: serde::Deserializer<'de>>(
-        d: D,
-    ) -> Result<Option<M>, D::Error> {
-        use base64::Engine;
-        use serde::Deserialize;
-        let text: Option<String> = Option::deserialize(d)?;
-        text.map(|t| {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(t)
-                .map_err(serde::de::Error::custom)?;
-            M::decode(bytes.as_slice()).map_err(serde::de::Error::custom)
-        })
-        .transpose()
-    }
 }
 
 /// A container in the index.

@@ -164,7 +164,12 @@ impl RuntimeInner {
         req: cri::PodSandboxStatsRequest,
     ) -> Result<cri::PodSandboxStatsResponse> {
         let sb = self.sandbox(&req.pod_sandbox_id)?;
-        let samples = self.samples(&[]).await?;
+        // Only this pod's tasks: the pause and its containers.
+        let containers = self.containers_of(&sb.meta.id);
+        let ids: Vec<&str> = std::iter::once(sb.meta.id.as_str())
+            .chain(containers.iter().map(|c| c.meta.id.as_str()))
+            .collect();
+        let samples = self.samples(&ids).await?;
         Ok(cri::PodSandboxStatsResponse {
             stats: Some(self.one_sandbox_stats(&sb, &samples).await),
         })
