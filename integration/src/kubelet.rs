@@ -1,6 +1,7 @@
 //! A kubelet node per test: [`KubeletNode`] runs the real `ferrolet` binary in standalone mode
-//! (static pods from a manifest directory) on top of a [`CriNode`] (`ferrolet-cri` on the
-//! test's own containerd namespace and CNI network), with its manifest, root, pod-log and
+//! (static pods from a manifest directory) on top of a [`RuntimeNode`]: a [`CriNode`]
+//! (`ferrolet-cri` on the test's own containerd namespace and CNI network), or a
+//! [`ContainerdCriNode`] (containerd's own CRI plugin, the reference), with its manifest, root, pod-log and
 //! cgroup dirs private to the test and its read-only API and healthz on free loopback ports.
 //!
 //! Tests talk to it as a user would: they write and remove manifests, read `/pods`,
@@ -9,6 +10,7 @@
 //! remove the pods and their dirs, stops ferrolet, and ends with the node's leak checks.
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -19,7 +21,10 @@ use std::time::{Duration, Instant};
 use ferrolet_proto::cri::{Container, ContainerFilter, PodSandbox, PodSandboxFilter};
 use serde_json::Value;
 
+use crate::containerd_cri::ContainerdCriNode;
+use crate::cri::RuntimeApi;
 use crate::leak::{self, LeakChecker};
+use crate::network::TestNetwork;
 use crate::pods::{CriNode, LONG, NodeOptions, labels, log_tail, paths_naming};
 use crate::registry::OPEN_REGISTRY;
 use crate::scratch::Scratch;
@@ -54,13 +59,72 @@ pub struct KubeletOptions {
     pub extra_config: String,
 }
 
-/// One test's node: ferrolet over ferrolet-cri, every dir in the test's scratch space.
-pub struct KubeletNode {
+/// The CRI runtime under a [`KubeletNode`]: ferrolet-cri ([`CriNode`], the default) or
+/// containerd's own CRI plugin ([`ContainerdCriNode`], the reference).
+pub trait RuntimeNode: Sized + Send + Sync + 'static {
+    /// Its CRI endpoint (`unix://…`), as ferrolet's `--container-runtime-endpoint`.
+    fn endpoint(&self) -> String;
+    /// A RuntimeService client that records the ids it sees for the leak checks.
+    fn api(&self) -> impl Future<Output = RuntimeApi> + Send;
+    /// Records ids of sandboxes and containers the kubelet made, for the leak checks.
+    fn track_ids(&self, ids: Vec<String>);
+    /// The pod network.
+    fn net(&self) -> &TestNetwork;
+    /// A host port no other running test uses (`k` < 5).
+    fn host_port(&self, k: u16) -> u16;
+    /// Checks that nothing of the pods is left and stops the runtime.
+    fn teardown(self) -> impl Future<Output = ()> + Send;
+}
+
+impl RuntimeNode for CriNode {
+    fn endpoint(&self) -> String {
+        self.cri.endpoint()
+    }
+    fn api(&self) -> impl Future<Output = RuntimeApi> + Send {
+        CriNode::api(self)
+    }
+    fn track_ids(&self, ids: Vec<String>) {
+        CriNode::track_ids(self, ids);
+    }
+    fn net(&self) -> &TestNetwork {
+        &self.net
+    }
+    fn host_port(&self, k: u16) -> u16 {
+        CriNode::host_port(self, k)
+    }
+    fn teardown(self) -> impl Future<Output = ()> + Send {
+        CriNode::teardown(self)
+    }
+}
+
+impl RuntimeNode for ContainerdCriNode {
+    fn endpoint(&self) -> String {
+        ContainerdCriNode::endpoint(self)
+    }
+    fn api(&self) -> impl Future<Output = RuntimeApi> + Send {
+        ContainerdCriNode::api(self)
+    }
+    fn track_ids(&self, ids: Vec<String>) {
+        ContainerdCriNode::track_ids(self, ids);
+    }
+    fn net(&self) -> &TestNetwork {
+        &self.net
+    }
+    fn host_port(&self, k: u16) -> u16 {
+        ContainerdCriNode::host_port(self, k)
+    }
+    fn teardown(self) -> impl Future<Output = ()> + Send {
+        ContainerdCriNode::teardown(self)
+    }
+}
+
+/// One test's node: ferrolet over a CRI runtime, every dir in the test's scratch space.
+pub struct KubeletNode<N: RuntimeNode = CriNode> {
     // First field: dropped first, so a panicking test's ferrolet is gone before the CRI
     // node's panic cleanup removes the pods (it would recreate them).
     kubelet: Ferrolet,
-    /// The ferrolet-cri node: its CRI clients, network, containerd namespace and leak checks.
-    pub node: CriNode,
+    /// The runtime node: its CRI clients, network and leak checks.
+    pub node: N,
     /// ferrolet's dir: `config.yaml`, `ferrolet.log`, `manifests/`, `root/`, `logs/`, `host/`.
     pub scratch: Scratch,
     /// The node name (`--hostname-override`): static pods are named `<name>-<node_name>`.
@@ -73,16 +137,41 @@ pub struct KubeletNode {
     cgroup: CgroupTree,
 }
 
-impl KubeletNode {
-    /// A node with the harness's defaults: bridge + portmap network, `fileCheckFrequency: 1s`,
-    /// `syncFrequency: 10s`.
+impl KubeletNode<CriNode> {
+    /// A node on ferrolet-cri with the harness's defaults: bridge + portmap network,
+    /// `fileCheckFrequency: 1s`, `syncFrequency: 10s`.
     pub async fn start(name: &str) -> Self {
         Self::start_with(name, KubeletOptions::default()).await
     }
 
-    /// A node with `opts`; returns once ferrolet's healthz answers.
+    /// A node on ferrolet-cri with `opts`; returns once ferrolet's healthz answers.
     pub async fn start_with(name: &str, opts: KubeletOptions) -> Self {
         let node = CriNode::start_with(name, opts.cri).await;
+        Self::start_on(name, node, &opts.extra_config).await
+    }
+
+    /// Kills ferrolet-cri with SIGKILL and starts it again with the same config (ferrolet
+    /// keeps running). Blocks a runtime worker while ferrolet-cri starts, so the test must
+    /// run on the multi-thread runtime.
+    pub fn restart_cri(&mut self) {
+        let cri = &mut self.node.cri;
+        tokio::task::block_in_place(|| cri.restart_after_kill());
+    }
+}
+
+impl KubeletNode<ContainerdCriNode> {
+    /// A node on containerd's own CRI plugin (a private containerd for this test), with the
+    /// harness's defaults.
+    pub async fn start_on_containerd(name: &str) -> Self {
+        let node = ContainerdCriNode::start(name).await;
+        Self::start_on(name, node, "").await
+    }
+}
+
+impl<N: RuntimeNode> KubeletNode<N> {
+    /// ferrolet on `node`, with `extra_config` appended to the harness's KubeletConfiguration;
+    /// returns once its healthz answers.
+    pub async fn start_on(name: &str, node: N, extra_config: &str) -> Self {
         let scratch = Scratch::new(&format!("kubelet-{name}"));
         let dir = scratch.path().to_path_buf();
         for sub in ["manifests", "root", "logs", "host"] {
@@ -92,7 +181,7 @@ impl KubeletNode {
         }
         let node_name = node_name_for(name);
         let cgroup_root = format!("/ferrolet-it/kubelet-{name}-{}", std::process::id());
-        let config = kubelet_config(&dir, &cgroup_root, &opts.extra_config);
+        let config = kubelet_config(&dir, &cgroup_root, extra_config);
         let config_path = dir.join("config.yaml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
@@ -105,7 +194,7 @@ impl KubeletNode {
             "--root-dir".to_string(),
             dir.join("root").display().to_string(),
             "--container-runtime-endpoint".to_string(),
-            node.cri.endpoint(),
+            node.endpoint(),
             "--address".to_string(),
             Ipv4Addr::LOCALHOST.to_string(),
             "--read-only-port".to_string(),
@@ -386,7 +475,8 @@ impl KubeletNode {
             sandboxes
                 .iter()
                 .map(|s| s.id.clone())
-                .chain(containers.iter().map(|c| c.id.clone())),
+                .chain(containers.iter().map(|c| c.id.clone()))
+                .collect(),
         );
         (sandboxes, containers)
     }
@@ -406,14 +496,6 @@ impl KubeletNode {
     pub async fn restart_kubelet(&mut self) {
         self.kubelet.kill();
         self.kubelet.spawn().await;
-    }
-
-    /// Kills ferrolet-cri with SIGKILL and starts it again with the same config (ferrolet
-    /// keeps running). Blocks a runtime worker while ferrolet-cri starts, so the test must
-    /// run on the multi-thread runtime.
-    pub fn restart_cri(&mut self) {
-        let cri = &mut self.node.cri;
-        tokio::task::block_in_place(|| cri.restart_after_kill());
     }
 
     /// Stops the node and checks that nothing is left: removes every manifest, waits until
@@ -467,7 +549,8 @@ impl KubeletNode {
             }
             match api.list_pods(None).await {
                 Ok(pods) => {
-                    self.node.track_ids(pods.iter().map(|p| p.id.clone()));
+                    self.node
+                        .track_ids(pods.iter().map(|p| p.id.clone()).collect());
                     left.extend(pods.iter().map(|p| {
                         let name = p.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("");
                         format!("sandbox {} ({name}) in CRI", p.id)
@@ -477,7 +560,8 @@ impl KubeletNode {
             }
             match api.list_containers(None).await {
                 Ok(containers) => {
-                    self.node.track_ids(containers.iter().map(|c| c.id.clone()));
+                    self.node
+                        .track_ids(containers.iter().map(|c| c.id.clone()).collect());
                     left.extend(
                         containers
                             .iter()

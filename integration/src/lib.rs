@@ -10,10 +10,13 @@
 //! - [`registry`]: private registries for tests that watch or break one.
 //! - [`scratch`]: per-test scratch directories that unmount and remove what is under them.
 //! - [`network`]: per-test CNI networks (own bridge, subnet, conf, IPAM and cache dirs).
+//! - [`containerd_cri`]: containerd's own CRI plugin as a test node (the reference runtime).
+//! - [`kubelet`]: the real `ferrolet` per test, on either runtime node.
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
 //!   config builders, and the pod leak checks.
 
 pub mod containerd;
+pub mod containerd_cri;
 pub mod cri;
 pub mod kubelet;
 pub mod leak;

@@ -28,6 +28,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tonic::transport::Channel;
 
+use ferrolet_proto::containerd::Containerd;
+
 use crate::containerd::{TestNamespace, containerd};
 use crate::cri::{CriServer, LogLine, RuntimeApi, parse_cri_log, poll};
 use crate::leak::LeakChecker;
@@ -268,7 +270,7 @@ impl CriNode {
                 .iter()
                 .map(ToString::to_string),
         );
-        leaks.extend(containerd_runtime_leaks(&self.ns).await);
+        leaks.extend(containerd_runtime_leaks(&self.ns.client).await);
         leaks.extend(
             fifos_under(self.scratch.path())
                 .into_iter()
@@ -437,8 +439,15 @@ fn toml_string(s: &str) -> String {
 
 /// On a panicking test, stops and removes the node's pods through CRI so no veth, portmap
 /// rule or container outlives the test binary.
-struct PanicCleanup {
+pub(crate) struct PanicCleanup {
     endpoint: String,
+}
+
+impl PanicCleanup {
+    /// Cleans up through the CRI server at `endpoint`.
+    pub(crate) fn new(endpoint: String) -> Self {
+        Self { endpoint }
+    }
 }
 
 impl Drop for PanicCleanup {
@@ -962,14 +971,9 @@ pub fn image_without_command(dir: &Path) -> PathBuf {
 }
 
 /// containerd objects a pod leaves: containers, tasks, non-committed snapshots, leases.
-async fn containerd_runtime_leaks(ns: &TestNamespace) -> Vec<String> {
+pub(crate) async fn containerd_runtime_leaks(client: &Containerd) -> Vec<String> {
     let mut leaks = Vec::new();
-    match ns
-        .client
-        .containers()
-        .list(CdListContainers::default())
-        .await
-    {
+    match client.containers().list(CdListContainers::default()).await {
         Ok(r) => leaks.extend(
             r.into_inner()
                 .containers
@@ -978,7 +982,7 @@ async fn containerd_runtime_leaks(ns: &TestNamespace) -> Vec<String> {
         ),
         Err(e) => leaks.push(format!("could not list containers: {e}")),
     }
-    match ns.client.tasks().list(ListTasksRequest::default()).await {
+    match client.tasks().list(ListTasksRequest::default()).await {
         Ok(r) => leaks.extend(
             r.into_inner()
                 .tasks
@@ -987,7 +991,7 @@ async fn containerd_runtime_leaks(ns: &TestNamespace) -> Vec<String> {
         ),
         Err(e) => leaks.push(format!("could not list tasks: {e}")),
     }
-    match ns.client.leases().list(ListLeases::default()).await {
+    match client.leases().list(ListLeases::default()).await {
         Ok(r) => leaks.extend(
             r.into_inner()
                 .leases
@@ -997,8 +1001,7 @@ async fn containerd_runtime_leaks(ns: &TestNamespace) -> Vec<String> {
         Err(e) => leaks.push(format!("could not list leases: {e}")),
     }
     let snapshots = async {
-        let mut stream = ns
-            .client
+        let mut stream = client
             .snapshots()
             .list(ListSnapshotsRequest {
                 snapshotter: crate::containerd::SNAPSHOTTER.into(),
@@ -1068,7 +1071,7 @@ fn walk(dir: &Path, depth: usize) -> Vec<PathBuf> {
 }
 
 /// cgroups named after `ids`, and processes in cgroups named after them.
-fn cgroup_leaks(ids: &[String]) -> Vec<String> {
+pub(crate) fn cgroup_leaks(ids: &[String]) -> Vec<String> {
     let mut leaks = Vec::new();
     if ids.is_empty() {
         return leaks;

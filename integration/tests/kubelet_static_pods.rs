@@ -1,5 +1,6 @@
 //! `ferrolet` in standalone mode (issue #6 acceptance): static pods from a manifest directory
-//! driven through the real `ferrolet-cri`, containerd, runc and CNI plugins, observed through
+//! driven through the real `ferrolet-cri`, containerd, runc and CNI plugins (and the main
+//! scenarios again through containerd's own CRI plugin, the reference), observed through
 //! ferrolet's read-only API (`/pods`, `/containerLogs`, `/healthz`) and through CRI. Each test
 //! has its own node (manifest/root/log dirs, cgroup root, ports, containerd namespace, CNI
 //! network) and ends with the node's teardown and leak checks.
@@ -11,10 +12,10 @@ use std::time::Duration;
 
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
-    CONTAINER_NAME_LABEL, IDLE, KubeletNode, POD_NAMESPACE, container_id, container_status,
-    host_ip, http_request, image, init_container_status, is_ready, is_running, last_terminated,
-    pod_condition, pod_ip, pod_names, pod_phase, pod_uid, restart_count, rfc3339_seconds, sh,
-    started_at, terminated, waiting_reason,
+    CONTAINER_NAME_LABEL, IDLE, KubeletNode, POD_NAMESPACE, RuntimeNode, container_id,
+    container_status, host_ip, http_request, image, init_container_status, is_ready, is_running,
+    last_terminated, pod_condition, pod_ip, pod_names, pod_phase, pod_uid, restart_count,
+    rfc3339_seconds, sh, started_at, terminated, waiting_reason,
 };
 use ferrolet_integration::pods::{LONG, cgroup_of, http_get, pids_with_cmdline};
 use ferrolet_proto::cri::{ContainerState, PodSandboxState};
@@ -54,7 +55,17 @@ fn reason(t: Option<&Value>) -> Option<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_httpd_static_pod_runs_serves_and_reports_ready() {
-    let node = KubeletNode::start("web").await;
+    httpd_pod_scenario(KubeletNode::start("web").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_httpd_static_pod_runs_serves_and_reports_ready_on_containerd_cri() {
+    httpd_pod_scenario(KubeletNode::start_on_containerd("cd-web").await).await;
+}
+
+/// The main scenario: an httpd static pod runs, serves on its pod IP and a hostPort, and
+/// `/pods` reports it Running and Ready.
+async fn httpd_pod_scenario<N: RuntimeNode>(node: KubeletNode<N>) {
     let host_port = node.node.host_port(0);
     node.write_manifest(
         "web.yaml",
@@ -90,7 +101,7 @@ async fn an_httpd_static_pod_runs_serves_and_reports_ready() {
     let ip: Ipv4Addr = pod_ip(&pod)
         .parse()
         .unwrap_or_else(|e| panic!("podIP {:?}: {e}", pod_ip(&pod)));
-    assert_eq!(&ip.octets()[..3], &[10, 199, node.node.net.octet], "{ip}");
+    assert_eq!(&ip.octets()[..3], &[10, 199, node.node.net().octet], "{ip}");
     assert!(!host_ip(&pod).is_empty(), "hostIP: {pod:#}");
     let httpd = container_status(&pod, "httpd").unwrap_or_else(|| panic!("{pod:#}"));
     assert!(is_ready(httpd), "{httpd}");
@@ -103,7 +114,7 @@ async fn an_httpd_static_pod_runs_serves_and_reports_ready() {
     // httpd answers on the pod IP and through the hostPort (loopback and the bridge).
     let direct = http_get(SocketAddr::from((ip, 8080)), LONG).await;
     assert_eq!(direct.as_deref(), Ok(HTTPD_BODY), "pod IP");
-    for host in [Ipv4Addr::LOCALHOST, node.node.net.gateway] {
+    for host in [Ipv4Addr::LOCALHOST, node.node.net().gateway] {
         let mapped = http_get(SocketAddr::from((host, host_port)), LONG).await;
         assert_eq!(mapped.as_deref(), Ok(HTTPD_BODY), "hostPort via {host}");
     }
@@ -167,7 +178,16 @@ async fn an_httpd_static_pod_runs_serves_and_reports_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_containers_run_first_and_a_failing_one_fails_the_pod() {
-    let node = KubeletNode::start("init").await;
+    init_containers_scenario(KubeletNode::start("init").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_first_and_a_failing_one_fails_the_pod_on_containerd_cri() {
+    init_containers_scenario(KubeletNode::start_on_containerd("cd-init").await).await;
+}
+
+/// Init containers run in order before the app; a failing one under `Never` fails the pod.
+async fn init_containers_scenario<N: RuntimeNode>(node: KubeletNode<N>) {
     let busybox = image("busybox");
     node.write_manifest(
         "init.yaml",
@@ -272,7 +292,16 @@ async fn init_containers_run_first_and_a_failing_one_fails_the_pod() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_policies_decide_restarts_and_phases() {
-    let node = KubeletNode::start("restarts").await;
+    restart_policies_scenario(KubeletNode::start("restarts").await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_policies_decide_restarts_and_phases_on_containerd_cri() {
+    restart_policies_scenario(KubeletNode::start_on_containerd("cd-restarts").await).await;
+}
+
+/// OnFailure restarts with back-off; Never ends Failed or Succeeded.
+async fn restart_policies_scenario<N: RuntimeNode>(node: KubeletNode<N>) {
     node.write_manifest("crash.yaml", &busybox_pod("crash", "OnFailure", "exit 1"));
     node.write_manifest("fail.yaml", &busybox_pod("fail", "Never", "exit 1"));
     node.write_manifest("done.yaml", &busybox_pod("done", "Never", "exit 0"));
