@@ -15,6 +15,7 @@ use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tonic::Code;
 
+use crate::container::log::civil_from_days;
 use crate::content::{self, ContentError, Opened, Writer};
 
 /// Annotation that names a manifest's tag inside a layout's index.
@@ -343,16 +344,7 @@ impl Lease {
 fn format_rfc3339(since_epoch: Duration) -> String {
     let secs = since_epoch.as_secs() as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm), valid for the proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
