@@ -1104,3 +1104,39 @@ async fn container_events_arrive_in_order_with_the_sandbox_status() {
     }
     node.teardown().await;
 }
+
+/// A kubelet tearing pods down stops a container while its pod is being stopped too, and the
+/// exit follower reaps the same tasks at the same moment. Every call must succeed, and no
+/// shim may outlive its pod (containerd 1.6's runc shim leaks when one task is deleted twice
+/// at once, and a kill racing the reap sees "ttrpc: closed").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing() {
+    let node = CriNode::start("stop-race").await;
+    let api = node.api().await;
+    let busybox = node.pull("busybox").await;
+    for round in 0..10u64 {
+        let runs = (0..3u64).map(|k| {
+            let (api, node, image) = (api.clone(), &node, busybox.reference.clone());
+            async move {
+                let pod = node.pod(&format!("race-{round}-{k}")).build();
+                let pod_id = api.run_pod(&pod).await.unwrap();
+                let config = ContainerBuilder::new("idle", &image)
+                    .shell("trap 'exit 0' TERM; sleep 1000 & wait")
+                    .build();
+                let id = api.create_container(&pod_id, &pod, &config).await.unwrap();
+                api.start_container(&id).await.unwrap();
+                // Stagger the stops over the container's start-up, as kubelets do.
+                tokio::time::sleep(std::time::Duration::from_millis(100 * ((round + k) % 4))).await;
+                let (stop, stop_pod) =
+                    tokio::join!(api.stop_container(&id, 30), api.stop_pod(&pod_id));
+                stop.unwrap_or_else(|e| panic!("StopContainer {id} during StopPodSandbox: {e}"));
+                stop_pod.unwrap_or_else(|e| panic!("StopPodSandbox {pod_id}: {e}"));
+                api.remove_container(&id).await.unwrap();
+                api.remove_pod(&pod_id).await.unwrap();
+            }
+        });
+        futures::future::join_all(runs).await;
+        node.assert_no_pod_leaks().await;
+    }
+    node.teardown().await;
+}

@@ -3,6 +3,7 @@
 //! idempotent and can run after a half-finished create.
 
 use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::container::Runtime;
@@ -238,12 +239,41 @@ pub async fn kill(cd: &Containerd, id: &str, signal: u32) -> Result<()> {
         Err(e) if e.code() == Code::NotFound => Ok(()),
         // runc answers "process already finished" for a task that exited.
         Err(e) if e.code() == Code::FailedPrecondition => Ok(()),
-        Err(e) => Err(RuntimeError::containerd(format!("signalling task {id}"))(e)),
+        // A concurrent reap (the exit follower, another stop) closed the shim under us
+        // ("ttrpc: closed"): the task is gone or exited, which is what a kill wants.
+        Err(e) => match task_state(cd, id).await {
+            Ok(None | Some(TaskState::Stopped { .. })) => Ok(()),
+            _ => Err(RuntimeError::containerd(format!("signalling task {id}"))(e)),
+        },
     }
 }
 
-/// Deletes a task (reaping its shim); the exit status when there was a task.
+/// Per task id, the lock its deletes take turns on.
+type DeleteLocks = HashMap<String, Weak<tokio::sync::Mutex<()>>>;
+
+/// Task ids with a delete in flight. Two concurrent deletes of one task (the exit follower
+/// and a stop both reaping it) race inside containerd 1.6's runc shim: one fails half-way,
+/// the shim's shutdown check sees the task still listed, and the shim outlives its pod for
+/// good (containerd#12344). Taking turns, the later delete finds no task and is done.
+static DELETING: LazyLock<Mutex<DeleteLocks>> = LazyLock::new(Mutex::default);
+
+/// The lock deletes of task `id` take turns on.
+fn delete_lock(id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = DELETING.lock().unwrap_or_else(PoisonError::into_inner);
+    locks.retain(|_, lock| lock.strong_count() > 0);
+    if let Some(lock) = locks.get(id).and_then(Weak::upgrade) {
+        return lock;
+    }
+    let lock = Arc::new(tokio::sync::Mutex::new(()));
+    locks.insert(id.to_string(), Arc::downgrade(&lock));
+    lock
+}
+
+/// Deletes a task (reaping its shim); the exit status when there was a task. Deletes of one
+/// task never overlap (see [`DELETING`]).
 pub async fn delete_task(cd: &Containerd, id: &str) -> Result<Option<(u32, i64)>> {
+    let lock = delete_lock(id);
+    let _turn = lock.lock().await;
     match cd
         .tasks()
         .delete(DeleteTaskRequest {
@@ -309,5 +339,22 @@ pub async fn task_state(cd: &Containerd, id: &str) -> Result<Option<TaskState>> 
         }
         Err(e) if e.code() == Code::NotFound => Ok(None),
         Err(e) => Err(RuntimeError::containerd(format!("reading task {id}"))(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deletes_of_one_task_share_a_lock_only_while_one_is_in_flight() {
+        let a = delete_lock("task-a");
+        assert!(Arc::ptr_eq(&a, &delete_lock("task-a")));
+        assert!(!Arc::ptr_eq(&a, &delete_lock("task-b")));
+        drop(a);
+        // Nothing in flight: the entry goes, so ids do not accumulate.
+        let _fresh = delete_lock("task-c");
+        let held = DELETING.lock().unwrap_or_else(PoisonError::into_inner);
+        assert!(!held.contains_key("task-a"));
     }
 }
