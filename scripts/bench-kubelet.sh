@@ -10,7 +10,12 @@
 # each ferrolet, the reference containerd unless it already ran) it stops, also on error or
 # Ctrl-C, after removing every pod it made (netns and veths go with the sandboxes).
 #
+# Then, on ferrolet-cri only, the probe overhead (issue #7): pods with three probes each at a
+# 1 s period (tcp/http, and separately exec), ferrolet's CPU over the idle window.
+#
 #   BENCH_PODS=1,30,100   pod counts      BENCH_IDLE_S=30  idle CPU window
+#   BENCH_PROBES="network exec"   probe modes ("" for none)
+#   BENCH_PROBE_PODS=100  BENCH_EXEC_PROBE_PODS=10   pods of the probe runs
 #   BENCH_RUNTIMES="ferrolet-cri containerd-cri"   which runtimes, in order
 #   BIN=target/release    where the binaries are
 set -euo pipefail
@@ -24,6 +29,9 @@ CRI_BENCH=$BIN/ferrolet-cri-bench
 PODS=${BENCH_PODS:-1,30,100}
 IDLE_S=${BENCH_IDLE_S:-30}
 RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri}
+PROBES=${BENCH_PROBES-network exec}
+PROBE_PODS=${BENCH_PROBE_PODS:-100}
+EXEC_PROBE_PODS=${BENCH_EXEC_PROBE_PODS:-10}
 PID_DIR=/run/ferrolet/env
 CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
 REF_SOCK=/run/ferrolet/containerd-cri/containerd.sock
@@ -34,6 +42,8 @@ CRI_SOCK=$STATE/cri.sock
 CRI_NAMESPACE=ferrolet-bench-kubelet
 CNI_CONF_DIR=/etc/ferrolet/cni/net.d
 PORT=${BENCH_PORT:-10355}
+# The secure API (port) runs as in production, on its own loopback port.
+SECURE_PORT=${BENCH_SECURE_PORT:-10356}
 OUT=$ROOT_DIR/target/bench-kubelet/$(date +%Y%m%d-%H%M%S)
 
 log() { printf '[bench-kubelet] %s\n' "$*" >&2; }
@@ -155,7 +165,7 @@ YAML
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/kubelet.pid" \
     "$KUBELET" --config "$LIB/kubelet-config.yaml" --pod-manifest-path "$LIB/manifests" \
     --root-dir "$LIB/kubelet" --container-runtime-endpoint "$endpoint" --address 127.0.0.1 \
-    --read-only-port "$PORT" --healthz-port 0 --hostname-override bench-node \
+    --read-only-port "$PORT" --port "$SECURE_PORT" --healthz-port 0 --hostname-override bench-node \
     </dev/null >"$OUT/ferrolet-$label.log" 2>&1 &
   for _ in $(seq 1 300); do
     [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
@@ -190,11 +200,31 @@ bench() {
   stop_kubelet
 }
 
+# bench_probes MODE ENDPOINT: the probe-overhead run through a fresh ferrolet.
+bench_probes() {
+  local mode=$1 endpoint=$2 rc=0 pods=$PROBE_PODS
+  [ "$mode" = exec ] && pods=$EXEC_PROBE_PODS
+  start_kubelet "probes-$mode" "$endpoint"
+  "$BENCH" --manifest-dir "$LIB/manifests" --read-only "127.0.0.1:$PORT" --endpoint "$endpoint" \
+    --pid "$kubelet_pid" --pods "$pods" --idle-s "$IDLE_S" --probes "$mode" \
+    --label "probes-$mode" --json >"$OUT/probes-$mode.json" || rc=$?
+  [ "$rc" = 130 ] && exit 130
+  if [ "$rc" != 0 ]; then
+    log "probes-$mode: failed (exit $rc); see $OUT/ferrolet-probes-$mode.log"
+    rm -f "$OUT/probes-$mode.json"
+    status=1
+  fi
+  stop_kubelet
+}
+
 for runtime in $RUNTIMES; do
   case $runtime in
     ferrolet-cri)
       start_cri
       bench ferrolet-cri "unix://$CRI_SOCK"
+      for mode in $PROBES; do
+        bench_probes "$mode" "unix://$CRI_SOCK"
+      done
       # Idle from now on, but no process of one run should share the machine with the next.
       stop "$cri_pid" ferrolet-cri
       cri_pid=

@@ -11,6 +11,8 @@ LIB=/var/lib/ferrolet/node
 CRI_SOCK=/run/ferrolet/cri.sock
 MANIFESTS=${MANIFESTS:-$ROOT_DIR/examples/static-pods}
 READ_ONLY_PORT=10255
+# The authenticated API (TLS, client certificates): the Go kubelet's port, on loopback here.
+SECURE_PORT=10250
 
 log() { printf '[node] %s\n' "$*" >&2; }
 running() { [ -s "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
@@ -51,7 +53,7 @@ TOML
   if ! running ferrolet; then
     "$BIN/ferrolet" --pod-manifest-path "$MANIFESTS" --root-dir "$LIB/kubelet" \
       --container-runtime-endpoint "unix://$CRI_SOCK" --address 127.0.0.1 \
-      --read-only-port $READ_ONLY_PORT >>"$LIB/ferrolet.log" 2>&1 &
+      --read-only-port $READ_ONLY_PORT --port $SECURE_PORT >>"$LIB/ferrolet.log" 2>&1 &
     echo $! > "$RUN/ferrolet.pid"
     log "ferrolet on $MANIFESTS (log $LIB/ferrolet.log)"
   fi
@@ -76,6 +78,7 @@ for p in json.load(sys.stdin)["items"]:
 Reach them:
   curl http://127.0.0.1:8080/                      # httpd through its hostPort
   curl http://127.0.0.1:$READ_ONLY_PORT/pods                # the kubelet's read-only API
+  curl -k https://127.0.0.1:$SECURE_PORT/healthz            # the secure API: 401 without a client cert
   crictl --runtime-endpoint unix://$CRI_SOCK pods  # what ferrolet-cri runs (with crictl)
 Add or edit manifests in $MANIFESTS; 'make stop' stops everything.
 MSG

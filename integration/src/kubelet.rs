@@ -2,7 +2,8 @@
 //! (static pods from a manifest directory) on top of a [`RuntimeNode`]: a [`CriNode`]
 //! (`ferrolet-cri` on the test's own containerd namespace and CNI network), or a
 //! [`ContainerdCriNode`] (containerd's own CRI plugin, the reference), with its manifest, root, pod-log and
-//! cgroup dirs private to the test and its read-only API and healthz on free loopback ports.
+//! cgroup dirs private to the test and its read-only API, healthz and secure API (`--port`)
+//! on free loopback ports.
 //!
 //! Tests talk to it as a user would: they write and remove manifests, read `/pods`,
 //! `/healthz` and `/containerLogs` over HTTP, and ask ferrolet-cri through CRI what really
@@ -57,6 +58,8 @@ pub struct KubeletOptions {
     pub cri: NodeOptions,
     /// Extra KubeletConfiguration lines (YAML, top level), appended to the harness's own.
     pub extra_config: String,
+    /// Extra ferrolet flags, after the harness's own (e.g. the hidden GC periods).
+    pub extra_args: Vec<String>,
 }
 
 /// The CRI runtime under a [`KubeletNode`]: ferrolet-cri ([`CriNode`], the default) or
@@ -133,6 +136,7 @@ pub struct KubeletNode<N: RuntimeNode = CriNode> {
     pub cgroup_root: String,
     read_only: SocketAddr,
     healthz: SocketAddr,
+    secure: SocketAddr,
     uids: Mutex<BTreeSet<String>>,
     cgroup: CgroupTree,
 }
@@ -147,7 +151,7 @@ impl KubeletNode<CriNode> {
     /// A node on ferrolet-cri with `opts`; returns once ferrolet's healthz answers.
     pub async fn start_with(name: &str, opts: KubeletOptions) -> Self {
         let node = CriNode::start_with(name, opts.cri).await;
-        Self::start_on(name, node, &opts.extra_config).await
+        Self::start_on_with_args(name, node, &opts.extra_config, &opts.extra_args).await
     }
 
     /// Kills ferrolet-cri with SIGKILL and starts it again with the same config (ferrolet
@@ -172,6 +176,16 @@ impl<N: RuntimeNode> KubeletNode<N> {
     /// ferrolet on `node`, with `extra_config` appended to the harness's KubeletConfiguration;
     /// returns once its healthz answers.
     pub async fn start_on(name: &str, node: N, extra_config: &str) -> Self {
+        Self::start_on_with_args(name, node, extra_config, &[]).await
+    }
+
+    /// [`KubeletNode::start_on`] with extra ferrolet flags.
+    pub async fn start_on_with_args(
+        name: &str,
+        node: N,
+        extra_config: &str,
+        extra_args: &[String],
+    ) -> Self {
         let scratch = Scratch::new(&format!("kubelet-{name}"));
         let dir = scratch.path().to_path_buf();
         for sub in ["manifests", "root", "logs", "host"] {
@@ -185,8 +199,8 @@ impl<N: RuntimeNode> KubeletNode<N> {
         let config_path = dir.join("config.yaml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
-        let (read_only, healthz) = free_ports();
-        let args = vec![
+        let (read_only, healthz, secure) = free_ports();
+        let mut args = vec![
             "--config".to_string(),
             config_path.display().to_string(),
             "--pod-manifest-path".to_string(),
@@ -201,11 +215,14 @@ impl<N: RuntimeNode> KubeletNode<N> {
             read_only.port().to_string(),
             "--healthz-port".to_string(),
             healthz.port().to_string(),
+            "--port".to_string(),
+            secure.port().to_string(),
             "--hostname-override".to_string(),
             node_name.clone(),
             "-v".to_string(),
             "4".to_string(),
         ];
+        args.extend(extra_args.iter().cloned());
         let mut kubelet = Ferrolet {
             child: None,
             args,
@@ -224,6 +241,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
             cgroup_root,
             read_only,
             healthz,
+            secure,
             uids: Mutex::new(BTreeSet::new()),
         }
     }
@@ -256,6 +274,11 @@ impl<N: RuntimeNode> KubeletNode<N> {
     /// The healthz server's address.
     pub fn healthz_addr(&self) -> SocketAddr {
         self.healthz
+    }
+
+    /// The secure (TLS) kubelet API's address (`--port`).
+    pub fn secure_addr(&self) -> SocketAddr {
+        self.secure
     }
 
     /// The static pod name of manifest pod `name` (`<name>-<node>`); a name that already
@@ -425,6 +448,20 @@ impl<N: RuntimeNode> KubeletNode<N> {
         } else {
             Err(format!("GET {path}: {} {}", r.status, r.body))
         }
+    }
+
+    /// GET `/metrics` from the read-only API, parsed by the strict text-format parser.
+    ///
+    /// # Panics
+    /// If ferrolet does not answer 200 with a valid exposition.
+    pub async fn metrics(&self) -> crate::prometheus::Exposition {
+        let r = self
+            .get("/metrics")
+            .await
+            .unwrap_or_else(|e| panic!("{e}\nferrolet log tail:\n{}", self.log_tail()));
+        assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
+        crate::prometheus::parse(&r.body)
+            .unwrap_or_else(|e| panic!("GET /metrics: not the text format: {e}\n{}", r.body))
     }
 
     /// The whole log of `container` in pod `pod`, as `/containerLogs` serves it.
@@ -656,10 +693,28 @@ fn node_name_for(name: &str) -> String {
     format!("node-{}", name.to_lowercase().replace('_', "-"))
 }
 
+/// Settings every node gets unless its test sets them itself: this VM's disk is ~85% full,
+/// past the image GC's default high threshold, and a GC pass would remove the images tests
+/// run (and, on containerd 1.6's CRI, which does not pin it, the pause image), so image GC
+/// only runs in the tests that ask for it.
+const HARNESS_DEFAULTS: &[(&str, &str)] = &[
+    ("imageGCHighThresholdPercent", "100"),
+    ("imageGCLowThresholdPercent", "99"),
+];
+
 /// The KubeletConfiguration every node starts from: its own pod logs dir and cgroup root,
-/// quick manifest re-lists and resyncs.
+/// quick manifest re-lists and resyncs, [`HARNESS_DEFAULTS`] the test does not override.
 fn kubelet_config(dir: &Path, cgroup_root: &str, extra: &str) -> String {
     let q = |s: &str| Value::String(s.to_string()).to_string();
+    let defaults: String = HARNESS_DEFAULTS
+        .iter()
+        .filter(|(key, _)| {
+            !extra
+                .lines()
+                .any(|l| l.trim_start().starts_with(&format!("{key}:")))
+        })
+        .map(|(key, value)| format!("{key}: {value}\n"))
+        .collect();
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\n\
          kind: KubeletConfiguration\n\
@@ -667,24 +722,25 @@ fn kubelet_config(dir: &Path, cgroup_root: &str, extra: &str) -> String {
          cgroupRoot: {cgroup}\n\
          fileCheckFrequency: 1s\n\
          syncFrequency: 10s\n\
+         {defaults}\
          {extra}\n",
         logs = q(&dir.join("logs").display().to_string()),
         cgroup = q(cgroup_root),
     )
 }
 
-/// Two free TCP ports on 127.0.0.1 (held together while chosen, so they differ).
-fn free_ports() -> (SocketAddr, SocketAddr) {
+/// Three free TCP ports on 127.0.0.1 (held together while chosen, so they differ).
+fn free_ports() -> (SocketAddr, SocketAddr, SocketAddr) {
     let bind = || {
         TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .unwrap_or_else(|e| panic!("binding a free port: {e}"))
     };
-    let (a, b) = (bind(), bind());
+    let (a, b, c) = (bind(), bind(), bind());
     let addr = |l: &TcpListener| {
         l.local_addr()
             .unwrap_or_else(|e| panic!("reading a bound address: {e}"))
     };
-    (addr(&a), addr(&b))
+    (addr(&a), addr(&b), addr(&c))
 }
 
 /// The running `ferrolet`, killed on drop.

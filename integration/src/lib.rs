@@ -14,6 +14,7 @@
 //! - [`kubelet`]: the real `ferrolet` per test, on either runtime node.
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
 //!   config builders, and the pod leak checks.
+//! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
 
 pub mod containerd;
 pub mod containerd_cri;
@@ -22,6 +23,7 @@ pub mod kubelet;
 pub mod leak;
 pub mod network;
 pub mod pods;
+pub mod prometheus;
 pub mod registry;
 pub mod scratch;
 pub mod testimages;

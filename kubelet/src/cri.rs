@@ -60,11 +60,12 @@ pub struct Cri {
     timeout: Duration,
 }
 
-/// Runs one call with the timeout.
+/// Runs one call with the timeout, recorded in the runtime operation metrics.
 macro_rules! call {
     ($self:ident, $client:ident, $method:ident, $name:literal, $req:expr) => {{
         let mut client = $self.$client.clone();
-        match tokio::time::timeout($self.timeout, client.$method($req)).await {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout($self.timeout, client.$method($req)).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => Err(CriError::Call {
                 method: $name,
@@ -74,7 +75,9 @@ macro_rules! call {
                 method: $name,
                 timeout: $self.timeout,
             }),
-        }
+        };
+        crate::metrics::runtime_operation($name, started, result.is_err());
+        result
     }};
 }
 
@@ -205,7 +208,8 @@ impl Cri {
         };
         let mut client = self.runtime.clone();
         let limit = self.timeout + Duration::from_secs(grace_secs.max(0) as u64);
-        match tokio::time::timeout(limit, client.stop_container(req)).await {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(limit, client.stop_container(req)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(status)) => Err(CriError::Call {
                 method: "StopContainer",
@@ -215,7 +219,9 @@ impl Cri {
                 method: "StopContainer",
                 timeout: limit,
             }),
-        }
+        };
+        crate::metrics::runtime_operation("StopContainer", started, result.is_err());
+        result
     }
 
     /// RemoveContainer.
@@ -265,7 +271,8 @@ impl Cri {
         };
         let mut client = self.runtime.clone();
         let limit = self.timeout + Duration::from_secs(timeout_secs.max(0) as u64);
-        match tokio::time::timeout(limit, client.exec_sync(req)).await {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(limit, client.exec_sync(req)).await {
             Ok(Ok(r)) => Ok(r.into_inner()),
             Ok(Err(status)) => Err(CriError::Call {
                 method: "ExecSync",
@@ -275,7 +282,9 @@ impl Cri {
                 method: "ExecSync",
                 timeout: limit,
             }),
-        }
+        };
+        crate::metrics::runtime_operation("ExecSync", started, result.is_err());
+        result
     }
 
     /// Whether the image is present; its id when it is.
@@ -307,14 +316,17 @@ impl Cri {
         };
         // Pulls are bounded by progress, not by the request timeout (as the Go kubelet does).
         let mut client = self.images.clone();
-        client
+        let started = std::time::Instant::now();
+        let result = client
             .pull_image(req)
             .await
             .map(|r| r.into_inner().image_ref)
             .map_err(|status| CriError::Call {
                 method: "PullImage",
                 status,
-            })
+            });
+        crate::metrics::runtime_operation("PullImage", started, result.is_err());
+        result
     }
 
     /// Every sandbox and container the kubelet made, grouped by pod UID (from the labels the

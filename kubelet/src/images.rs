@@ -1,9 +1,12 @@
 //! Making sure a container's image is there, per its `imagePullPolicy`, with the image-pull
-//! back-off and the waiting reasons the Go kubelet reports.
+//! back-off and the waiting reasons the Go kubelet reports. Pulls try the credentials the
+//! pod's keyring ([`crate::credentials`]) matches for the image, in turn.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference};
 
 use crate::kubelet::Kubelet;
 use crate::status::Waiting;
@@ -44,22 +47,24 @@ impl Kubelet {
             _ => {}
         }
         let key = format!("{uid}/{image}");
-        if let Some(left) = self.pull_backoff.in_backoff(&key, Instant::now()) {
+        if self.pull_backoff.in_backoff(&key, Instant::now()).is_some() {
+            // As the Go kubelet, the waiting message carries the error that started the wait.
+            let message = match self.pull_errors.last(&key) {
+                Some(error) => format!("Back-off pulling image \"{image}\": {error}"),
+                None => format!("Back-off pulling image \"{image}\""),
+            };
             return Err(Waiting {
                 reason: "ImagePullBackOff".into(),
-                message: format!(
-                    "Back-off pulling image \"{image}\" ({}s left)",
-                    left.as_secs()
-                ),
+                message,
             });
         }
+        self.pull_errors.forget(&key);
         let _serial = if self.config.serialize_image_pulls {
             Some(self.pull_lock.lock().await)
         } else {
             None
         };
-        tracing::info!(pod = uid, %image, "pulling image");
-        match self.cri.pull_image(&image, None, None).await {
+        match self.pull_with_credentials(uid, &image).await {
             Ok(image_ref) => {
                 self.pull_backoff.reset(&key);
                 // The id is what CreateContainer wants; the ref is close enough if status fails.
@@ -71,13 +76,133 @@ impl Kubelet {
                     .flatten()
                     .unwrap_or(image_ref))
             }
-            Err(e) => {
+            Err(error) => {
                 self.pull_backoff.next(&key, Instant::now());
+                let message = format!("pulling image \"{image}\": {error}");
+                {
+                    let pods = self.pods.read().unwrap_or_else(|p| p.into_inner());
+                    self.pull_errors
+                        .record(key, error, |uid| pods.contains_key(uid));
+                }
                 Err(Waiting {
                     reason: "ErrImagePull".into(),
-                    message: format!("pulling image \"{image}\": {e}"),
+                    message,
                 })
             }
         }
+    }
+
+    /// Pulls `image` for pod `uid` as the Go kubelet's `PullImage` does: with each credential
+    /// the pod's keyring matches, in order, until one works (anonymously when none matches);
+    /// when all fail, the last error's text.
+    async fn pull_with_credentials(&self, uid: &str, image: &str) -> Result<String, String> {
+        let (namespace, pull_secrets) = self.pull_secret_refs(uid);
+        let keyring = self
+            .credentials
+            .keyring(&namespace, &pull_secrets)
+            .await
+            .map_err(|e| e.to_string())?;
+        let matches = keyring.matches(image);
+        if matches.is_empty() {
+            tracing::info!(pod = uid, %image, "pulling image without credentials");
+            return self
+                .cri
+                .pull_image(image, None, None)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let tries = matches.len();
+        let mut last = String::new();
+        for (n, m) in matches.iter().enumerate() {
+            tracing::info!(
+                pod = uid,
+                %image,
+                registry = m.registry,
+                source = %m.source,
+                attempt = n + 1,
+                of = tries,
+                "pulling image with credentials"
+            );
+            match self
+                .cri
+                .pull_image(image, Some(m.auth_config()), None)
+                .await
+            {
+                Ok(image_ref) => return Ok(image_ref),
+                Err(e) => {
+                    tracing::info!(pod = uid, %image, source = %m.source, error = %e, "pull with these credentials failed");
+                    last = e.to_string();
+                }
+            }
+        }
+        Err(if tries == 1 {
+            last
+        } else {
+            format!("{tries} credentials tried; the last failed: {last}")
+        })
+    }
+
+    /// The pod's namespace and `imagePullSecrets`, from the desired pod.
+    fn pull_secret_refs(&self, uid: &str) -> (String, Vec<LocalObjectReference>) {
+        let pods = self.pods.read().unwrap_or_else(|p| p.into_inner());
+        let pod = pods.get(uid).map(|state| &state.pod);
+        let namespace = pod
+            .and_then(|p| p.metadata.namespace.clone())
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let secrets = pod
+            .and_then(|p| p.spec.as_ref())
+            .and_then(|s| s.image_pull_secrets.clone())
+            .unwrap_or_default();
+        (namespace, secrets)
+    }
+}
+
+/// The last pull error per back-off key (`<uid>/<image>`), shown in `ImagePullBackOff`
+/// messages while the pull waits (the Go kubelet's `prevPullErrMsg`).
+#[derive(Debug, Default)]
+pub struct PullErrors(Mutex<HashMap<String, String>>);
+
+impl PullErrors {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        // Every update is a single insert or remove: a poisoned map is still consistent.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error of the last failed pull for `key`.
+    pub fn last(&self, key: &str) -> Option<String> {
+        self.map().get(key).cloned()
+    }
+
+    /// Forgets `key` (a new pull starts).
+    pub fn forget(&self, key: &str) {
+        self.map().remove(key);
+    }
+
+    /// Records the error of a failed pull, dropping entries of pods `desired` no longer
+    /// knows so the map cannot grow without bound.
+    pub fn record(&self, key: String, error: String, desired: impl Fn(&str) -> bool) {
+        let mut map = self.map();
+        map.retain(|k, _| k.split_once('/').is_some_and(|(uid, _)| desired(uid)));
+        map.insert(key, error);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_errors_remember_the_last_and_drop_gone_pods() {
+        let errors = PullErrors::default();
+        errors.record("a/img:1".into(), "first".into(), |_| true);
+        errors.record("a/img:1".into(), "second".into(), |_| true);
+        assert_eq!(errors.last("a/img:1").as_deref(), Some("second"));
+        errors.record("b/img:1".into(), "other".into(), |uid| uid != "a");
+        assert_eq!(errors.last("a/img:1"), None);
+        assert_eq!(errors.last("b/img:1").as_deref(), Some("other"));
+        errors.forget("b/img:1");
+        assert_eq!(errors.last("b/img:1"), None);
     }
 }

@@ -57,6 +57,17 @@ pub struct Kubelet {
     pub(crate) crash_backoff: Backoff,
     pub(crate) pull_backoff: Backoff,
     pub(crate) pull_lock: tokio::sync::Mutex<()>,
+    /// Image pull credentials: the node's Docker config files and pods' pull secrets.
+    pub credentials: crate::credentials::Credentials,
+    pub(crate) pull_errors: crate::images::PullErrors,
+    /// The Summary API's provider (`/stats/summary`, the eviction signals).
+    pub stats: Arc<crate::stats::StatsProvider>,
+    /// Node-pressure eviction: signals, conditions, evicted pods.
+    pub eviction: crate::eviction::EvictionManager,
+    /// Liveness, readiness and startup probes.
+    pub probes: Arc<crate::prober::Manager>,
+    pub(crate) hooks: crate::lifecycle::HookRunner,
+    pub(crate) killed: crate::status::killed::KillNotes,
 }
 
 impl Kubelet {
@@ -69,8 +80,30 @@ impl Kubelet {
                 "cri".into()
             }
         };
+        let credentials = crate::credentials::Credentials::load(
+            &config.root_dir,
+            Arc::new(crate::credentials::NoSecrets),
+        )
+        .await;
+        let stats = Arc::new(crate::stats::StatsProvider::new(
+            Arc::new(crate::stats::CriStatsSource::new(
+                cri.clone(),
+                config.runtime_request_timeout,
+            )),
+            crate::stats::NodeSettings {
+                node_name: node.node_name.clone(),
+                root_dir: config.root_dir.clone(),
+                pod_logs_dir: config.pod_logs_dir.clone(),
+                cgroup_root: config.cgroup_root.clone(),
+                memory_capacity: node.memory_capacity,
+            },
+        ));
+        let eviction = crate::eviction::EvictionManager::new(&config.eviction);
         Arc::new(Self {
             pleg: Arc::new(Pleg::new(cri.clone())),
+            probes: crate::prober::Manager::new(cri.clone()),
+            hooks: crate::lifecycle::HookRunner::new(cri.clone()),
+            killed: Default::default(),
             config,
             node,
             cri,
@@ -79,6 +112,10 @@ impl Kubelet {
             crash_backoff: Backoff::crash_loop(),
             pull_backoff: Backoff::image_pull(),
             pull_lock: tokio::sync::Mutex::new(()),
+            credentials,
+            pull_errors: Default::default(),
+            stats,
+            eviction,
         })
     }
 
@@ -119,11 +156,14 @@ impl Kubelet {
         });
         let (pleg_tx, mut pleg_rx) = mpsc::channel::<PodLifecycleEvent>(1024);
         self.pleg.clone().spawn(RELIST_PERIOD, pleg_tx);
+        let gc = crate::gc::spawn(self.clone());
+        self.spawn_eviction_manager();
         let mut config = PodConfig::new();
         let mut resync =
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         let mut log_rotation = tokio::time::interval(LOG_ROTATION_PERIOD);
+        let mut probe_updates = self.probes.take_updates();
         loop {
             tokio::select! {
                 update = updates.recv() => {
@@ -137,6 +177,15 @@ impl Kubelet {
                         && !state.terminating
                     {
                         workers.update(&event.uid, Work::Sync(Box::new(state.pod)));
+                    }
+                }
+                Some(update) = probe_updates.recv() => {
+                    // Liveness failures kill, readiness and startup changes show in the status.
+                    if update.needs_sync()
+                        && let Some(state) = self.pod_state(&update.pod_uid)
+                        && !state.terminating
+                    {
+                        workers.update(&update.pod_uid, Work::Sync(Box::new(state.pod)));
                     }
                 }
                 _ = resync.tick() => {
@@ -156,6 +205,7 @@ impl Kubelet {
                     self.pull_backoff.gc(now);
                     // Until every source has spoken, a running pod may just not be listed yet.
                     if config.seen_all(&self.sources()) {
+                        gc.set_sources_ready();
                         self.housekeeping(&workers).await;
                     }
                 }
@@ -195,6 +245,7 @@ impl Kubelet {
                     // A re-listed, unchanged pod needs no sync of its own: PLEG events and the
                     // resync cover it (else N manifests written one by one cost N² syncs).
                     if change.op != PodOp::Reconcile || !known {
+                        crate::metrics::note_pod_update(&uid, known);
                         workers.update(&uid, Work::Sync(Box::new(pod)));
                     }
                 }
@@ -211,6 +262,11 @@ impl Kubelet {
     async fn work(&self, uid: &str, work: Work) {
         match work {
             Work::Sync(pod) => {
+                // An evicted pod stays down until its source removes it.
+                if self.enforce_eviction(uid).await {
+                    return;
+                }
+                let _timer = crate::metrics::pod_worker_timer(uid);
                 let span = tracing::info_span!("sync_pod", pod = %pod_name(&pod), uid);
                 let _ = tracing::Instrument::instrument(self.sync_pod(&pod), span).await;
             }

@@ -14,24 +14,38 @@
 //! - [`server`]: the read-only HTTP API and healthz.
 //! - [`kubelet`]: desired pods, the sync loop, housekeeping; [`pod_workers`]: one task per pod.
 //! - [`sync_pod`]: SyncPod/KillPod, the Kubernetes semantics; [`images`]: pull policies.
+//! - [`credentials`]: image pull credentials (Docker config files, pull secrets), the keyring.
 //! - [`view`]: what the HTTP API reads from the kubelet.
+//! - [`gc`]: container, sandbox and image garbage collection.
+//! - [`metrics`]: the Prometheus metrics served as `/metrics`.
+//! - [`stats`]: the Summary API (`/stats/summary`); [`eviction`]: node-pressure signals,
+//!   conditions and evictions.
+//! - [`prober`]: liveness, readiness and startup probes; [`lifecycle`]: postStart and preStop
+//!   hooks.
 //! - [`log_rotation`]: container logs rotated by size through ReopenContainerLog.
 //! - [`node`], [`logging`]: node facts, log set-up.
 
 pub mod backoff;
 pub mod config;
+pub mod credentials;
 pub mod cri;
+pub mod eviction;
+pub mod gc;
 pub mod images;
 pub mod kubelet;
+pub mod lifecycle;
 pub mod log_rotation;
 pub mod logging;
 pub mod manifest;
+pub mod metrics;
 pub mod node;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podspec;
+pub mod prober;
 pub mod server;
 pub mod source;
+pub mod stats;
 pub mod status;
 pub mod sync_pod;
 pub mod types;

@@ -58,6 +58,13 @@ async fn run(config: Config) -> Result<()> {
     tokio::fs::create_dir_all(&config.root_dir)
         .await
         .with_context(|| format!("creating {}", config.root_dir.display()))?;
+    // Before the runtime is up, so a bad certificate or a taken port fails the start at once.
+    let secure = if config.enable_server {
+        let server = server::secure::SecureServer::bind(&config).await;
+        Some(server.context("starting the kubelet API")?)
+    } else {
+        None
+    };
     let cri = connect(&config).await?;
     let node = NodeContext {
         node_name: config.node_name.clone(),
@@ -90,6 +97,13 @@ async fn run(config: Config) -> Result<()> {
         );
     }
     let view: Arc<dyn server::NodeView> = kubelet.clone();
+    // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`).
+    let extra = server::ExtraRoutes::new();
+    let extra = ferrolet::metrics::add_routes(extra);
+    let extra = extra.route(
+        ferrolet::stats::http::SUMMARY_PATH,
+        ferrolet::stats::http::endpoint(kubelet.clone()),
+    );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -105,10 +119,18 @@ async fn run(config: Config) -> Result<()> {
     }
     if config.read_only_port > 0 {
         let addr = SocketAddr::new(config.address, config.read_only_port);
-        let (view, stop) = (view.clone(), stopped(stop_rx.clone()));
+        let (view, extra, stop) = (view.clone(), extra.clone(), stopped(stop_rx.clone()));
         tokio::spawn(async move {
-            if let Err(e) = server::serve_read_only(addr, view, stop).await {
+            if let Err(e) = server::serve_read_only_with(addr, view, extra, stop).await {
                 tracing::error!(%addr, error = %e, "read-only API server");
+            }
+        });
+    }
+    if let Some(secure) = secure {
+        let (view, extra, stop) = (view.clone(), extra.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = secure.serve(view, extra, stop).await {
+                tracing::error!(error = %e, "kubelet API server");
             }
         });
     }

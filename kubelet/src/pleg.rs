@@ -382,6 +382,7 @@ impl Pleg {
             stats.last_relist = Some(started);
             stats.last_duration = Some(now.saturating_duration_since(started));
             stats.relists += 1;
+            crate::metrics::record_relist(state.stats, state.records.values().map(|r| &r.pod));
         }
         self.send(&out);
         Ok(out)

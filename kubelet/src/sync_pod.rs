@@ -7,6 +7,13 @@
 //! restarting exited ones per `restartPolicy` with crash-loop back-off and replacing those
 //! whose spec hash changed. Anything that must wait is recorded as a waiting reason; the next
 //! PLEG event or resync picks the pod up again.
+//!
+//! Probes and hooks: a running container whose liveness or startup probe failed is killed
+//! (with the probe's own grace period when it has one) and restarted per `restartPolicy`; a
+//! sidecar with a startup probe holds the next init container back until it has started.
+//! `postStart` runs right after StartContainer and its failure kills the container
+//! (`PostStartHookError`); every kill runs the container's `preStop` hook first, within the
+//! grace period, and notes why the kubelet killed it for the instance's terminated state.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -15,7 +22,9 @@ use ferrolet_proto::cri::ContainerState;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use crate::kubelet::{Kubelet, grace_period, uid_of};
+use crate::lifecycle::{self, HookTarget};
 use crate::podspec::{self, ContainerContext};
+use crate::prober::{ProbeKind, ProbeResult};
 use crate::status::{self, StatusContext, Waiting};
 use crate::types::{Pod, RuntimeContainer, RuntimePod};
 
@@ -43,6 +52,26 @@ struct SandboxTarget<'a> {
     volumes: &'a crate::volume::PodVolumes,
 }
 
+/// One container instance to kill, and why.
+struct Kill<'a> {
+    /// Its spec (for the preStop hook), when the pod still has it.
+    spec: Option<&'a Container>,
+    /// The CRI container id.
+    id: &'a str,
+    /// The pod's IP, for an httpGet preStop hook.
+    pod_ip: &'a str,
+    /// The grace period in seconds (preStop hook included).
+    grace: i64,
+    /// Why, for the instance's terminated state (Go's `Killing` message).
+    note: Option<String>,
+}
+
+/// A probe's verdict that the container must go.
+struct ProbeKill {
+    message: String,
+    grace: i64,
+}
+
 /// What the pass decided for one container.
 enum Step {
     /// Nothing to do (running, or done and not to be restarted).
@@ -58,6 +87,8 @@ impl Kubelet {
     pub async fn sync_pod(&self, pod: &Pod) -> Result<(), SyncError> {
         let uid = uid_of(pod);
         let started = Instant::now();
+        // Probes start with the pod (and are cheap to ask for again).
+        self.probes.add_pod(pod);
         let mut waiting = BTreeMap::new();
         let result = self.sync_pod_once(pod, &uid, &mut waiting).await;
         if let Err(e) = &result {
@@ -119,8 +150,8 @@ impl Kubelet {
                 (sb.id, ips, false)
             }
             None => {
-                // Whatever ran in an old sandbox goes with it.
-                self.kill_runtime_pod(&runtime, 0).await;
+                // Whatever ran in an old sandbox goes with it (at once: no hooks).
+                self.kill_runtime_pod(&runtime, None, 0).await;
                 for c in spec
                     .containers
                     .iter()
@@ -171,7 +202,21 @@ impl Kubelet {
             let step = match newest {
                 Some(rc) if rc.state == ContainerState::ContainerRunning => {
                     if sidecar {
-                        Step::Keep
+                        if let Some(kill) = self.probe_kill(pod, c, rc, true) {
+                            let primary = pod_ips.first().map(String::as_str).unwrap_or("");
+                            self.kill_container(pod, kill.into_kill(c, rc, primary))
+                                .await;
+                            self.restart_step(uid, c, rc, "Always")
+                        } else if !self.sidecar_started(c, rc) {
+                            // Go: the next init container waits for the sidecar to start.
+                            for later in spec.init_containers.iter().flatten().skip(i + 1) {
+                                waiting.insert(later.name.clone(), pod_initializing());
+                            }
+                            self.mark_app_containers(&spec, waiting);
+                            return Ok(());
+                        } else {
+                            Step::Keep
+                        }
                     } else {
                         // A regular init container still running: wait for it.
                         for later in spec.init_containers.iter().flatten().skip(i + 1) {
@@ -220,10 +265,33 @@ impl Kubelet {
             let hash = podspec::container_hash(c);
             let step = match newest(&mine, &c.name) {
                 Some(rc) if rc.state == ContainerState::ContainerRunning => {
+                    let primary = pod_ips.first().map(String::as_str).unwrap_or("");
                     if !rc.hash.is_empty() && rc.hash != hash {
-                        tracing::info!(container = %c.name, "spec changed; replacing the container");
-                        self.stop_container(rc, grace_period(pod)).await;
+                        let kill = Kill {
+                            spec: Some(c),
+                            id: &rc.id,
+                            pod_ip: primary,
+                            grace: grace_period(pod),
+                            note: Some(format!(
+                                "Container {} definition changed, will be restarted",
+                                c.name
+                            )),
+                        };
+                        self.kill_container(pod, kill).await;
                         Step::Start(rc.attempt + 1)
+                    } else if let Some(mut kill) = self.probe_kill(pod, c, rc, false) {
+                        // Go: killed and, unless the pod never restarts, started again.
+                        let restart = restart_policy != "Never";
+                        if restart {
+                            kill.message.push_str(", will be restarted");
+                        }
+                        self.kill_container(pod, kill.into_kill(c, rc, primary))
+                            .await;
+                        if restart {
+                            self.restart_step(uid, c, rc, "Always")
+                        } else {
+                            Step::Keep
+                        }
                     } else {
                         Step::Keep
                     }
@@ -370,8 +438,101 @@ impl Kubelet {
             waiting.insert(c.name.clone(), fail("RunContainerError", e.to_string()));
             return;
         }
-        waiting.remove(&c.name);
         tracing::info!(container = %c.name, id, restart_count, "container started");
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let target = HookTarget {
+                pod,
+                container: c,
+                container_id: &id,
+                pod_ip,
+            };
+            if let Err(e) = self.hooks.run(hook, target).await {
+                // An event-like line, as Go's FailedPostStartHook event.
+                tracing::warn!(container = %c.name, id, reason = "FailedPostStartHook", "{e}");
+                let kill = Kill {
+                    spec: Some(c),
+                    id: &id,
+                    pod_ip,
+                    grace: grace_period(pod),
+                    note: Some("FailedPostStartHook".into()),
+                };
+                self.kill_container(pod, kill).await;
+                waiting.insert(c.name.clone(), fail("PostStartHookError", e.message));
+                return;
+            }
+        }
+        waiting.remove(&c.name);
+    }
+
+    /// Whether a running container's liveness or startup probe has failed (Go's
+    /// `computePodActions`); the kill's message and grace period (the probe's own
+    /// `terminationGracePeriodSeconds` when set).
+    fn probe_kill(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        rc: &RuntimeContainer,
+        sidecar: bool,
+    ) -> Option<ProbeKill> {
+        let failed = |kind| self.probes.result(kind, &rc.id) == Some(ProbeResult::Failure);
+        let (kind, what) = if failed(ProbeKind::Liveness) {
+            (ProbeKind::Liveness, "liveness")
+        } else if failed(ProbeKind::Startup) {
+            (ProbeKind::Startup, "startup")
+        } else {
+            return None;
+        };
+        let who = if sidecar {
+            "Init container"
+        } else {
+            "Container"
+        };
+        let grace = kind
+            .probe_of(c)
+            .and_then(|p| p.termination_grace_period_seconds)
+            .map(|g| g.max(0))
+            .unwrap_or_else(|| grace_period(pod));
+        Some(ProbeKill {
+            message: format!("{who} {} failed {what} probe", c.name),
+            grace,
+        })
+    }
+
+    /// Whether a running sidecar has started: it has no startup probe, or it passed.
+    fn sidecar_started(&self, c: &Container, rc: &RuntimeContainer) -> bool {
+        c.startup_probe.is_none()
+            || self.probes.result(ProbeKind::Startup, &rc.id) == Some(ProbeResult::Success)
+    }
+
+    /// Kills one container instance as Go's `killContainer`: notes why (for its terminated
+    /// state), runs its preStop hook within the grace period, then StopContainer with what is
+    /// left of it (at least 2 s after a hook).
+    async fn kill_container(&self, pod: &Pod, kill: Kill<'_>) {
+        let name = kill.spec.map(|c| c.name.as_str()).unwrap_or_default();
+        if let Some(note) = &kill.note {
+            self.killed.record(&uid_of(pod), kill.id, note);
+            tracing::info!(container = name, id = kill.id, "killing: {note}");
+        }
+        let mut grace = kill.grace;
+        let pre_stop = kill
+            .spec
+            .and_then(|c| c.lifecycle.as_ref())
+            .and_then(|l| l.pre_stop.as_ref());
+        if let (Some(hook), Some(spec)) = (pre_stop, kill.spec)
+            && grace > 0
+        {
+            let target = HookTarget {
+                pod,
+                container: spec,
+                container_id: kill.id,
+                pod_ip: kill.pod_ip,
+            };
+            let spent = self.hooks.pre_stop(hook, target, grace).await;
+            grace = lifecycle::remaining_grace(grace, spent);
+        }
+        if let Err(e) = self.cri.stop_container(kill.id, grace).await {
+            tracing::warn!(id = %kill.id, error = %e, "stopping container");
+        }
     }
 
     /// A container's mounts, with what its /etc/hosts and subPathExpr need.
@@ -445,21 +606,43 @@ impl Kubelet {
             .then(|| "container has runAsNonRoot and image will run as root".to_string())
     }
 
-    async fn stop_container(&self, rc: &RuntimeContainer, grace: i64) {
-        if let Err(e) = self.cri.stop_container(&rc.id, grace).await {
-            tracing::warn!(id = %rc.id, error = %e, "stopping container");
-        }
-    }
-
-    /// Stops every container (with the grace period, in parallel) and every sandbox of a
-    /// runtime pod.
-    async fn kill_runtime_pod(&self, runtime: &RuntimePod, grace: i64) {
+    /// Stops every container (with the grace period, in parallel, each after its preStop
+    /// hook when `pod` still has its spec) and every sandbox of a runtime pod.
+    async fn kill_runtime_pod(&self, runtime: &RuntimePod, pod: Option<&Pod>, grace: i64) {
         let running: Vec<_> = runtime
             .containers
             .iter()
             .filter(|c| c.state == ContainerState::ContainerRunning)
             .collect();
-        futures::future::join_all(running.iter().map(|c| self.stop_container(c, grace))).await;
+        let anonymous = Pod::default();
+        let owner = pod.unwrap_or(&anonymous);
+        let specs: Vec<&Container> = owner
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+            })
+            .collect();
+        let pod_ip = runtime
+            .sandboxes
+            .first()
+            .map(|s| s.ip.as_str())
+            .filter(|ip| !ip.is_empty())
+            .or_else(|| owner.status.as_ref().and_then(|s| s.pod_ip.as_deref()))
+            .unwrap_or("");
+        futures::future::join_all(running.iter().map(|rc| {
+            let kill = Kill {
+                spec: specs.iter().copied().find(|c| c.name == rc.name),
+                id: &rc.id,
+                pod_ip,
+                grace,
+                note: None,
+            };
+            self.kill_container(owner, kill)
+        }))
+        .await;
         for sb in &runtime.sandboxes {
             if let Err(e) = self.cri.stop_pod_sandbox(&sb.id).await {
                 tracing::warn!(id = %sb.id, error = %e, "stopping sandbox");
@@ -470,6 +653,8 @@ impl Kubelet {
     /// KillPod for a pod gone from its source: containers get SIGTERM with the grace period,
     /// then sandboxes are stopped and removed, and the pod's dirs cleaned.
     pub async fn kill_pod(&self, uid: &str, grace: i64) {
+        // A pod on its way out is not probed (nor restarted for failing a probe).
+        self.probes.remove_pod(uid);
         let runtime = match self.pleg.refresh(uid).await {
             Ok(r) => r.unwrap_or_default(),
             Err(e) => {
@@ -477,7 +662,14 @@ impl Kubelet {
                 return;
             }
         };
-        self.kill_runtime_pod(&runtime, grace).await;
+        // The pod as last known (with its status), for the preStop hooks.
+        let pod = self.pod_state(uid).map(|s| {
+            let mut pod = s.pod;
+            pod.status = Some(s.status);
+            pod
+        });
+        self.kill_runtime_pod(&runtime, pod.as_ref(), grace).await;
+        self.killed.forget_pod(uid);
         for c in &runtime.containers {
             if let Err(e) = self.cri.remove_container(&c.id).await {
                 tracing::warn!(id = %c.id, error = %e, "removing container");
@@ -548,21 +740,77 @@ impl Kubelet {
             return;
         };
         let start_time = state.start_time.clone().unwrap_or_else(status::now);
-        let ready = BTreeMap::new();
+        let (started, ready) = self.probe_health(pod, uid, &runtime);
+        self.killed
+            .retain(uid, |id| runtime.containers.iter().any(|c| c.id == id));
+        let killed = self.killed.of_pod(uid);
         let ctx = StatusContext {
             host_ip: &self.node.host_ip,
             waiting: &waiting,
             ready: &ready,
+            started: &started,
+            killed: &killed,
             start_time: Some(start_time.clone()),
             previous: Some(&state.status),
             runtime_name: &self.runtime_name,
         };
         let status = status::pod_status(pod, &runtime, &ctx);
+        crate::metrics::observe_pod_status(pod, &state.status, &status);
+        // The probe workers look at the instances this status shows.
+        self.probes.set_status(uid, &status);
         self.update_state(uid, |s| {
             s.status = status;
             s.waiting = waiting;
             s.start_time = Some(start_time);
         });
+    }
+}
+
+impl Kubelet {
+    /// `started` and `ready` per probed container (app containers and sidecars) from the
+    /// probe results of its newest instance; containers left out are started and ready
+    /// while running.
+    fn probe_health(
+        &self,
+        pod: &Pod,
+        uid: &str,
+        runtime: &RuntimePod,
+    ) -> (BTreeMap<String, bool>, BTreeMap<String, bool>) {
+        let mut started = BTreeMap::new();
+        let mut ready = BTreeMap::new();
+        let spec = pod.spec.as_ref();
+        let sidecars = spec
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten())
+            .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+        for c in spec.into_iter().flat_map(|s| &s.containers).chain(sidecars) {
+            let Some(rc) = status::containers::newest(runtime, &c.name) else {
+                continue;
+            };
+            let running = rc.state == ContainerState::ContainerRunning;
+            let (s, r) = self.probes.health(uid, &c.name, &rc.id, running);
+            started.insert(c.name.clone(), s);
+            ready.insert(c.name.clone(), r);
+        }
+        (started, ready)
+    }
+}
+
+impl ProbeKill {
+    /// The kill of `rc` this verdict asks for.
+    fn into_kill<'a>(
+        self,
+        c: &'a Container,
+        rc: &'a RuntimeContainer,
+        pod_ip: &'a str,
+    ) -> Kill<'a> {
+        Kill {
+            spec: Some(c),
+            id: &rc.id,
+            pod_ip,
+            grace: self.grace,
+            note: Some(self.message),
+        }
     }
 }
 

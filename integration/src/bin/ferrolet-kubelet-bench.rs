@@ -7,6 +7,12 @@
 //! waits until the runtime (CRI `ListPodSandbox`) holds none of the pods. `compare A.json B.json`
 //! prints two runs side by side with the issue's goals.
 //!
+//! With `--probes network` (or `exec`) every pod carries three probes at a 1 s period (issue
+//! #7, "Performance"): a web container with a tcpSocket liveness and an httpGet readiness probe
+//! on its busybox httpd, and a sidecar with an httpGet readiness probe on its own (or, for
+//! `exec`, three exec probes); the idle window then measures ferrolet's CPU with the probes
+//! running, and the probe runs per second read from `prober_probe_total` in `/metrics`.
+//!
 //! A Ctrl-C (or SIGTERM) removes the manifests written and waits for the pods to go before
 //! exiting 130; a second one exits at once.
 
@@ -31,6 +37,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
+use ferrolet_integration::prometheus;
+
 /// Namespace of the benchmark's pods; how their sandboxes are found in the runtime.
 const POD_NAMESPACE: &str = "ferrolet-bench";
 /// Pod label carrying the run id (so `/pods` entries are matched to the manifests written).
@@ -44,6 +52,21 @@ const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 /// Ends at once on SIGTERM: as PID 1 a plain `sleep` would ignore it and every pod removal would
 /// wait for the whole grace period.
 const COMMAND: &str = "trap 'exit 0' TERM; sleep 1000000 & wait";
+/// Probes per pod in the probe modes.
+const PROBES_PER_POD: u32 = 3;
+
+/// Which probes the benchmark's pods carry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum ProbeMode {
+    /// No probes: one sleeping container per pod.
+    #[default]
+    None,
+    /// tcpSocket and httpGet probes against busybox httpd in the pod.
+    Network,
+    /// exec probes (`true`), each an ExecSync through the runtime.
+    Exec,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -81,7 +104,7 @@ struct RunArgs {
     /// The CRI endpoint ferrolet drives (to pre-pull the image and to see pods go), unix:///path.
     #[arg(long, default_value = "unix:///run/ferrolet/cri.sock")]
     endpoint: String,
-    /// ferrolet's pid (RSS and CPU are sampled from /proc/<pid>).
+    /// ferrolet's pid (RSS and CPU are sampled from `/proc/<pid>`).
     #[arg(long)]
     pid: Option<u32>,
     /// Pod counts, one round each, in order.
@@ -108,6 +131,12 @@ struct RunArgs {
     /// Print the report as JSON on stdout (the table then goes to stderr).
     #[arg(long)]
     json: bool,
+    /// Probes every pod carries (three per pod; the idle window then measures their cost).
+    #[arg(long, value_enum, default_value_t = ProbeMode::None)]
+    probes: ProbeMode,
+    /// Period of those probes, seconds.
+    #[arg(long, default_value_t = 1)]
+    probe_period_s: u32,
 }
 
 /// Latency summary of one measure over a round's pods, milliseconds.
@@ -143,6 +172,21 @@ struct Idle {
     /// utime+stime over the window, percent of one core.
     cpu_pct: f64,
     window_s: f64,
+    /// The probes the pods carried during the window, if any.
+    #[serde(default)]
+    probes: Option<ProbeLoad>,
+}
+
+/// The probe load during the idle window.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct ProbeLoad {
+    mode: ProbeMode,
+    per_pod: u32,
+    period_s: u32,
+    /// Probe runs per second over the window (`prober_probe_total`), when `/metrics` has it.
+    runs_per_s: Option<f64>,
+    /// Of those, failed runs per second.
+    failed_per_s: Option<f64>,
 }
 
 /// Everything one run measured; `--json` prints it, `compare` reads it back.
@@ -337,7 +381,14 @@ impl Bench {
             .map(|i| {
                 let path = self.manifest_path(i);
                 let tmp = self.manifest_dir.join(format!(".{}.tmp", self.pod_name(i)));
-                let body = manifest(&self.pod_name(i), &self.run_id, i, &self.args.image);
+                let body = manifest_with(
+                    &self.pod_name(i),
+                    &self.run_id,
+                    i,
+                    &self.args.image,
+                    self.args.probes,
+                    self.args.probe_period_s,
+                );
                 (path, tmp, body)
             })
             .collect();
@@ -413,6 +464,17 @@ impl Bench {
     async fn pods_json(&self) -> Result<Value> {
         let addr = self.args.read_only.clone();
         tokio::task::spawn_blocking(move || http_get_json(&addr, "/pods")).await?
+    }
+
+    /// Probe runs so far (total, failed) from `/metrics`; None when it cannot be read or has no
+    /// prober series.
+    async fn probe_runs(&self) -> Option<(f64, f64)> {
+        let addr = self.args.read_only.clone();
+        let text = tokio::task::spawn_blocking(move || http_get(&addr, "/metrics", "text/plain"))
+            .await
+            .ok()?
+            .ok()?;
+        probe_runs_in(&String::from_utf8_lossy(&text))
     }
 
     /// One round: write, poll until all Running, then (when asked) sample the idle footprint.
@@ -532,12 +594,33 @@ impl Bench {
         );
         self.sleep_checked(Duration::from_secs(self.args.settle_s))
             .await?;
+        let probing = self.args.probes != ProbeMode::None;
+        let runs_before = if probing {
+            self.probe_runs().await
+        } else {
+            None
+        };
         let t0 = Instant::now();
         let before = read_proc(pid).await?;
         self.sleep_checked(Duration::from_secs(self.args.idle_s))
             .await?;
         let after = read_proc(pid).await?;
         let window = t0.elapsed().as_secs_f64();
+        let probes = if probing {
+            let runs_after = self.probe_runs().await;
+            let rates = runs_before.zip(runs_after).map(|((t0, f0), (t1, f1))| {
+                ((t1 - t0).max(0.0) / window, (f1 - f0).max(0.0) / window)
+            });
+            Some(ProbeLoad {
+                mode: self.args.probes,
+                per_pod: PROBES_PER_POD,
+                period_s: self.args.probe_period_s,
+                runs_per_s: rates.map(|r| r.0),
+                failed_per_s: rates.map(|r| r.1),
+            })
+        } else {
+            None
+        };
         // SAFETY: sysconf has no memory-safety preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         let hz = if hz > 0 { hz as f64 } else { 100.0 };
@@ -548,6 +631,7 @@ impl Bench {
             peak_rss_mib: after.hwm_kib as f64 / 1024.0,
             cpu_pct: ticks / hz / window * 100.0,
             window_s: window,
+            probes,
         })
     }
 
@@ -563,7 +647,23 @@ impl Bench {
 }
 
 /// A static pod manifest (JSON, which the kubelet reads as YAML too).
+#[cfg(test)]
 fn manifest(name: &str, run_id: &str, index: u32, image: &str) -> Vec<u8> {
+    manifest_with(name, run_id, index, image, ProbeMode::None, 1)
+}
+
+/// A static pod manifest with `probes` at `period_s`.
+fn manifest_with(
+    name: &str,
+    run_id: &str,
+    index: u32,
+    image: &str,
+    probes: ProbeMode,
+    period_s: u32,
+) -> Vec<u8> {
+    if probes != ProbeMode::None {
+        return probed_manifest(name, run_id, index, image, probes, period_s);
+    }
     let pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -587,6 +687,90 @@ fn manifest(name: &str, run_id: &str, index: u32, image: &str) -> Vec<u8> {
     out
 }
 
+/// A pod of two containers with three probes between them: `web` (busybox httpd on 8080)
+/// with liveness and readiness, `side` (httpd on 8081) with readiness; tcpSocket and httpGet
+/// probes, or exec probes (`true`). The thresholds are generous so a slow probe under load
+/// never restarts a container mid-measure.
+fn probed_manifest(
+    name: &str,
+    run_id: &str,
+    index: u32,
+    image: &str,
+    mode: ProbeMode,
+    period_s: u32,
+) -> Vec<u8> {
+    let serve = |port: u16| {
+        format!(
+            "trap 'exit 0' TERM; mkdir -p /tmp/www && echo ok > /tmp/www/index.html && \
+             httpd -f -p {port} -h /tmp/www & wait"
+        )
+    };
+    let timing = json!({
+        "periodSeconds": period_s,
+        "timeoutSeconds": 1,
+        "failureThreshold": 30,
+        "successThreshold": 1,
+    });
+    let probe = |handler: Value| {
+        let mut p = timing.clone();
+        if let (Some(p), Some(h)) = (p.as_object_mut(), handler.as_object()) {
+            p.extend(h.clone());
+        }
+        p
+    };
+    let exec = || json!({"exec": {"command": ["true"]}});
+    let (web_live, web_ready, side_ready) = match mode {
+        ProbeMode::Exec => (exec(), exec(), exec()),
+        _ => (
+            json!({"tcpSocket": {"port": 8080}}),
+            json!({"httpGet": {"path": "/", "port": 8080}}),
+            json!({"httpGet": {"path": "/", "port": 8081}}),
+        ),
+    };
+    let container = |name: &str, port: u16| {
+        json!({
+            "name": name,
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", serve(port)],
+        })
+    };
+    let mut web = container("web", 8080);
+    web["livenessProbe"] = probe(web_live);
+    web["readinessProbe"] = probe(web_ready);
+    let mut side = container("side", 8081);
+    side["readinessProbe"] = probe(side_ready);
+    let pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": POD_NAMESPACE,
+            "labels": { RUN_LABEL: run_id, INDEX_LABEL: index.to_string() },
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 10,
+            "containers": [web, side],
+        },
+    });
+    let mut out = pod.to_string().into_bytes();
+    out.push(b'\n');
+    out
+}
+
+/// (all, failed) runs in a `/metrics` exposition's `prober_probe_total`; None without it.
+fn probe_runs_in(text: &str) -> Option<(f64, f64)> {
+    let exposition = prometheus::parse(text).ok()?;
+    let family = exposition.family("prober_probe_total")?;
+    let total = family.samples.iter().map(|s| s.value).sum();
+    let failed = family
+        .with_labels(&[("result", "failed")])
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    Some((total, failed))
+}
+
 /// Indexes of this run's pods whose phase is `Running` in a `/pods` PodList.
 fn running_indexes(pods: &Value, run_id: &str) -> Vec<u32> {
     let Some(items) = pods.get("items").and_then(Value::as_array) else {
@@ -607,18 +791,23 @@ fn running_indexes(pods: &Value, run_id: &str) -> Vec<u32> {
 
 /// A plain HTTP/1.1 GET of a JSON document (the read-only API has neither TLS nor auth).
 fn http_get_json(addr: &str, path: &str) -> Result<Value> {
+    let body = http_get(addr, path, "application/json")?;
+    serde_json::from_slice(&body).with_context(|| format!("parsing {path} from {addr}"))
+}
+
+/// A plain HTTP/1.1 GET; the body of a 200 answer.
+fn http_get(addr: &str, path: &str, accept: &str) -> Result<Vec<u8>> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
     )?;
     let mut raw = Vec::new();
     stream
         .read_to_end(&mut raw)
         .with_context(|| format!("reading {path} from {addr}"))?;
-    let body = http_body(&raw)?;
-    serde_json::from_slice(&body).with_context(|| format!("parsing {path} from {addr}"))
+    http_body(&raw)
 }
 
 /// The body of a raw HTTP/1.1 response with status 200 (chunked or not).
@@ -683,7 +872,7 @@ async fn read_proc(pid: u32) -> Result<ProcSample> {
     .await?
 }
 
-/// A `kB` field of /proc/<pid>/status.
+/// A `kB` field of `/proc/<pid>/status`.
 fn status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
@@ -694,7 +883,7 @@ fn status_kib(status: &str, field: &str) -> Option<u64> {
         .ok()
 }
 
-/// utime + stime of /proc/<pid>/stat, in clock ticks (fields 14 and 15; the command name may
+/// utime + stime of `/proc/<pid>/stat`, in clock ticks (fields 14 and 15; the command name may
 /// hold spaces and parentheses, so fields are counted after its last `)`).
 fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -780,9 +969,28 @@ fn render_round(label: &str, r: &Round) -> String {
 }
 
 fn render_idle(label: &str, i: &Idle) -> String {
+    let Some(p) = &i.probes else {
+        return format!(
+            "[{label}] idle with {} pods: RSS {:.1} MiB (peak {:.1}), CPU {:.2}% of a core over {:.0} s",
+            i.pods, i.rss_mib, i.peak_rss_mib, i.cpu_pct, i.window_s
+        );
+    };
+    let mode = match p.mode {
+        ProbeMode::Exec => "exec",
+        _ => "tcp/http",
+    };
+    let runs = match (p.runs_per_s, p.failed_per_s) {
+        (Some(r), Some(f)) => format!("{r:.1} probe runs/s ({f:.1} failed/s)"),
+        _ => "probe runs not in /metrics".to_string(),
+    };
+    // Issue #7's budget is for network probes; exec probes are reported beside it.
+    let goal = match p.mode {
+        ProbeMode::Exec => "exec probes: reported separately, no goal".to_string(),
+        _ => format!("goal <= 5% of a core: {}", verdict(Some(i.cpu_pct), 5.0)),
+    };
     format!(
-        "[{label}] idle with {} pods: RSS {:.1} MiB (peak {:.1}), CPU {:.2}% of a core over {:.0} s",
-        i.pods, i.rss_mib, i.peak_rss_mib, i.cpu_pct, i.window_s
+        "[{label}] {} pods x {} {mode} probes every {} s: CPU {:.2}% of a core over {:.0} s, {runs}; RSS {:.1} MiB (peak {:.1}); {goal}",
+        i.pods, p.per_pod, p.period_s, i.cpu_pct, i.window_s, i.rss_mib, i.peak_rss_mib
     )
 }
 
@@ -950,6 +1158,97 @@ mod tests {
     }
 
     #[test]
+    fn probed_manifests_carry_three_probes() {
+        let m: Value = serde_json::from_slice(&manifest_with(
+            "bench-ab-1",
+            "ab",
+            1,
+            "img:1",
+            ProbeMode::Network,
+            1,
+        ))
+        .unwrap();
+        let containers = m["spec"]["containers"].as_array().unwrap();
+        assert_eq!(containers.len(), 2);
+        let probes: Vec<&Value> = containers
+            .iter()
+            .flat_map(|c| ["livenessProbe", "readinessProbe", "startupProbe"].map(|k| &c[k]))
+            .filter(|p| p.is_object())
+            .collect();
+        assert_eq!(probes.len() as u32, PROBES_PER_POD);
+        assert!(probes.iter().all(|p| p["periodSeconds"] == 1));
+        assert_eq!(containers[0]["livenessProbe"]["tcpSocket"]["port"], 8080);
+        assert_eq!(containers[0]["readinessProbe"]["httpGet"]["port"], 8080);
+        assert_eq!(containers[1]["readinessProbe"]["httpGet"]["port"], 8081);
+        let e: Value = serde_json::from_slice(&manifest_with(
+            "bench-ab-1",
+            "ab",
+            1,
+            "img:1",
+            ProbeMode::Exec,
+            2,
+        ))
+        .unwrap();
+        let web = &e["spec"]["containers"][0];
+        assert_eq!(web["livenessProbe"]["exec"]["command"][0], "true");
+        assert_eq!(web["readinessProbe"]["periodSeconds"], 2);
+        assert!(web["livenessProbe"]["tcpSocket"].is_null());
+    }
+
+    #[test]
+    fn probe_runs_are_read_from_metrics() {
+        let text = "# TYPE prober_probe_total counter\n\
+            prober_probe_total{probe_type=\"Liveness\",result=\"successful\",container=\"web\",pod=\"p\",namespace=\"n\",pod_uid=\"u\"} 10\n\
+            prober_probe_total{probe_type=\"Readiness\",result=\"failed\",container=\"web\",pod=\"p\",namespace=\"n\",pod_uid=\"u\"} 2\n";
+        assert_eq!(probe_runs_in(text), Some((12.0, 2.0)));
+        assert_eq!(probe_runs_in("# TYPE other gauge\nother 1\n"), None);
+        assert_eq!(probe_runs_in("not {the format"), None);
+    }
+
+    #[test]
+    fn probe_loads_render_with_the_goal() {
+        let mut idle = Idle {
+            pods: 100,
+            rss_mib: 20.0,
+            peak_rss_mib: 21.0,
+            cpu_pct: 3.0,
+            window_s: 30.0,
+            probes: Some(ProbeLoad {
+                mode: ProbeMode::Network,
+                per_pod: 3,
+                period_s: 1,
+                runs_per_s: Some(300.0),
+                failed_per_s: Some(0.0),
+            }),
+        };
+        let line = render_idle("x", &idle);
+        assert!(
+            line.contains("100 pods x 3 tcp/http probes every 1 s"),
+            "{line}"
+        );
+        assert!(line.contains("300.0 probe runs/s"), "{line}");
+        assert!(line.contains("goal <= 5% of a core: met"), "{line}");
+        idle.probes = idle.probes.map(|p| ProbeLoad {
+            mode: ProbeMode::Exec,
+            runs_per_s: None,
+            ..p
+        });
+        let line = render_idle("x", &idle);
+        assert!(
+            line.contains("exec probes") && line.contains("not in /metrics"),
+            "{line}"
+        );
+        let back: Idle = serde_json::from_str(&serde_json::to_string(&idle).unwrap()).unwrap();
+        assert_eq!(back, idle);
+        // Reports written before probes existed still read.
+        let old: Idle = serde_json::from_str(
+            r#"{"pods":1,"rss_mib":1.0,"peak_rss_mib":1.0,"cpu_pct":0.1,"window_s":30.0}"#,
+        )
+        .unwrap();
+        assert_eq!(old.probes, None);
+    }
+
+    #[test]
     fn only_this_runs_running_pods_count() {
         let list = json!({"kind": "PodList", "items": [
             {"metadata": {"labels": {RUN_LABEL: "r1", INDEX_LABEL: "0"}}, "status": {"phase": "Running"}},
@@ -1026,6 +1325,7 @@ mod tests {
                 peak_rss_mib: rss + 1.0,
                 cpu_pct: cpu,
                 window_s: 30.0,
+                probes: None,
             }),
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::duration::parse_duration;
-use super::{Config, ConfigError, LogFormat};
+use super::{Config, ConfigError, LogFormat, serving};
 use crate::manifest::quantity::parse_quantity;
 
 /// The only group/version and kind accepted.
@@ -22,17 +22,11 @@ pub const KIND: &str = "KubeletConfiguration";
 /// Fields of the Go kubelet's KubeletConfiguration that ferrolet does not act on: accepted
 /// with a warning, so a file written for the Go kubelet still loads.
 const IGNORED_FIELDS: &[&str] = &[
-    "enableServer",
-    "port",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
     "tlsCipherSuites",
     "tlsCurvePreferences",
     "tlsMinVersion",
     "rotateCertificates",
     "serverTLSBootstrap",
-    "authentication",
-    "authorization",
     "registryPullQPS",
     "registryBurst",
     "imagePullCredentialsVerificationPolicy",
@@ -46,10 +40,7 @@ const IGNORED_FIELDS: &[&str] = &[
     "nodeStatusUpdateFrequency",
     "nodeStatusReportFrequency",
     "nodeLeaseDurationSeconds",
-    "imageMinimumGCAge",
     "imageMaximumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
     "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
@@ -77,13 +68,6 @@ const IGNORED_FIELDS: &[&str] = &[
     "kubeAPIQPS",
     "kubeAPIBurst",
     "maxParallelImagePulls",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim",
-    "mergeDefaultEvictionSettings",
     "podsPerCore",
     "enableControllerAttachDetach",
     "protectKernelDefaults",
@@ -131,7 +115,7 @@ const IGNORED_FIELDS: &[&str] = &[
 /// Fields of `logging` (component-base LoggingConfiguration) other than format/verbosity.
 const IGNORED_LOGGING_FIELDS: &[&str] = &["flushFrequency", "vmodule", "options"];
 
-fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.to_string(),
         reason: reason.into(),
@@ -177,6 +161,10 @@ pub(super) fn apply(
         if !field(config, key, v)? {
             if key == "logging" {
                 logging(config, path, v, &mut warnings)?;
+            } else if key == "authentication" {
+                serving::authentication(config, path, v, &mut warnings)?;
+            } else if key == "authorization" {
+                serving::authorization(config, path, v, &mut warnings)?;
             } else if IGNORED_FIELDS.contains(&key) {
                 warnings.push(format!(
                     "{}: field {key:?} is not supported by ferrolet (ignored)",
@@ -216,6 +204,10 @@ fn field(c: &mut Config, key: &str, v: &Value) -> Result<bool, ConfigError> {
         "healthzBindAddress" => set(&mut c.healthz_bind_address, ip(key, v)?),
         "readOnlyPort" => set(&mut c.read_only_port, port(key, v)?),
         "healthzPort" => set(&mut c.healthz_port, port(key, v)?),
+        "enableServer" => set(&mut c.enable_server, boolean(key, v)?),
+        "port" => set(&mut c.port, port(key, v)?),
+        "tlsCertFile" => c.tls_cert_file = nonempty(key, v)?.map(PathBuf::from),
+        "tlsPrivateKeyFile" => c.tls_private_key_file = nonempty(key, v)?.map(PathBuf::from),
         "maxPods" => set(
             &mut c.max_pods,
             integer(key, v, 0, i64::from(i32::MAX))?.map(|n| n as u32),
@@ -239,6 +231,20 @@ fn field(c: &mut Config, key: &str, v: &Value) -> Result<bool, ConfigError> {
                 .transpose()?,
         ),
         "cgroupRoot" => set(&mut c.cgroup_root, nonempty(key, v)?),
+        // Range-checked with the flags' values in Config::check, in Go's words.
+        "imageGCHighThresholdPercent" => set(
+            &mut c.gc.image_gc_high_threshold_percent,
+            integer(key, v, i64::from(i32::MIN), i64::from(i32::MAX))?.map(|n| n as i32),
+        ),
+        "imageGCLowThresholdPercent" => set(
+            &mut c.gc.image_gc_low_threshold_percent,
+            integer(key, v, i64::from(i32::MIN), i64::from(i32::MAX))?.map(|n| n as i32),
+        ),
+        "imageMinimumGCAge" => set(&mut c.gc.image_minimum_gc_age, duration(key, v)?),
+        k if crate::eviction::config::FIELDS.contains(&k) => {
+            crate::eviction::config::apply_field(&mut c.eviction, k, v)
+                .map_err(|(field, reason)| invalid(&field, reason))?;
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -299,7 +305,7 @@ fn get_str(map: &Mapping, key: &str) -> Result<Option<String>, ConfigError> {
     }
 }
 
-fn type_name(v: &Value) -> &'static str {
+pub(super) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -324,7 +330,7 @@ fn string(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
 }
 
 /// A string where "" means the default (Go's zero value).
-fn nonempty(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
+pub(super) fn nonempty(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
     Ok(string(key, v)?.filter(|s| !s.is_empty()))
 }
 
@@ -339,7 +345,7 @@ fn duration(key: &str, v: &Value) -> Result<Option<Duration>, ConfigError> {
     }
 }
 
-fn boolean(key: &str, v: &Value) -> Result<Option<bool>, ConfigError> {
+pub(super) fn boolean(key: &str, v: &Value) -> Result<Option<bool>, ConfigError> {
     match v {
         Value::Null => Ok(None),
         Value::Bool(b) => Ok(Some(*b)),

@@ -102,6 +102,39 @@ pub struct Flags {
     /// Log format (logging.format).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Garbage collection flags.
+    #[command(flatten)]
+    pub gc: crate::gc::GcFlags,
+    /// Port of the secure kubelet API (port) [default: 10250].
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Serving certificate chain, PEM (tlsCertFile) [default: self-signed in --cert-dir].
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key, PEM (tlsPrivateKeyFile).
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Where the self-signed serving certificate is kept [default: pki/ in --root-dir].
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// CA bundle that signs client certificates (authentication.x509.clientCAFile).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Let requests without credentials in as system:anonymous
+    /// (authentication.anonymous.enabled) [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub anonymous_auth: Option<bool>,
+    /// Bearer-token webhook authentication (authentication.webhook.enabled); needs an API
+    /// server, so only false is accepted.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub authentication_token_webhook: Option<bool>,
+    /// AlwaysAllow, Static (rules from --authorization-policy-file) or Webhook (needs an API
+    /// server: refused) (authorization.mode) [default: AlwaysAllow].
+    #[arg(long, value_name = "MODE")]
+    pub authorization_mode: Option<String>,
+    /// The rules of --authorization-mode=Static (ferrolet's own; YAML or JSON).
+    #[arg(long, value_name = "FILE")]
+    pub authorization_policy_file: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 pub mod duration;
 mod file;
 mod flags;
+mod serving;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 pub use file::{API_VERSION, KIND};
 pub use flags::{Flags, LogFormat};
+pub use serving::{Authentication, Authorization, AuthorizationMode};
 
 use crate::manifest::names;
 
@@ -105,6 +107,25 @@ pub struct Config {
     pub verbosity: u8,
     /// Log format (`logging.format`, `--log-format`).
     pub log_format: LogFormat,
+    /// Container and image garbage collection (`imageGC*`, `imageMinimumGCAge`, GC flags).
+    pub gc: crate::gc::GcPolicy,
+    /// Whether the secure API is served (`enableServer`, true).
+    pub enable_server: bool,
+    /// Port of the secure API, bound to `address` (`port`, 10250).
+    pub port: u16,
+    /// Serving certificate chain, PEM (`tlsCertFile`); none = a self-signed one in
+    /// [`Config::cert_dir`].
+    pub tls_cert_file: Option<PathBuf>,
+    /// Serving key, PEM (`tlsPrivateKeyFile`).
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `--cert-dir` as given; see [`Config::cert_dir`].
+    pub cert_dir: Option<PathBuf>,
+    /// Who may call the secure API (`authentication`).
+    pub authentication: Authentication,
+    /// What callers of the secure API may do (`authorization`).
+    pub authorization: Authorization,
+    /// Node-pressure eviction (`evictionHard`, `evictionSoft`, …).
+    pub eviction: crate::eviction::EvictionConfig,
 }
 
 /// ferrolet-cri's socket: our default runtime (the Go kubelet defaults to containerd's).
@@ -143,6 +164,15 @@ impl Default for Config {
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
             verbosity: 0,
             log_format: LogFormat::Text,
+            gc: crate::gc::GcPolicy::default(),
+            enable_server: true,
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_dir: None,
+            authentication: Authentication::default(),
+            authorization: Authorization::default(),
+            eviction: crate::eviction::EvictionConfig::default(),
         }
     }
 }
@@ -215,6 +245,8 @@ impl Config {
         if f.hostname_override.is_some() {
             self.hostname_override = f.hostname_override.clone();
         }
+        self.gc.apply_flags(&f.gc);
+        serving::apply_flags(self, f)?;
         Ok(())
     }
 
@@ -266,12 +298,19 @@ impl Config {
                 format!("{url:?} is not an http:// or https:// URL"),
             ));
         }
+        self.gc
+            .validate()
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
         if !self.root_dir.is_absolute() {
             return Err(invalid(
                 "rootDir (--root-dir)",
                 format!("{:?} must be an absolute path", self.root_dir),
             ));
         }
+        serving::check(self)?;
+        self.eviction
+            .validate()
+            .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
         Ok(())
     }
 }
@@ -484,14 +523,14 @@ mod tests {
     #[test]
     fn unknown_and_ignored_fields_warn() {
         let yaml = format!(
-            "{HEAD}port: 10250\nfancyNewThing: 1\nlogging: {{flushFrequency: 5s, colour: red}}\n"
+            "{HEAD}eventRecordQPS: 5\nfancyNewThing: 1\nlogging: {{flushFrequency: 5s, colour: red}}\n"
         );
         let (_, warnings) = with_file(&yaml, &[]).unwrap();
         assert_eq!(warnings.len(), 4, "{warnings:?}");
         assert!(
             warnings
                 .iter()
-                .any(|w| w.contains("\"port\" is not supported")),
+                .any(|w| w.contains("\"eventRecordQPS\" is not supported")),
             "{warnings:?}"
         );
         assert!(

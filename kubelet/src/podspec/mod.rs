@@ -5,7 +5,7 @@
 //!
 //! - [`sandbox`]: the sandbox config (metadata, hostname, DNS, ports, cgroup parent, namespaces).
 //! - [`container`]: the container config (command, env, labels/annotations, log path, linux).
-//! - [`env`]: environment variables (`value`, `fieldRef`, `resourceFieldRef`) and `$(VAR)`.
+//! - [`env`](mod@env): environment variables (`value`, `fieldRef`, `resourceFieldRef`) and `$(VAR)`.
 //! - [`resources`]: cpu shares/quota, memory limit, huge pages, oom_score_adj.
 //! - [`security`]: security contexts, namespaces, seccomp and AppArmor profiles.
 //! - [`dns`]: the pod's resolv.conf per `dnsPolicy`, hostname and domain.

@@ -1,17 +1,28 @@
-//! The kubelet's read-only HTTP API (the Go kubelet's `readOnlyPort` server) and its healthz
-//! server, on hyper.
+//! The kubelet's HTTP APIs on hyper: the read-only API (the Go kubelet's `readOnlyPort`
+//! server), the healthz server, and the secure API on `port` ([`secure`]).
 //!
 //! - `/healthz`: `ok`, or 500 with the reason.
 //! - `/pods`: the desired pods with their statuses, a v1 PodList.
 //! - `/runningpods/`: what the runtime runs, as pods with just names, UIDs and containers.
 //! - `/containerLogs/{namespace}/{pod}/{container}`: a container's log ([`logs`]).
+//! - Paths other parts of the kubelet register ([`extra`]: `/stats/…`, `/metrics…`).
 //!
-//! [`cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows.
+//! [`cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows. The
+//! secure API adds TLS ([`tls`], [`x509`]), authentication and authorization ([`auth`]) and
+//! `/configz` ([`configz`]).
 
+pub mod auth;
+pub mod configz;
 pub mod cri_log;
+pub mod extra;
 pub mod follow;
 pub mod logs;
 pub mod pods;
+pub mod secure;
+pub mod tls;
+pub mod x509;
+
+pub use extra::{ApiRequest, Endpoint, ExtraRoutes};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -42,6 +53,11 @@ pub trait NodeView: Send + Sync + 'static {
     fn running_pods(&self) -> Vec<Pod>;
     /// Whether the kubelet is healthy; the reason when not.
     fn healthy(&self) -> Result<(), String>;
+    /// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure), as the
+    /// eviction manager last saw them; none before it has looked.
+    fn node_conditions(&self) -> Vec<k8s_openapi::api::core::v1::NodeCondition> {
+        Vec::new()
+    }
     /// The log file of a container's current instance (or the one before it, `previous`).
     fn container_log_path(
         &self,
@@ -140,7 +156,7 @@ pub(crate) fn json(body: Vec<u8>) -> Response<Body> {
 
 /// Which endpoints a server has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Routes {
+pub(crate) enum Routes {
     /// The read-only API.
     ReadOnly,
     /// `/healthz` only.
@@ -153,9 +169,20 @@ pub async fn serve_read_only(
     view: Arc<dyn NodeView>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_read_only_with(addr, view, ExtraRoutes::new(), shutdown).await
+}
+
+/// Serves the read-only API, with the `extra` endpoints, on `addr` until `shutdown`
+/// completes.
+pub async fn serve_read_only_with(
+    addr: SocketAddr,
+    view: Arc<dyn NodeView>,
+    extra: ExtraRoutes,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "read-only API listening");
-    serve_on(listener, view, Routes::ReadOnly, shutdown).await
+    serve_on(listener, view, Routes::ReadOnly, extra, shutdown).await
 }
 
 /// Serves the read-only API on a bound listener (tests bind port 0).
@@ -164,7 +191,14 @@ pub async fn serve_read_only_on(
     view: Arc<dyn NodeView>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_on(listener, view, Routes::ReadOnly, shutdown).await
+    serve_on(
+        listener,
+        view,
+        Routes::ReadOnly,
+        ExtraRoutes::new(),
+        shutdown,
+    )
+    .await
 }
 
 /// Serves `/healthz` only on `addr` until `shutdown` completes.
@@ -175,7 +209,14 @@ pub async fn serve_healthz(
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "healthz listening");
-    serve_on(listener, view, Routes::Healthz, shutdown).await
+    serve_on(
+        listener,
+        view,
+        Routes::Healthz,
+        ExtraRoutes::new(),
+        shutdown,
+    )
+    .await
 }
 
 /// Serves `/healthz` only on a bound listener.
@@ -184,13 +225,21 @@ pub async fn serve_healthz_on(
     view: Arc<dyn NodeView>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    serve_on(listener, view, Routes::Healthz, shutdown).await
+    serve_on(
+        listener,
+        view,
+        Routes::Healthz,
+        ExtraRoutes::new(),
+        shutdown,
+    )
+    .await
 }
 
 async fn serve_on(
     listener: TcpListener,
     view: Arc<dyn NodeView>,
     routes: Routes,
+    extra: ExtraRoutes,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let mut connections = JoinSet::new();
@@ -200,11 +249,11 @@ async fn serve_on(
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    let view = view.clone();
+                    let (view, extra) = (view.clone(), extra.clone());
                     connections.spawn(async move {
                         let service = hyper::service::service_fn(move |req| {
-                            let view = view.clone();
-                            async move { Ok::<_, Infallible>(route(req, view, routes).await) }
+                            let (view, extra) = (view.clone(), extra.clone());
+                            async move { Ok::<_, Infallible>(route(req, view, routes, &extra).await) }
                         });
                         let conn = hyper::server::conn::http1::Builder::new()
                             .serve_connection(TokioIo::new(stream), service);
@@ -227,14 +276,45 @@ async fn serve_on(
     Ok(())
 }
 
-async fn route(req: Request<Incoming>, view: Arc<dyn NodeView>, routes: Routes) -> Response<Body> {
-    let path = req.uri().path().to_string();
-    let query = req.uri().query().unwrap_or_default().to_string();
+async fn route(
+    req: Request<Incoming>,
+    view: Arc<dyn NodeView>,
+    routes: Routes,
+    extra: &ExtraRoutes,
+) -> Response<Body> {
+    if routes == Routes::ReadOnly
+        && let Some(endpoint) = extra.find(req.uri().path())
+    {
+        return endpoint.serve(api_request(&req, None)).await;
+    }
+    let query = req.uri().query().unwrap_or_default();
+    common_route(req.method(), req.uri().path(), query, view, routes).await
+}
+
+/// What an [`Endpoint`] sees of `req`.
+pub(crate) fn api_request(req: &Request<Incoming>, user: Option<auth::User>) -> ApiRequest {
+    ApiRequest {
+        method: req.method().clone(),
+        path: req.uri().path().to_string(),
+        query: req.uri().query().unwrap_or_default().to_string(),
+        headers: req.headers().clone(),
+        user,
+    }
+}
+
+/// The endpoints of `routes` (the read-only API or healthz); 404 for other paths.
+pub(crate) async fn common_route(
+    method: &Method,
+    path: &str,
+    query: &str,
+    view: Arc<dyn NodeView>,
+    routes: Routes,
+) -> Response<Body> {
     let known = match routes {
-        Routes::Healthz => matches!(path.as_str(), "/healthz" | "/healthz/ping"),
+        Routes::Healthz => matches!(path, "/healthz" | "/healthz/ping"),
         Routes::ReadOnly => {
             matches!(
-                path.as_str(),
+                path,
                 "/healthz"
                     | "/healthz/ping"
                     | "/pods"
@@ -247,15 +327,15 @@ async fn route(req: Request<Incoming>, view: Arc<dyn NodeView>, routes: Routes) 
     if !known {
         return text(StatusCode::NOT_FOUND, "404 page not found\n");
     }
-    if req.method() != Method::GET && req.method() != Method::HEAD {
+    if method != Method::GET && method != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
     }
-    match path.as_str() {
-        "/healthz" => healthz(view.as_ref(), &query),
+    match path {
+        "/healthz" => healthz(view.as_ref(), query),
         "/healthz/ping" => text(StatusCode::OK, "ok"),
         "/pods" | "/pods/" => pods::pods(view.as_ref()),
         "/runningpods" | "/runningpods/" => pods::running_pods(view.as_ref()),
-        _ => logs::container_logs(&path, &query, view).await,
+        _ => logs::container_logs(path, query, view).await,
     }
 }
 

@@ -101,12 +101,14 @@ fn terminated_unknown(message: &str) -> ContainerState {
     }
 }
 
-/// One runtime instance as an API status (Go's `convertContainerStatus`).
+/// One runtime instance as an API status (Go's `convertContainerStatus`); `killed` is why the
+/// kubelet killed it, if it did.
 fn convert(
     rc: &RuntimeContainer,
     spec: &Container,
     old: Option<&ContainerStatus>,
     runtime_name: &str,
+    killed: Option<&str>,
 ) -> ContainerStatus {
     let cid = format!("{runtime_name}://{}", rc.id);
     let image = if looks_like_image_id(&rc.image) {
@@ -140,11 +142,17 @@ fn convert(
             } else {
                 "Error".into()
             };
+            // The runtime's message (the container's termination message) first; else why
+            // the kubelet killed it.
+            let message = Some(rc.message.as_str())
+                .filter(|m| !m.is_empty())
+                .or(killed.filter(|m| !m.is_empty()))
+                .map(str::to_string);
             ContainerState {
                 terminated: Some(ContainerStateTerminated {
                     exit_code: rc.exit_code,
                     reason: Some(reason),
-                    message: (!rc.message.is_empty()).then(|| rc.message.clone()),
+                    message,
                     started_at: time_from_nanos(rc.started_at),
                     finished_at: time_from_nanos(rc.finished_at),
                     container_id: Some(cid),
@@ -309,12 +317,14 @@ pub(crate) fn container_statuses(
     for c in containers {
         let found = instances(runtime, &c.name);
         let mut found = found.into_iter();
+        let killed = |rc: &RuntimeContainer| ctx.killed.get(&rc.id).map(String::as_str);
         if let Some(rc) = found.next() {
-            let status = convert(rc, c, old.get(c.name.as_str()).copied(), ctx.runtime_name);
+            let old = old.get(c.name.as_str()).copied();
+            let status = convert(rc, c, old, ctx.runtime_name, killed(rc));
             statuses.insert(c.name.clone(), status);
         }
         if let Some(rc) = found.next() {
-            let before = convert(rc, c, None, ctx.runtime_name);
+            let before = convert(rc, c, None, ctx.runtime_name, killed(rc));
             if let Some(status) = statuses.get_mut(&c.name) {
                 status.last_state = before.state;
             }
@@ -365,15 +375,16 @@ pub(crate) fn container_statuses(
         status.state = Some(waiting(&w.reason, &w.message));
     }
 
-    // Started and ready, as the probe manager sets them without probes: running means
-    // started; ready per the readiness the caller knows (ready when running by default);
-    // a regular init container is ready once it exited 0.
+    // Started and ready, as the probe manager's `UpdatePodStatus`: a running container has
+    // started unless the caller says its startup probe has not passed; a started one is
+    // ready unless the caller says its readiness probe has not; a regular init container is
+    // ready once it exited 0.
     for c in containers {
         let Some(status) = statuses.get_mut(&c.name) else {
             continue;
         };
-        let running = state_running(status);
-        status.started = Some(running);
+        let started = state_running(status) && ctx.started.get(&c.name).copied().unwrap_or(true);
+        status.started = Some(started);
         status.ready = if kind == Kind::Init && !is_sidecar(c) {
             status
                 .state
@@ -381,7 +392,7 @@ pub(crate) fn container_statuses(
                 .and_then(|s| s.terminated.as_ref())
                 .is_some_and(|t| t.exit_code == 0)
         } else {
-            running && ctx.ready.get(&c.name).copied().unwrap_or(true)
+            started && ctx.ready.get(&c.name).copied().unwrap_or(true)
         };
     }
 

@@ -4,10 +4,11 @@
 //!
 //! Parts: [`containers`] (init and app container statuses), [`phase`] (Pending, Running,
 //! Succeeded, Failed), [`conditions`] (the kubelet's pod conditions and their transition
-//! times), [`qos`] (the QoS class).
+//! times), [`qos`] (the QoS class), [`killed`] (why the kubelet killed container instances).
 
 pub mod conditions;
 pub mod containers;
+pub mod killed;
 pub mod phase;
 pub mod qos;
 
@@ -41,8 +42,15 @@ pub struct StatusContext<'a> {
     pub host_ip: &'a str,
     /// Waiting reasons per container name, from the last sync.
     pub waiting: &'a BTreeMap<String, Waiting>,
-    /// Readiness per container name; a running container not in it is ready.
+    /// Readiness per container name (from readiness probes); a running, started container
+    /// not in it is ready.
     pub ready: &'a BTreeMap<String, bool>,
+    /// Whether each container has started (its startup probe succeeded); a running
+    /// container not in it has.
+    pub started: &'a BTreeMap<String, bool>,
+    /// Why the kubelet killed container instances, by container id: the message their
+    /// terminated state shows when the runtime gives none.
+    pub killed: &'a BTreeMap<String, String>,
     /// When the kubelet first saw the pod (used when the previous status has none).
     pub start_time: Option<Time>,
     /// The status computed last time, for transition times, restart counts and terminal

@@ -105,6 +105,8 @@ fn runtime(sandboxes: Vec<RuntimeSandbox>, containers: Vec<RuntimeContainer>) ->
 struct Ctx {
     waiting: BTreeMap<String, Waiting>,
     ready: BTreeMap<String, bool>,
+    started: BTreeMap<String, bool>,
+    killed: BTreeMap<String, String>,
     previous: Option<PodStatus>,
 }
 
@@ -113,6 +115,8 @@ impl Ctx {
         Self {
             waiting: BTreeMap::new(),
             ready: BTreeMap::new(),
+            started: BTreeMap::new(),
+            killed: BTreeMap::new(),
             previous: None,
         }
     }
@@ -133,6 +137,8 @@ impl Ctx {
             host_ip: "192.168.1.10",
             waiting: &self.waiting,
             ready: &self.ready,
+            started: &self.started,
+            killed: &self.killed,
             start_time: Some(t(0)),
             previous: self.previous.as_ref(),
             runtime_name: "containerd",
@@ -795,5 +801,84 @@ fn foreign_conditions_and_reasons_are_kept() {
         s.reason.as_deref(),
         Some("Because"),
         "same phase keeps the reason"
+    );
+}
+
+#[test]
+fn a_container_not_started_is_neither_started_nor_ready() {
+    let p = pod(&["app"], &[], "Always");
+    let rt = runtime(
+        vec![sandbox(true, "10.88.0.5")],
+        vec![rc("app", "c1", CriState::ContainerRunning, 10, 0, 0)],
+    );
+    let mut ctx = Ctx::new();
+    ctx.started.insert("app".into(), false);
+    // Readiness not known yet either way: not started wins.
+    ctx.ready.insert("app".into(), true);
+    let s = ctx.status(&p, &rt, 20);
+    let app = cs(&s, "app");
+    assert_eq!(app.started, Some(false));
+    assert!(!app.ready);
+    assert!(app.state.as_ref().unwrap().running.is_some());
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert_eq!(cond(&s, "ContainersReady").status, "False");
+    assert_eq!(cond(&s, "Ready").status, "False");
+
+    ctx.started.insert("app".into(), true);
+    let s = ctx.status(&p, &rt, 21);
+    assert_eq!(cs(&s, "app").started, Some(true));
+    assert!(cs(&s, "app").ready);
+    assert_eq!(cond(&s, "Ready").status, "True");
+}
+
+#[test]
+fn a_killed_instance_shows_why_unless_the_runtime_says_more() {
+    let p = pod(&["app"], &[], "Always");
+    let mut killed = rc("app", "c1", CriState::ContainerExited, 0, 137, 0);
+    killed.reason = "Error".into();
+    let rt = runtime(
+        vec![sandbox(true, "10.88.0.5")],
+        vec![
+            rc("app", "c2", CriState::ContainerRunning, 20, 0, 1),
+            killed.clone(),
+        ],
+    );
+    let mut ctx = Ctx::new();
+    ctx.killed.insert(
+        "c1".into(),
+        "Container app failed liveness probe, will be restarted".into(),
+    );
+    let s = ctx.status(&p, &rt, 30);
+    let app = cs(&s, "app");
+    assert_eq!(app.restart_count, 1);
+    let last = app
+        .last_state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (
+            last.exit_code,
+            last.reason.as_deref(),
+            last.message.as_deref()
+        ),
+        (
+            137,
+            Some("Error"),
+            Some("Container app failed liveness probe, will be restarted")
+        )
+    );
+
+    // A termination message the container left wins.
+    let mut with_message = killed;
+    with_message.message = "bye".into();
+    let rt = runtime(vec![sandbox(true, "10.88.0.5")], vec![with_message]);
+    let s = ctx.status(&p, &rt, 30);
+    let state = cs(&s, "app").state.as_ref().unwrap();
+    assert_eq!(
+        state.terminated.as_ref().unwrap().message.as_deref(),
+        Some("bye")
     );
 }

@@ -1,0 +1,509 @@
+//! The secure kubelet API's settings (`enableServer`, `port`, `tlsCertFile`,
+//! `tlsPrivateKeyFile`, `authentication`, `authorization`) with the Go kubelet's names, and
+//! where standalone mode needs it our own defaults: webhook authentication off and
+//! `AlwaysAllow` authorization, since there is no API server to ask.
+
+use std::path::{Path, PathBuf};
+
+use serde_yaml_ng::Value;
+
+use super::file::{boolean, invalid, nonempty, type_name};
+use super::{Config, ConfigError, Flags};
+
+/// `authorization.mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AuthorizationMode {
+    /// Every authenticated request is allowed (ours, and the Go kubelet flag's, default).
+    #[default]
+    AlwaysAllow,
+    /// SubjectAccessReview against the API server: accepted in the file, refused at start-up.
+    Webhook,
+    /// ferrolet's own: rules from `--authorization-policy-file`.
+    Static,
+}
+
+impl AuthorizationMode {
+    /// The mode named `s`, spelled as in the configuration.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "AlwaysAllow" => Some(Self::AlwaysAllow),
+            "Webhook" => Some(Self::Webhook),
+            "Static" => Some(Self::Static),
+            _ => None,
+        }
+    }
+
+    /// The configuration's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AlwaysAllow => "AlwaysAllow",
+            Self::Webhook => "Webhook",
+            Self::Static => "Static",
+        }
+    }
+}
+
+/// Who may call the secure API (`authentication`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Authentication {
+    /// CA bundle that signs client certificates (`authentication.x509.clientCAFile`); none =
+    /// client certificates are not asked for.
+    pub client_ca_file: Option<PathBuf>,
+    /// Requests without credentials pass as `system:anonymous`
+    /// (`authentication.anonymous.enabled`, false).
+    pub anonymous: bool,
+    /// Bearer tokens checked by TokenReview (`authentication.webhook.enabled`; false here,
+    /// refused when true: there is no API server to ask).
+    pub webhook: bool,
+}
+
+/// What callers may do (`authorization`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Authorization {
+    /// `authorization.mode` (`AlwaysAllow`).
+    pub mode: AuthorizationMode,
+    /// The rules of mode `Static` (`--authorization-policy-file`, ferrolet's own).
+    pub policy_file: Option<PathBuf>,
+}
+
+/// Sub-fields of the Go schema that ferrolet accepts without acting on them.
+const IGNORED_AUTHN_FIELDS: &[&str] = &["webhook.cacheTTL"];
+const IGNORED_AUTHZ_FIELDS: &[&str] =
+    &["webhook.cacheAuthorizedTTL", "webhook.cacheUnauthorizedTTL"];
+
+/// The nested object at `key`, or none for null.
+fn object<'v>(key: &str, v: &'v Value) -> Result<Option<&'v serde_yaml_ng::Mapping>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Mapping(m) => Ok(Some(m)),
+        other => Err(invalid(
+            key,
+            format!("must be an object, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// Walks a two-level object, calling `leaf` with each `a.b` key (or `a` for a scalar) and
+/// its value; `leaf` returns false for keys it does not know. `groups` must be objects.
+fn walk(
+    top: &str,
+    v: &Value,
+    path: &Path,
+    groups: &[&str],
+    ignored: &[&str],
+    warnings: &mut Vec<String>,
+    mut leaf: impl FnMut(&str, &Value) -> Result<bool, ConfigError>,
+) -> Result<(), ConfigError> {
+    let Some(map) = object(top, v)? else {
+        return Ok(());
+    };
+    for (k, v) in map {
+        let Some(k) = k.as_str() else {
+            warnings.push(format!(
+                "{}: a non-string key in {top:?} (ignored)",
+                path.display()
+            ));
+            continue;
+        };
+        let mut keys = Vec::new();
+        match v {
+            Value::Mapping(inner) => {
+                for (k2, v2) in inner {
+                    let k2 = k2.as_str().unwrap_or("?");
+                    keys.push((format!("{k}.{k2}"), v2));
+                }
+            }
+            Value::Null => {}
+            other if groups.contains(&k) => {
+                return Err(invalid(
+                    &format!("{top}.{k}"),
+                    format!("must be an object, not {}", type_name(other)),
+                ));
+            }
+            other => keys.push((k.to_string(), other)),
+        }
+        for (key, value) in keys {
+            if leaf(&key, value)? {
+                continue;
+            }
+            let warning = if ignored.contains(&key.as_str()) {
+                format!(
+                    "{}: field \"{top}.{key}\" is not supported by ferrolet (ignored)",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{}: unknown field \"{top}.{key}\" (ignored)",
+                    path.display()
+                )
+            };
+            warnings.push(warning);
+        }
+    }
+    Ok(())
+}
+
+/// Reads the `authentication` object.
+pub(super) fn authentication(
+    c: &mut Config,
+    path: &Path,
+    v: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let authn = &mut c.authentication;
+    walk(
+        "authentication",
+        v,
+        path,
+        &["x509", "anonymous", "webhook"],
+        IGNORED_AUTHN_FIELDS,
+        warnings,
+        |key, v| {
+            let field = format!("authentication.{key}");
+            match key {
+                "x509.clientCAFile" => {
+                    authn.client_ca_file = nonempty(&field, v)?.map(PathBuf::from);
+                }
+                "anonymous.enabled" => {
+                    if let Some(b) = boolean(&field, v)? {
+                        authn.anonymous = b;
+                    }
+                }
+                "webhook.enabled" => {
+                    if let Some(b) = boolean(&field, v)? {
+                        authn.webhook = b;
+                    }
+                }
+                _ => return Ok(false),
+            }
+            Ok(true)
+        },
+    )
+}
+
+/// Reads the `authorization` object.
+pub(super) fn authorization(
+    c: &mut Config,
+    path: &Path,
+    v: &Value,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let authz = &mut c.authorization;
+    walk(
+        "authorization",
+        v,
+        path,
+        &["webhook"],
+        IGNORED_AUTHZ_FIELDS,
+        warnings,
+        |key, v| {
+            if key != "mode" {
+                return Ok(false);
+            }
+            if let Some(m) = nonempty("authorization.mode", v)? {
+                authz.mode = mode("authorization.mode", &m)?;
+            }
+            Ok(true)
+        },
+    )
+}
+
+fn mode(field: &str, s: &str) -> Result<AuthorizationMode, ConfigError> {
+    AuthorizationMode::parse(s).ok_or_else(|| {
+        invalid(
+            field,
+            format!("unknown authorization mode {s:?} (want AlwaysAllow, Webhook or Static)"),
+        )
+    })
+}
+
+/// The flags of the secure API over the file's values.
+pub(super) fn apply_flags(c: &mut Config, f: &Flags) -> Result<(), ConfigError> {
+    let path = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+    if let Some(p) = f.port {
+        c.port = p;
+    }
+    if f.tls_cert_file.is_some() {
+        c.tls_cert_file = path(&f.tls_cert_file);
+    }
+    if f.tls_private_key_file.is_some() {
+        c.tls_private_key_file = path(&f.tls_private_key_file);
+    }
+    if f.cert_dir.is_some() {
+        c.cert_dir = path(&f.cert_dir);
+    }
+    if f.client_ca_file.is_some() {
+        c.authentication.client_ca_file = path(&f.client_ca_file);
+    }
+    if let Some(b) = f.anonymous_auth {
+        c.authentication.anonymous = b;
+    }
+    if let Some(b) = f.authentication_token_webhook {
+        c.authentication.webhook = b;
+    }
+    if let Some(m) = f.authorization_mode.as_deref().filter(|m| !m.is_empty()) {
+        c.authorization.mode = mode("authorization.mode (--authorization-mode)", m)?;
+    }
+    if f.authorization_policy_file.is_some() {
+        c.authorization.policy_file = path(&f.authorization_policy_file);
+    }
+    Ok(())
+}
+
+/// The start-up checks of the secure API's settings.
+pub(super) fn check(c: &Config) -> Result<(), ConfigError> {
+    if !c.enable_server {
+        return Ok(());
+    }
+    if c.port == 0 {
+        return Err(invalid(
+            "port (--port)",
+            "0 must be between 1 and 65535, inclusive",
+        ));
+    }
+    match (&c.tls_cert_file, &c.tls_private_key_file) {
+        (Some(_), None) => {
+            return Err(invalid(
+                "tlsPrivateKeyFile (--tls-private-key-file)",
+                "must be set when tlsCertFile is",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "tlsCertFile (--tls-cert-file)",
+                "must be set when tlsPrivateKeyFile is",
+            ));
+        }
+        _ => {}
+    }
+    if c.authentication.webhook {
+        return Err(invalid(
+            "authentication.webhook.enabled (--authentication-token-webhook)",
+            "webhook token authentication needs an API server, and ferrolet runs standalone \
+             (no API server yet): set it to false",
+        ));
+    }
+    match (c.authorization.mode, &c.authorization.policy_file) {
+        (AuthorizationMode::Webhook, _) => Err(invalid(
+            "authorization.mode (--authorization-mode)",
+            "Webhook is not supported: it needs an API server, and ferrolet runs standalone \
+             (no API server yet); use AlwaysAllow or Static",
+        )),
+        (AuthorizationMode::Static, None) => Err(invalid(
+            "authorization.mode (--authorization-mode)",
+            "Static needs --authorization-policy-file",
+        )),
+        (AuthorizationMode::AlwaysAllow, Some(_)) => Err(invalid(
+            "--authorization-policy-file",
+            "is only read with authorization.mode Static",
+        )),
+        _ => Ok(()),
+    }
+}
+
+impl Config {
+    /// Where the self-signed serving certificate is kept: `--cert-dir`, else
+    /// `<root-dir>/pki`.
+    pub fn cert_dir(&self) -> PathBuf {
+        self.cert_dir
+            .clone()
+            .unwrap_or_else(|| self.root_dir.join("pki"))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::io::Write;
+
+    const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+    fn load(yaml: Option<&str>, args: &[&str]) -> Result<(Config, Vec<String>), ConfigError> {
+        let mut all = vec![
+            "ferrolet".to_string(),
+            "--hostname-override=node-a".to_string(),
+        ];
+        let file = yaml.map(|y| {
+            let mut f = tempfile::NamedTempFile::new().unwrap();
+            f.write_all(format!("{HEAD}{y}").as_bytes()).unwrap();
+            f
+        });
+        if let Some(f) = &file {
+            all.push(format!("--config={}", f.path().display()));
+        }
+        all.extend(args.iter().map(|a| a.to_string()));
+        Config::load(&Flags::try_parse_from(all).unwrap())
+    }
+
+    fn refused(r: Result<(Config, Vec<String>), ConfigError>) -> (String, String) {
+        match r {
+            Err(ConfigError::Invalid { field, reason }) => (field, reason),
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let (c, _) = load(None, &[]).unwrap();
+        assert!(c.enable_server);
+        assert_eq!(c.port, 10250);
+        assert_eq!(c.read_only_port, 0, "the read-only port is off");
+        assert_eq!((&c.tls_cert_file, &c.tls_private_key_file), (&None, &None));
+        assert_eq!(c.authentication, Authentication::default());
+        assert!(!c.authentication.anonymous && !c.authentication.webhook);
+        assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(c.cert_dir(), c.root_dir.join("pki"));
+    }
+
+    #[test]
+    fn from_the_file() {
+        let yaml = "port: 10260\ntlsCertFile: /etc/k/tls.crt\ntlsPrivateKeyFile: /etc/k/tls.key\n\
+                    authentication:\n  x509: {clientCAFile: /etc/k/ca.crt}\n  anonymous: {enabled: true}\n  \
+                    webhook: {enabled: false, cacheTTL: 2m0s}\n  oidc: {issuer: x}\n\
+                    authorization:\n  mode: AlwaysAllow\n  webhook: {cacheAuthorizedTTL: 5m0s}\n";
+        let (c, warnings) = load(Some(yaml), &[]).unwrap();
+        assert_eq!(c.port, 10260);
+        assert_eq!(c.tls_cert_file, Some("/etc/k/tls.crt".into()));
+        assert_eq!(c.tls_private_key_file, Some("/etc/k/tls.key".into()));
+        assert_eq!(
+            c.authentication.client_ca_file,
+            Some("/etc/k/ca.crt".into())
+        );
+        assert!(c.authentication.anonymous);
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("\"authentication.webhook.cacheTTL\" is not supported")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("unknown field \"authentication.oidc.issuer\"")),
+            "{warnings:?}"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("\"authorization.webhook.cacheAuthorizedTTL\"")),
+            "{warnings:?}"
+        );
+        let (c, _) = load(Some("enableServer: false\nport: 0\n"), &[]).unwrap();
+        assert!(!c.enable_server);
+    }
+
+    #[test]
+    fn flags_win() {
+        let yaml = "authentication: {anonymous: {enabled: true}, x509: {clientCAFile: /a}}\n";
+        let (c, _) = load(
+            Some(yaml),
+            &[
+                "--port=12345",
+                "--anonymous-auth=false",
+                "--client-ca-file=/b",
+                "--tls-cert-file=/c.crt",
+                "--tls-private-key-file=/c.key",
+                "--cert-dir=/pki",
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.port, 12345);
+        assert!(!c.authentication.anonymous);
+        assert_eq!(c.authentication.client_ca_file, Some("/b".into()));
+        assert_eq!(c.tls_cert_file, Some("/c.crt".into()));
+        assert_eq!(c.cert_dir(), PathBuf::from("/pki"));
+        let (c, _) = load(None, &["--anonymous-auth"]).unwrap();
+        assert!(
+            c.authentication.anonymous,
+            "a bare bool flag is true, as in Go"
+        );
+        let (c, _) = load(
+            None,
+            &[
+                "--authorization-mode=Static",
+                "--authorization-policy-file=/p.yaml",
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.authorization.mode, AuthorizationMode::Static);
+        assert_eq!(c.authorization.policy_file, Some("/p.yaml".into()));
+        // Go's bool flags take their value only with `=`.
+        assert!(Flags::try_parse_from(["ferrolet", "--anonymous-auth", "false"]).is_err());
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let (field, reason) = refused(load(
+            Some("authentication: {webhook: {enabled: true}}\n"),
+            &[],
+        ));
+        assert_eq!(
+            field,
+            "authentication.webhook.enabled (--authentication-token-webhook)"
+        );
+        assert!(reason.contains("API server"), "{reason}");
+        let (field, reason) = refused(load(Some("authorization: {mode: Webhook}\n"), &[]));
+        assert_eq!(field, "authorization.mode (--authorization-mode)");
+        assert!(reason.contains("Webhook is not supported"), "{reason}");
+        let (field, _) = refused(load(None, &["--authentication-token-webhook"]));
+        assert!(
+            field.starts_with("authentication.webhook.enabled"),
+            "{field}"
+        );
+        let (field, _) = refused(load(None, &["--authorization-mode=Webhook"]));
+        assert!(field.starts_with("authorization.mode"), "{field}");
+
+        for (yaml, args, want) in [
+            (
+                "authorization: {mode: RBAC}\n",
+                &[][..],
+                "authorization.mode",
+            ),
+            (
+                "",
+                &["--authorization-mode=Node"][..],
+                "authorization.mode (--authorization-mode)",
+            ),
+            ("port: 0\n", &[], "port (--port)"),
+            ("port: 70000\n", &[], "port"),
+            (
+                "tlsCertFile: /a.crt\n",
+                &[],
+                "tlsPrivateKeyFile (--tls-private-key-file)",
+            ),
+            (
+                "tlsPrivateKeyFile: /a.key\n",
+                &[],
+                "tlsCertFile (--tls-cert-file)",
+            ),
+            (
+                "authorization: {mode: Static}\n",
+                &[],
+                "authorization.mode (--authorization-mode)",
+            ),
+            (
+                "",
+                &["--authorization-policy-file=/p"],
+                "--authorization-policy-file",
+            ),
+            (
+                "authentication: {x509: /ca.crt}\n",
+                &[],
+                "authentication.x509",
+            ),
+            (
+                "authentication: {anonymous: {enabled: maybe}}\n",
+                &[],
+                "authentication.anonymous.enabled",
+            ),
+            ("authentication: [1]\n", &[], "authentication"),
+            ("enableServer: yes please\n", &[], "enableServer"),
+        ] {
+            let (field, _) = refused(load(Some(yaml), args));
+            assert_eq!(field, want, "{yaml} {args:?}");
+        }
+    }
+}

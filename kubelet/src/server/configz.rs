@@ -1,0 +1,256 @@
+//! `/configz`: the effective configuration as the Go kubelet shows it,
+//! `{"kubeletconfig": {…}}` with KubeletConfiguration v1beta1 field names and value forms
+//! (durations as `1m0s`, sizes as `10Mi`), without `kind`/`apiVersion` (Go's converted
+//! object has none). It shows the fields ferrolet acts on: a field added to [`Config`]
+//! belongs here too.
+
+use serde_json::{Map, Value, json};
+
+use super::tls::ServingFiles;
+use crate::config::Config;
+
+/// The `/configz` body for `config`, with the serving files actually in use (a self-signed
+/// pair shows its paths, as the Go kubelet's does).
+pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
+    let mut kc = Map::new();
+    let mut put = |k: &str, v: Value| {
+        kc.insert(k.to_string(), v);
+    };
+    put("enableServer", json!(config.enable_server));
+    if let Some(p) = &config.static_pod_path {
+        put("staticPodPath", json!(p.display().to_string()));
+    }
+    put(
+        "podLogsDir",
+        json!(config.pod_logs_dir.display().to_string()),
+    );
+    put("syncFrequency", json!(go_duration(config.sync_frequency)));
+    put(
+        "fileCheckFrequency",
+        json!(go_duration(config.file_check_frequency)),
+    );
+    put(
+        "httpCheckFrequency",
+        json!(go_duration(config.http_check_frequency)),
+    );
+    if let Some(u) = &config.static_pod_url {
+        put("staticPodURL", json!(u));
+    }
+    if !config.static_pod_url_header.is_empty() {
+        put("staticPodURLHeader", json!(config.static_pod_url_header));
+    }
+    put("address", json!(config.address.to_string()));
+    put("port", json!(config.port));
+    if config.read_only_port != 0 {
+        put("readOnlyPort", json!(config.read_only_port));
+    }
+    let (cert, key) = match serving {
+        Some(s) => (Some(&s.cert_file), Some(&s.key_file)),
+        None => (
+            config.tls_cert_file.as_ref(),
+            config.tls_private_key_file.as_ref(),
+        ),
+    };
+    if let Some(c) = cert {
+        put("tlsCertFile", json!(c.display().to_string()));
+    }
+    if let Some(k) = key {
+        put("tlsPrivateKeyFile", json!(k.display().to_string()));
+    }
+    let authn = &config.authentication;
+    let mut x509 = Map::new();
+    if let Some(ca) = &authn.client_ca_file {
+        x509.insert("clientCAFile".into(), json!(ca.display().to_string()));
+    }
+    put(
+        "authentication",
+        json!({
+            "x509": x509,
+            "webhook": {"enabled": authn.webhook, "cacheTTL": "0s"},
+            "anonymous": {"enabled": authn.anonymous},
+        }),
+    );
+    put(
+        "authorization",
+        json!({
+            "mode": config.authorization.mode.as_str(),
+            "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "0s"},
+        }),
+    );
+    if config.healthz_port != 0 {
+        put("healthzPort", json!(config.healthz_port));
+    }
+    put(
+        "healthzBindAddress",
+        json!(config.healthz_bind_address.to_string()),
+    );
+    if !config.cluster_domain.is_empty() {
+        put("clusterDomain", json!(config.cluster_domain));
+    }
+    if !config.cluster_dns.is_empty() {
+        let dns: Vec<String> = config.cluster_dns.iter().map(|ip| ip.to_string()).collect();
+        put("clusterDNS", json!(dns));
+    }
+    put(
+        "runtimeRequestTimeout",
+        json!(go_duration(config.runtime_request_timeout)),
+    );
+    put("maxPods", json!(config.max_pods));
+    put(
+        "resolvConf",
+        json!(config.resolv_conf.display().to_string()),
+    );
+    put("cgroupRoot", json!(config.cgroup_root));
+    put("serializeImagePulls", json!(config.serialize_image_pulls));
+    put(
+        "containerLogMaxSize",
+        json!(go_quantity(config.container_log_max_size)),
+    );
+    put(
+        "containerLogMaxFiles",
+        json!(config.container_log_max_files),
+    );
+    put(
+        "containerRuntimeEndpoint",
+        json!(config.container_runtime_endpoint),
+    );
+    if !config.image_service_endpoint.is_empty() {
+        put("imageServiceEndpoint", json!(config.image_service_endpoint));
+    }
+    put(
+        "logging",
+        json!({
+            "format": if config.log_format.is_json() { "json" } else { "text" },
+            "verbosity": config.verbosity,
+        }),
+    );
+    let mut out = serde_json::to_vec(&json!({ "kubeletconfig": kc })).unwrap_or_default();
+    out.push(b'\n');
+    out
+}
+
+/// A duration as Go's `time.Duration.String` writes it: `0s`, `500ms`, `20s`, `1m30s`,
+/// `2h0m0s`, `1.5s`.
+pub fn go_duration(d: std::time::Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, scale) = if nanos < 1_000 {
+            ("ns", 1)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", decimal(nanos, scale));
+    }
+    let secs = nanos / 1_000_000_000;
+    let (h, m) = (secs / 3600, (secs / 60) % 60);
+    let s = decimal(nanos % 60_000_000_000, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// `n / scale` with its fraction, trailing zeros trimmed.
+fn decimal(n: u128, scale: u128) -> String {
+    let (whole, frac) = (n / scale, n % scale);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = scale.to_string().len() - 1;
+    let frac = format!("{frac:0width$}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
+/// Bytes as a Kubernetes quantity: the largest binary suffix that divides it (`10Mi`), else
+/// plain.
+fn go_quantity(bytes: u64) -> String {
+    const SUFFIXES: [(&str, u64); 5] = [
+        ("Pi", 1 << 50),
+        ("Ti", 1 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
+    SUFFIXES
+        .iter()
+        .find(|(_, unit)| bytes != 0 && bytes.is_multiple_of(*unit))
+        .map(|(s, unit)| format!("{}{s}", bytes / unit))
+        .unwrap_or_else(|| bytes.to_string())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    #[test]
+    fn go_durations() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        assert_eq!(go_duration(Duration::ZERO), "0s");
+        assert_eq!(go_duration(Duration::from_nanos(5)), "5ns");
+        assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(go_duration(ms(500)), "500ms");
+        assert_eq!(go_duration(s(20)), "20s");
+        assert_eq!(go_duration(ms(1500)), "1.5s");
+        assert_eq!(go_duration(s(60)), "1m0s");
+        assert_eq!(go_duration(s(90)), "1m30s");
+        assert_eq!(go_duration(s(120)), "2m0s");
+        assert_eq!(go_duration(s(7200)), "2h0m0s");
+        assert_eq!(go_duration(s(3661)), "1h1m1s");
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(go_quantity(10 << 20), "10Mi");
+        assert_eq!(go_quantity(1536), "1536");
+        assert_eq!(go_quantity(2048), "2Ki");
+        assert_eq!(go_quantity(1000), "1000");
+        assert_eq!(go_quantity(0), "0");
+    }
+
+    #[test]
+    fn the_effective_configuration() {
+        let config = Config {
+            static_pod_path: Some("/etc/pods".into()),
+            node_name: "n1".into(),
+            ..Config::default()
+        };
+        let serving = ServingFiles {
+            cert_file: PathBuf::from("/var/lib/k/pki/kubelet.crt"),
+            key_file: PathBuf::from("/var/lib/k/pki/kubelet.key"),
+            self_signed: true,
+        };
+        let v: Value = serde_json::from_slice(&configz(&config, Some(&serving))).unwrap();
+        let kc = &v["kubeletconfig"];
+        assert!(kc.get("kind").is_none() && kc.get("apiVersion").is_none());
+        assert_eq!(kc["enableServer"], true);
+        assert_eq!(kc["port"], 10250);
+        assert!(
+            kc.get("readOnlyPort").is_none(),
+            "0 is omitted, as Go's omitempty"
+        );
+        assert_eq!(kc["staticPodPath"], "/etc/pods");
+        assert_eq!(kc["syncFrequency"], "1m0s");
+        assert_eq!(kc["fileCheckFrequency"], "20s");
+        assert_eq!(kc["runtimeRequestTimeout"], "2m0s");
+        assert_eq!(kc["containerLogMaxSize"], "10Mi");
+        assert_eq!(kc["containerLogMaxFiles"], 5);
+        assert_eq!(kc["maxPods"], 110);
+        assert_eq!(kc["address"], "0.0.0.0");
+        assert_eq!(kc["tlsCertFile"], "/var/lib/k/pki/kubelet.crt");
+        assert_eq!(kc["authentication"]["anonymous"]["enabled"], false);
+        assert_eq!(kc["authentication"]["webhook"]["enabled"], false);
+        assert_eq!(kc["authorization"]["mode"], "AlwaysAllow");
+        assert_eq!(kc["healthzPort"], 10248);
+        assert_eq!(kc["logging"]["format"], "text");
+    }
+}

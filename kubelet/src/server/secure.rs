@@ -1,0 +1,333 @@
+//! The secure kubelet API (`address:port`, 10250 by default) over TLS: every request is
+//! authenticated and authorized first ([`auth`]), then served:
+//!
+//! - the read-only API's endpoints (`/pods`, `/runningpods/`, `/containerLogs/…`,
+//!   `/healthz`);
+//! - `/configz`: the effective configuration ([`configz`](super::configz));
+//! - the [`ExtraRoutes`] other parts of the kubelet register (`/stats/…`, `/metrics…`); while
+//!   none is registered for `/stats/` or `/metrics`, those answer 501;
+//! - `/exec`, `/attach`, `/portForward`, `/run`, `/cri`: 501 until streaming lands.
+//!
+//! Unauthenticated requests get 401 `Unauthorized` and denied ones 403 with the Go kubelet's
+//! `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::CertificateDer;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+
+use super::auth::{self, Authenticator, AuthnError, Authorizer, Forbidden, Policy, PolicyError};
+use super::extra::is_subpath;
+use super::tls::{self, ServingFiles, TlsError};
+use super::{Body, ExtraRoutes, NodeView, Routes, api_request, common_route, json, text};
+use crate::config::{AuthorizationMode, Config};
+
+/// How long a client may take to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Paths of the streaming endpoints, answered 501 for now.
+const STREAMING: &[&str] = &["/exec", "/attach", "/portForward", "/run", "/cri"];
+
+/// Paths other parts of the kubelet serve through [`ExtraRoutes`]; 501 while unregistered.
+const PLUGGED: &[&str] = &["/stats/", "/metrics"];
+
+/// Why the secure API cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum SecureError {
+    /// The serving certificate or the client CAs.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// The static authorization policy.
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// A setting the server cannot honour (the config check refuses these first).
+    #[error("{0}")]
+    Unsupported(String),
+    /// The address is taken or not ours.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// `address:port`.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The set-up task died.
+    #[error("setting up TLS: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// What every request of the server needs.
+struct Shared {
+    authn: Authenticator,
+    authz: Authorizer,
+    configz: Bytes,
+}
+
+/// The secure API, bound and ready to serve.
+pub struct SecureServer {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    files: ServingFiles,
+}
+
+impl std::fmt::Debug for SecureServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecureServer")
+            .field("listener", &self.listener)
+            .field("files", &self.files)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SecureServer {
+    /// Sets up TLS (the configured serving pair, or the self-signed one in the cert dir, made
+    /// if needed), authentication and authorization from `config`, and binds
+    /// `address:port`. Connections wait in the backlog until [`SecureServer::serve`].
+    pub async fn bind(config: &Config) -> Result<Self, SecureError> {
+        let owned = config.clone();
+        let (server_config, shared, files) =
+            tokio::task::spawn_blocking(move || setup(&owned)).await??;
+        let addr = SocketAddr::new(config.address, config.port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| SecureError::Bind { addr, source })?;
+        tracing::info!(
+            addr = %listener.local_addr().unwrap_or(addr),
+            cert = %files.cert_file.display(),
+            client_ca = ?config.authentication.client_ca_file,
+            anonymous = config.authentication.anonymous,
+            authorization = config.authorization.mode.as_str(),
+            "kubelet API listening"
+        );
+        Ok(SecureServer {
+            listener,
+            acceptor: TlsAcceptor::from(server_config),
+            shared: Arc::new(shared),
+            files,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The serving certificate and key in use.
+    pub fn serving_files(&self) -> &ServingFiles {
+        &self.files
+    }
+
+    /// Serves until `shutdown` completes; open connections end with it.
+    pub async fn serve(
+        self,
+        view: Arc<dyn NodeView>,
+        extra: ExtraRoutes,
+        shutdown: impl Future<Output = ()>,
+    ) -> std::io::Result<()> {
+        let mut connections = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, remote)) => {
+                        connections.spawn(connection(
+                            stream,
+                            remote,
+                            self.acceptor.clone(),
+                            self.shared.clone(),
+                            view.clone(),
+                            extra.clone(),
+                        ));
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: pause instead of spinning.
+                        tracing::warn!(error = %e, "accepting a kubelet API connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            }
+        }
+        connections.shutdown().await;
+        Ok(())
+    }
+}
+
+/// TLS, authentication and authorization from `config`. Blocking.
+fn setup(
+    config: &Config,
+) -> Result<(Arc<rustls::ServerConfig>, Shared, ServingFiles), SecureError> {
+    let authz = match config.authorization.mode {
+        AuthorizationMode::AlwaysAllow => Authorizer::AlwaysAllow,
+        AuthorizationMode::Static => {
+            let path = config.authorization.policy_file.as_deref().ok_or_else(|| {
+                SecureError::Unsupported(
+                    "authorization.mode Static needs --authorization-policy-file".into(),
+                )
+            })?;
+            Authorizer::Static(Policy::load(path)?)
+        }
+        AuthorizationMode::Webhook => {
+            return Err(SecureError::Unsupported(
+                "authorization.mode Webhook needs an API server (not supported yet)".into(),
+            ));
+        }
+    };
+    if config.authentication.webhook {
+        return Err(SecureError::Unsupported(
+            "authentication.webhook.enabled needs an API server (not supported yet)".into(),
+        ));
+    }
+    let configured = config
+        .tls_cert_file
+        .as_deref()
+        .zip(config.tls_private_key_file.as_deref());
+    // Go's certificate names only the host; loopback and the bind address let local clients
+    // verify it by the address they dial.
+    let mut ips = vec![IpAddr::V4(Ipv4Addr::LOCALHOST)];
+    if !config.address.is_unspecified() {
+        ips.push(config.address);
+    }
+    let host = if config.node_name.is_empty() {
+        "localhost"
+    } else {
+        &config.node_name
+    };
+    let files = tls::serving_files(configured, &config.cert_dir(), host, &ips)?;
+    let clients = config
+        .authentication
+        .client_ca_file
+        .as_deref()
+        .map(tls::client_verifier)
+        .transpose()?;
+    let server_config = tls::server_config(&files, clients.clone())?;
+    let shared = Shared {
+        authn: Authenticator::new(clients, config.authentication.anonymous),
+        authz,
+        configz: super::configz::configz(config, Some(&files)).into(),
+    };
+    Ok((server_config, shared, files))
+}
+
+/// One connection: the handshake, then HTTP/1.1 requests with the client's certificates.
+async fn connection(
+    stream: TcpStream,
+    remote: SocketAddr,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+    view: Arc<dyn NodeView>,
+    extra: ExtraRoutes,
+) {
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%remote, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%remote, "TLS handshake timed out");
+            return;
+        }
+    };
+    let peer: Arc<[CertificateDer<'static>]> = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .map(<[CertificateDer<'static>]>::to_vec)
+        .unwrap_or_default()
+        .into();
+    let service = hyper::service::service_fn(move |req| {
+        let (peer, shared, view, extra) =
+            (peer.clone(), shared.clone(), view.clone(), extra.clone());
+        async move { Ok::<_, Infallible>(handle(req, &peer, &shared, view, &extra, remote).await) }
+    });
+    let conn =
+        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+    if let Err(e) = conn.await {
+        tracing::debug!(%remote, error = %e, "kubelet API connection");
+    }
+}
+
+/// Authentication, authorization, then the endpoint.
+async fn handle(
+    req: Request<Incoming>,
+    peer: &[CertificateDer<'static>],
+    shared: &Shared,
+    view: Arc<dyn NodeView>,
+    extra: &ExtraRoutes,
+    remote: SocketAddr,
+) -> Response<Body> {
+    let user = match shared.authn.authenticate(peer) {
+        Ok(user) => user,
+        Err(e) => {
+            match &e {
+                AuthnError::BadCertificate(_) => {
+                    tracing::warn!(%remote, error = %e, "unable to authenticate the request");
+                }
+                AuthnError::NoCredentials => {
+                    tracing::debug!(%remote, path = req.uri().path(), "unauthenticated request");
+                }
+            }
+            return text(StatusCode::UNAUTHORIZED, "Unauthorized");
+        }
+    };
+    let attrs = auth::attributes(req.method(), req.uri().path());
+    if let Err(Forbidden(message)) = shared.authz.authorize(&user, &attrs) {
+        tracing::info!(%remote, path = req.uri().path(), "{message}");
+        return text(StatusCode::FORBIDDEN, message);
+    }
+    tracing::trace!(user = %user.name, method = %req.method(), path = req.uri().path(), "kubelet API request");
+    route(req, user, shared, view, extra).await
+}
+
+/// The endpoint of an authorized request.
+async fn route(
+    req: Request<Incoming>,
+    user: auth::User,
+    shared: &Shared,
+    view: Arc<dyn NodeView>,
+    extra: &ExtraRoutes,
+) -> Response<Body> {
+    let path = req.uri().path();
+    if path == "/configz" {
+        if req.method() != Method::GET && req.method() != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
+        }
+        return json(shared.configz.to_vec());
+    }
+    if let Some(endpoint) = STREAMING.iter().find(|p| is_subpath(path, p)) {
+        return text(
+            StatusCode::NOT_IMPLEMENTED,
+            format!(
+                "501 Not Implemented: {endpoint} is a streaming endpoint, and ferrolet does not \
+                 support streaming (exec, attach, portForward, run) yet\n"
+            ),
+        );
+    }
+    if let Some(endpoint) = extra.find(path) {
+        return endpoint.serve(api_request(&req, Some(user))).await;
+    }
+    if PLUGGED.iter().any(|p| is_subpath(path, p)) {
+        return text(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("501 Not Implemented: {path} is not served yet\n"),
+        );
+    }
+    let query = req.uri().query().unwrap_or_default();
+    common_route(req.method(), path, query, view, Routes::ReadOnly).await
+}
+
+#[cfg(test)]
+mod tests;

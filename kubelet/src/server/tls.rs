@@ -1,0 +1,544 @@
+//! TLS for the secure API: the serving certificate (the configured `tlsCertFile` and
+//! `tlsPrivateKeyFile`, or a self-signed one kept in the cert dir as the Go kubelet keeps
+//! `kubelet.crt`/`kubelet.key`), the rustls server configuration on the ring provider, and
+//! client certificates asked for when `clientCAFile` is set.
+//!
+//! Client certificates are checked after the handshake, not during it: the Go kubelet asks
+//! for them with `tls.RequestClientCert` and verifies them in its x509 authenticator, so a
+//! request without one, or with one from another CA, still reaches HTTP and gets 401
+//! Unauthorized (rather than a failed handshake). [`DeferredClientVerifier`] does the same
+//! with rustls: it hints the configured CAs and checks that the client owns the key it
+//! presents (the handshake signature), and [`crate::server::auth`] verifies the chain per
+//! request against the same CAs.
+
+use std::fmt;
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ServerConfig, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{DigitallySignedStruct, DistinguishedName as HintName, RootCertStore};
+
+use super::x509;
+
+/// File names of the self-signed serving certificate in the cert dir (the Go kubelet's).
+pub const SELF_SIGNED_CERT: &str = "kubelet.crt";
+/// File name of its key.
+pub const SELF_SIGNED_KEY: &str = "kubelet.key";
+
+/// How long a generated certificate is valid (the Go kubelet's one year).
+const VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// How far back its validity starts, for clocks slightly behind ours (Go's hour).
+const BACKDATE: Duration = Duration::from_secs(3600);
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file cannot be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A file does not hold what it should.
+    #[error("{path}: {reason}")]
+    Content {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The self-signed certificate cannot be made.
+    #[error("generating a self-signed serving certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// The clock is outside what a certificate can carry.
+    #[error("a certificate cannot be valid at Unix time {0}")]
+    Time(i64),
+    /// A generated file cannot be written.
+    #[error("writing {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// rustls refuses the certificate, key or CAs.
+    #[error("{what}: {source}")]
+    Rustls {
+        /// What was being set up.
+        what: String,
+        /// rustls' reason.
+        source: rustls::Error,
+    },
+}
+
+/// The ring provider, as everywhere in the workspace.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// The serving certificate and key files in use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServingFiles {
+    /// The certificate chain (PEM), leaf first.
+    pub cert_file: PathBuf,
+    /// Its key (PEM).
+    pub key_file: PathBuf,
+    /// Whether ferrolet made them (this start or an earlier one).
+    pub self_signed: bool,
+}
+
+/// The serving files: the configured pair, or `cert_dir`'s `kubelet.crt`/`kubelet.key`, made
+/// now (for `host` and `ips`) unless a usable pair is there: both readable, the key matching
+/// the certificate, and the certificate not expired. Blocking: file I/O and key generation.
+pub fn serving_files(
+    configured: Option<(&Path, &Path)>,
+    cert_dir: &Path,
+    host: &str,
+    ips: &[IpAddr],
+) -> Result<ServingFiles, TlsError> {
+    if let Some((cert, key)) = configured {
+        return Ok(ServingFiles {
+            cert_file: cert.to_path_buf(),
+            key_file: key.to_path_buf(),
+            self_signed: false,
+        });
+    }
+    let files = ServingFiles {
+        cert_file: cert_dir.join(SELF_SIGNED_CERT),
+        key_file: cert_dir.join(SELF_SIGNED_KEY),
+        self_signed: true,
+    };
+    match usable(&files.cert_file, &files.key_file, unix_now()) {
+        Ok(()) => {
+            tracing::info!(cert = %files.cert_file.display(), "using the self-signed serving certificate made earlier");
+            return Ok(files);
+        }
+        Err(reason) if files.cert_file.exists() || files.key_file.exists() => {
+            tracing::warn!(cert = %files.cert_file.display(), %reason, "making a new self-signed serving certificate");
+        }
+        Err(_) => {}
+    }
+    let (cert_pem, key_pem) = self_signed(host, ips, unix_now())?;
+    std::fs::create_dir_all(cert_dir).map_err(|source| TlsError::Write {
+        path: cert_dir.to_path_buf(),
+        source,
+    })?;
+    write_atomically(&files.key_file, key_pem.as_bytes(), 0o600)?;
+    write_atomically(&files.cert_file, cert_pem.as_bytes(), 0o644)?;
+    tracing::info!(cert = %files.cert_file.display(), key = %files.key_file.display(), %host, "made a self-signed serving certificate");
+    Ok(files)
+}
+
+/// Why the pair at `cert`/`key` cannot be reused, if it cannot.
+fn usable(cert: &Path, key: &Path, now: i64) -> Result<(), String> {
+    let chain = read_chain(cert).map_err(|e| e.to_string())?;
+    let key_der = read_key(key).map_err(|e| e.to_string())?;
+    CertifiedKey::from_der(chain.clone(), key_der, &provider())
+        .map_err(|e| format!("the key does not fit the certificate: {e}"))?;
+    let leaf = chain.first().ok_or("no certificate")?;
+    let validity = x509::validity(leaf).map_err(|e| e.to_string())?;
+    if validity.not_after <= now {
+        return Err("the certificate has expired".into());
+    }
+    Ok(())
+}
+
+/// A self-signed serving certificate as the Go kubelet makes one: a CA named
+/// `<host>-ca@<unix time>` signing a leaf `<host>@<unix time>` for `host` (a DNS name, or an
+/// IP) and `ips`, valid for a year from an hour ago; the PEM holds the leaf, then the CA.
+/// ECDSA P-256 keys (Go uses RSA 2048; ring cannot generate RSA keys), the key as PKCS#8.
+pub fn self_signed(host: &str, ips: &[IpAddr], now: i64) -> Result<(String, String), TlsError> {
+    let not_before = timestamp(now - BACKDATE.as_secs() as i64)?;
+    let not_after = timestamp(now + VALIDITY.as_secs() as i64)?;
+
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name = common_name(&format!("{host}-ca@{now}"));
+    ca.not_before = not_before;
+    ca.not_after = not_after;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyCertSign,
+    ];
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+
+    let mut leaf = CertificateParams::default();
+    leaf.distinguished_name = common_name(&format!("{host}@{now}"));
+    leaf.not_before = not_before;
+    leaf.not_after = not_after;
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.use_authority_key_identifier_extension = true;
+    let mut sans = Vec::new();
+    match host.parse::<IpAddr>() {
+        Ok(ip) => sans.push(SanType::IpAddress(ip)),
+        Err(_) => sans.push(SanType::DnsName(host.try_into()?)),
+    }
+    for ip in ips {
+        if !sans.contains(&SanType::IpAddress(*ip)) {
+            sans.push(SanType::IpAddress(*ip));
+        }
+    }
+    leaf.subject_alt_names = sans;
+    let leaf_key = KeyPair::generate()?;
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer)?;
+    Ok((
+        format!("{}{}", leaf_cert.pem(), ca_cert.pem()),
+        leaf_key.serialize_pem(),
+    ))
+}
+
+fn common_name(cn: &str) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, cn);
+    dn
+}
+
+fn timestamp(secs: i64) -> Result<time::OffsetDateTime, TlsError> {
+    time::OffsetDateTime::from_unix_timestamp(secs).map_err(|_| TlsError::Time(secs))
+}
+
+/// Now, Unix seconds.
+fn unix_now() -> i64 {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    i64::try_from(secs).unwrap_or(i64::MAX)
+}
+
+/// Writes `data` beside `path` with `mode` and renames it into place, so a reader never sees
+/// half a file and the key never exists with wider permissions.
+fn write_atomically(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let err = |source| TlsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .map_err(err)?;
+    f.write_all(data).and_then(|()| f.sync_all()).map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}
+
+/// Every certificate in the PEM file at `path`.
+pub fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Content {
+            path: path.to_path_buf(),
+            reason: format!("not PEM certificates: {e}"),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::Content {
+            path: path.to_path_buf(),
+            reason: "no certificate in it (PEM \"CERTIFICATE\" blocks)".into(),
+        });
+    }
+    Ok(certs)
+}
+
+/// The private key (PKCS#8, PKCS#1 or SEC1 PEM) at `path`.
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsError::Content {
+        path: path.to_path_buf(),
+        reason: format!("no private key in it: {e}"),
+    })
+}
+
+/// The client CAs of `clientCAFile`, as a webpki verifier (the one that checks chains per
+/// request).
+pub fn client_verifier(ca_file: &Path) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(read_chain(ca_file)?);
+    if added == 0 {
+        return Err(TlsError::Content {
+            path: ca_file.to_path_buf(),
+            reason: format!("none of its {ignored} certificate(s) can be a trust anchor"),
+        });
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Content {
+            path: ca_file.to_path_buf(),
+            reason: format!("client CAs: {e}"),
+        })
+}
+
+/// The server side of TLS: the serving pair, and client certificates asked for (checked
+/// later by `clients`) when there is a verifier. Blocking: reads the files.
+pub fn server_config(
+    files: &ServingFiles,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let chain = read_chain(&files.cert_file)?;
+    let key = read_key(&files.key_file)?;
+    if let Ok(v) = x509::validity(&chain[0])
+        && v.not_after <= unix_now()
+    {
+        tracing::warn!(cert = %files.cert_file.display(), "the serving certificate has expired");
+    }
+    let rustls_err = |what: String| move |source| TlsError::Rustls { what, source };
+    let builder = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(rustls_err("TLS versions".into()))?;
+    let builder = match clients {
+        Some(inner) => {
+            builder.with_client_cert_verifier(Arc::new(DeferredClientVerifier { inner }))
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .map_err(rustls_err(format!(
+            "serving certificate {} with key {}",
+            files.cert_file.display(),
+            files.key_file.display()
+        )))?;
+    // HTTP/1.1 is all the server speaks; clients offering h2 as well fall back to it.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Asks for a client certificate without requiring one and without judging its chain during
+/// the handshake (Go's `tls.RequestClientCert`); the handshake still proves the client holds
+/// the certificate's key. The chain is checked per request by the authenticator.
+pub struct DeferredClientVerifier {
+    inner: Arc<dyn ClientCertVerifier>,
+}
+
+impl fmt::Debug for DeferredClientVerifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeferredClientVerifier")
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientCertVerifier for DeferredClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[HintName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        // Deferred to the authenticator, which answers 401 over HTTP as the Go kubelet does.
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::ServerName;
+
+    const NOW: i64 = 1_800_000_000;
+    const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    fn chain(pem: &str) -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Whether a client trusting the PEM's certificates accepts its leaf for `name` at `at`.
+    fn verifies(pem: &str, name: &str, at: i64) -> Result<(), rustls::Error> {
+        let certs = chain(pem);
+        let mut roots = RootCertStore::empty();
+        roots.add_parsable_certificates(certs.clone());
+        let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+        let at = UnixTime::since_unix_epoch(Duration::from_secs(at as u64));
+        verifier
+            .verify_server_cert(
+                &certs[0],
+                &certs[1..],
+                &ServerName::try_from(name.to_string()).unwrap(),
+                &[],
+                at,
+            )
+            .map(|_| ())
+    }
+
+    #[test]
+    fn self_signed_as_the_go_kubelet_makes_it() {
+        let (cert, key) = self_signed("node-a", &[LOCALHOST], NOW).unwrap();
+        let certs = chain(&cert);
+        assert_eq!(certs.len(), 2, "the leaf, then its CA");
+        let leaf = x509::subject(&certs[0]).unwrap();
+        let ca = x509::subject(&certs[1]).unwrap();
+        assert_eq!(leaf.common_name.as_deref(), Some("node-a@1800000000"));
+        assert_eq!(ca.common_name.as_deref(), Some("node-a-ca@1800000000"));
+        let v = x509::validity(&certs[0]).unwrap();
+        assert_eq!(v.not_before, NOW - 3600);
+        assert_eq!(v.not_after, NOW + 365 * 24 * 3600);
+        assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "{key}");
+        CertifiedKey::from_der(
+            certs,
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            &provider(),
+        )
+        .unwrap();
+
+        verifies(&cert, "node-a", NOW).unwrap();
+        verifies(&cert, "127.0.0.1", NOW).unwrap();
+        assert!(verifies(&cert, "node-b", NOW).is_err());
+        assert!(verifies(&cert, "10.0.0.1", NOW).is_err());
+        assert!(verifies(&cert, "node-a", NOW + 366 * 24 * 3600).is_err());
+    }
+
+    #[test]
+    fn an_ip_host_is_an_ip_san() {
+        let ip: IpAddr = "10.1.2.3".parse().unwrap();
+        let (cert, _) = self_signed("10.1.2.3", &[LOCALHOST, ip], NOW).unwrap();
+        verifies(&cert, "10.1.2.3", NOW).unwrap();
+        verifies(&cert, "127.0.0.1", NOW).unwrap();
+    }
+
+    #[test]
+    fn serving_files_are_reused_while_usable() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("pki");
+        let files = serving_files(None, &pki, "node-a", &[LOCALHOST]).unwrap();
+        assert!(files.self_signed);
+        let first = std::fs::read_to_string(&files.cert_file).unwrap();
+        let again = serving_files(None, &pki, "node-a", &[LOCALHOST]).unwrap();
+        assert_eq!(again, files);
+        assert_eq!(std::fs::read_to_string(&files.cert_file).unwrap(), first);
+        let left: Vec<_> = std::fs::read_dir(&pki)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "only kubelet.crt and kubelet.key: {left:?}");
+
+        // Expired: replaced.
+        let (old_cert, old_key) = self_signed("node-a", &[LOCALHOST], 1_500_000_000).unwrap();
+        std::fs::write(&files.cert_file, &old_cert).unwrap();
+        std::fs::write(&files.key_file, &old_key).unwrap();
+        assert!(usable(&files.cert_file, &files.key_file, unix_now()).is_err());
+        serving_files(None, &pki, "node-a", &[LOCALHOST]).unwrap();
+        let renewed = std::fs::read_to_string(&files.cert_file).unwrap();
+        assert_ne!(renewed, old_cert);
+        assert!(usable(&files.cert_file, &files.key_file, unix_now()).is_ok());
+
+        // Garbage: replaced.
+        std::fs::write(&files.cert_file, "not a certificate").unwrap();
+        serving_files(None, &pki, "node-a", &[LOCALHOST]).unwrap();
+        assert!(usable(&files.cert_file, &files.key_file, unix_now()).is_ok());
+    }
+
+    #[test]
+    fn configured_files_are_taken_as_they_are() {
+        let files = serving_files(
+            Some((Path::new("/etc/k/tls.crt"), Path::new("/etc/k/tls.key"))),
+            Path::new("/nonexistent"),
+            "node-a",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(files.cert_file, Path::new("/etc/k/tls.crt"));
+        assert!(!files.self_signed);
+    }
+
+    #[test]
+    fn unusable_inputs_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let err = client_verifier(&empty).unwrap_err().to_string();
+        assert!(
+            err.contains("empty.pem") && err.contains("no certificate"),
+            "{err}"
+        );
+        let err = client_verifier(&dir.path().join("missing.pem"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.pem"), "{err}");
+
+        // A key that does not fit the certificate.
+        let (cert, _) = self_signed("a", &[], NOW).unwrap();
+        let (_, other_key) = self_signed("b", &[], NOW).unwrap();
+        let files = ServingFiles {
+            cert_file: dir.path().join("c.pem"),
+            key_file: dir.path().join("k.pem"),
+            self_signed: false,
+        };
+        std::fs::write(&files.cert_file, cert).unwrap();
+        std::fs::write(&files.key_file, other_key).unwrap();
+        let err = server_config(&files, None).unwrap_err().to_string();
+        assert!(err.contains("c.pem"), "{err}");
+        std::fs::write(&files.key_file, "no key here").unwrap();
+        let err = server_config(&files, None).unwrap_err().to_string();
+        assert!(err.contains("k.pem"), "{err}");
+    }
+}
