@@ -117,6 +117,38 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
     if !config.image_service_endpoint.is_empty() {
         put("imageServiceEndpoint", json!(config.image_service_endpoint));
     }
+    let gc = &config.gc;
+    put(
+        "imageMinimumGCAge",
+        json!(go_duration(gc.image_minimum_gc_age)),
+    );
+    put(
+        "imageGCHighThresholdPercent",
+        json!(gc.image_gc_high_threshold_percent),
+    );
+    put(
+        "imageGCLowThresholdPercent",
+        json!(gc.image_gc_low_threshold_percent),
+    );
+    let eviction = &config.eviction;
+    put("evictionHard", json!(eviction.effective_hard()));
+    if !eviction.soft.is_empty() {
+        put("evictionSoft", json!(eviction.soft));
+    }
+    if !eviction.soft_grace_period.is_empty() {
+        put("evictionSoftGracePeriod", json!(eviction.soft_grace_period));
+    }
+    if !eviction.minimum_reclaim.is_empty() {
+        put("evictionMinimumReclaim", json!(eviction.minimum_reclaim));
+    }
+    put(
+        "evictionPressureTransitionPeriod",
+        json!(go_duration(eviction.pressure_transition_period)),
+    );
+    put(
+        "evictionMaxPodGracePeriod",
+        json!(eviction.max_pod_grace_period),
+    );
     put(
         "logging",
         json!({
@@ -252,5 +284,11 @@ mod tests {
         assert_eq!(kc["authorization"]["mode"], "AlwaysAllow");
         assert_eq!(kc["healthzPort"], 10248);
         assert_eq!(kc["logging"]["format"], "text");
+        assert_eq!(kc["imageGCHighThresholdPercent"], 85);
+        assert_eq!(kc["imageGCLowThresholdPercent"], 80);
+        assert_eq!(kc["imageMinimumGCAge"], "2m0s");
+        assert_eq!(kc["evictionHard"]["memory.available"], "100Mi");
+        assert_eq!(kc["evictionHard"]["imagefs.available"], "15%");
+        assert_eq!(kc["evictionPressureTransitionPeriod"], "5m0s");
     }
 }
