@@ -13,6 +13,8 @@ use reqwest::header::{ACCEPT, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 
 use super::check::{CheckError, Outcome, join_host_port, resolve_port};
 
+mod wire;
+
 /// Bytes of a probe answer's body that are read (Go's `maxRespBodyLength`).
 pub const MAX_BODY: usize = 10 * 1024;
 /// Redirects followed before giving up.
@@ -180,12 +182,18 @@ fn go_io_error(e: &std::io::Error) -> String {
     }
 }
 
-/// Runs an HTTP probe within `timeout`.
+/// Runs an HTTP probe within `timeout`: plain HTTP on the wire directly, HTTPS (and a
+/// redirect into it) on `client`.
 pub async fn probe(
     client: &reqwest::Client,
     req: &HttpGet,
     timeout: Duration,
 ) -> (Outcome, String) {
+    if req.url.scheme() == "http"
+        && let Some(found) = wire::probe(req, timeout).await
+    {
+        return found;
+    }
     let resp = match req.request(client, Some(timeout)).send().await {
         Ok(r) => r,
         // Errors (refused, timeouts) are failures, not errors, so that they count.

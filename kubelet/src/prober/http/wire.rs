@@ -1,0 +1,376 @@
+//! Plain-HTTP probes without a client library. Go's probes open one connection per run (no
+//! keep-alives), and at hundreds of probes a second a general-purpose client's machinery (a
+//! spawned connection task, pool bookkeeping, builders per request) costs more than the
+//! exchange itself. This speaks just what a probe needs of HTTP/1.1: one GET, the status,
+//! `Location`, and at most [`MAX_BODY`] bytes of a length-delimited, chunked or
+//! close-delimited body; then the connection is reset rather than closed, so neither side
+//! keeps it in TIME_WAIT. HTTPS probes stay on the shared client.
+
+use std::time::Duration;
+
+use reqwest::Url;
+use reqwest::header::HeaderMap;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{HttpGet, MAX_BODY, MAX_REDIRECTS, go_io_error, verdict};
+use crate::prober::check::{Outcome, join_host_port};
+
+/// The most header bytes an answer may carry before it is refused (Go's default is 1 MiB;
+/// a probe endpoint needs far less).
+const MAX_HEAD: usize = 64 * 1024;
+
+/// An answer: its status, where a redirect points, and the start of its body.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Answer {
+    pub status: u16,
+    pub location: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// Why an exchange failed, worded as Go's client words it after `Get "<url>": `.
+#[derive(Debug)]
+enum WireError {
+    Connect(String, std::io::Error),
+    Io(std::io::Error),
+    Malformed(&'static str),
+}
+
+impl WireError {
+    fn describe(&self) -> String {
+        match self {
+            Self::Connect(addr, e) => format!("dial tcp {addr}: connect: {}", go_io_error(e)),
+            Self::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "EOF".into(),
+            Self::Io(e) => go_io_error(e),
+            Self::Malformed(what) => format!("net/http: {what}"),
+        }
+    }
+}
+
+/// Runs an HTTP probe over plain HTTP within `timeout` (redirects included), following
+/// redirects on the same host as Go does; `None` when a redirect leaves plain HTTP, for the
+/// caller to run the probe on the full client instead.
+pub(super) async fn probe(req: &HttpGet, timeout: Duration) -> Option<(Outcome, String)> {
+    match tokio::time::timeout(timeout, follow(req)).await {
+        Ok(found) => found,
+        Err(_) => Some((
+            Outcome::Failure,
+            format!(
+                "Get {:?}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                req.url.as_str()
+            ),
+        )),
+    }
+}
+
+async fn follow(req: &HttpGet) -> Option<(Outcome, String)> {
+    let first_host = req.url.host_str().map(str::to_owned);
+    let mut url = req.url.clone();
+    for _ in 0..MAX_REDIRECTS {
+        let answer = match exchange(&url, &req.headers).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Some((
+                    Outcome::Failure,
+                    format!("Get {:?}: {}", url.as_str(), e.describe()),
+                ));
+            }
+        };
+        let next = match (answer.status, &answer.location) {
+            (301 | 302 | 303 | 307 | 308, Some(location)) => url.join(location).ok(),
+            _ => None,
+        };
+        let Some(next) = next else {
+            return Some(verdict(
+                answer.status,
+                &String::from_utf8_lossy(&answer.body),
+            ));
+        };
+        if next.host_str() != first_host.as_deref() {
+            // Go's ErrUseLastResponse: the redirect itself is the answer.
+            return Some(verdict(
+                answer.status,
+                &String::from_utf8_lossy(&answer.body),
+            ));
+        }
+        if next.scheme() != "http" {
+            return None;
+        }
+        url = next;
+    }
+    Some((
+        Outcome::Failure,
+        format!(
+            "Get {:?}: stopped after {MAX_REDIRECTS} redirects",
+            url.as_str()
+        ),
+    ))
+}
+
+/// One GET on a fresh connection.
+async fn exchange(url: &Url, headers: &HeaderMap) -> Result<Answer, WireError> {
+    let host = url.host_str().unwrap_or_default();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let addr = join_host_port(host.trim_matches(['[', ']']), port);
+    let mut stream = TcpStream::connect(addr.as_str())
+        .await
+        .map_err(|e| WireError::Connect(addr.clone(), e))?;
+    stream
+        .write_all(&request(url, headers))
+        .await
+        .map_err(WireError::Io)?;
+    let answer = read_answer(&mut stream).await;
+    // A reset, not a FIN: the answer is in, and no TIME_WAIT is left on either side.
+    let _ = stream.set_zero_linger();
+    answer
+}
+
+/// The request's bytes: the user's headers as given (a `Host` among them wins), then the
+/// URL's authority as `Host`, and `Connection: close`.
+fn request(url: &Url, headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"GET ");
+    out.extend_from_slice(url.path().as_bytes());
+    if let Some(q) = url.query() {
+        out.push(b'?');
+        out.extend_from_slice(q.as_bytes());
+    }
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !headers.contains_key(reqwest::header::HOST) {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(url.host_str().unwrap_or_default().as_bytes());
+        if let Some(port) = url.port() {
+            out.extend_from_slice(format!(":{port}").as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+    out
+}
+
+/// Reads an answer's head and up to [`MAX_BODY`] bytes of its body.
+async fn read_answer(stream: &mut TcpStream) -> Result<Answer, WireError> {
+    let mut buf = Vec::with_capacity(1024);
+    let head_end = loop {
+        if let Some(end) = find(&buf, b"\r\n\r\n") {
+            break end;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(WireError::Malformed(
+                "server response headers exceeded the limit",
+            ));
+        }
+        if read_more(stream, &mut buf).await? == 0 {
+            return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    };
+    let head = std::str::from_utf8(&buf[..head_end])
+        .map_err(|_| WireError::Malformed("malformed HTTP response"))?;
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(parse_status)
+        .ok_or(WireError::Malformed("malformed HTTP response"))?;
+    let (mut length, mut chunked, mut location) = (None, false, None);
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.parse::<usize>().ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.eq_ignore_ascii_case("location") {
+            location = Some(value.to_string());
+        }
+    }
+    let mut rest = buf.split_off(head_end + 4);
+    let body = if chunked {
+        read_chunked(stream, rest).await?
+    } else {
+        let want = length.unwrap_or(usize::MAX).min(MAX_BODY);
+        while rest.len() < want {
+            if read_more(stream, &mut rest).await? == 0 {
+                if length.is_some() {
+                    return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                break;
+            }
+        }
+        rest.truncate(want);
+        rest
+    };
+    Ok(Answer {
+        status,
+        location,
+        body,
+    })
+}
+
+/// A chunked body's data, up to [`MAX_BODY`] bytes; `pending` holds what was read already.
+async fn read_chunked(stream: &mut TcpStream, mut pending: Vec<u8>) -> Result<Vec<u8>, WireError> {
+    let mut body = Vec::new();
+    loop {
+        let line_end = loop {
+            if let Some(end) = find(&pending, b"\r\n") {
+                break end;
+            }
+            if pending.len() > MAX_HEAD {
+                return Err(WireError::Malformed("malformed chunked encoding"));
+            }
+            if read_more(stream, &mut pending).await? == 0 {
+                return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        };
+        let size_text = std::str::from_utf8(&pending[..line_end])
+            .map_err(|_| WireError::Malformed("malformed chunked encoding"))?;
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| WireError::Malformed("malformed chunked encoding"))?;
+        pending.drain(..line_end + 2);
+        if size == 0 || body.len() >= MAX_BODY {
+            break;
+        }
+        while pending.len() < size + 2 && body.len() + pending.len() < MAX_BODY + 2 {
+            if read_more(stream, &mut pending).await? == 0 {
+                return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+        let take = size.min(pending.len());
+        body.extend_from_slice(&pending[..take]);
+        if body.len() >= MAX_BODY || pending.len() < size + 2 {
+            break;
+        }
+        pending.drain(..size + 2);
+    }
+    body.truncate(MAX_BODY);
+    Ok(body)
+}
+
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, WireError> {
+    let mut chunk = [0u8; 4096];
+    let n = stream.read(&mut chunk).await.map_err(WireError::Io)?;
+    buf.extend_from_slice(&chunk[..n]);
+    Ok(n)
+}
+
+/// `HTTP/1.x NNN reason` → NNN.
+fn parse_status(line: &str) -> Option<u16> {
+    let mut parts = line.split(' ');
+    let version = parts.next()?;
+    if !version.starts_with("HTTP/1.") {
+        return None;
+    }
+    let code = parts.next()?;
+    if code.len() != 3 {
+        return None;
+    }
+    code.parse().ok()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A server that answers one connection with `raw`, returning what it was sent.
+    async fn serve_once(raw: &'static [u8]) -> (u16, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            while find(&got, b"\r\n\r\n").is_none() {
+                let mut b = [0u8; 1024];
+                let n = s.read(&mut b).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&b[..n]);
+            }
+            s.write_all(raw).await.unwrap();
+            String::from_utf8(got).unwrap()
+        });
+        (port, task)
+    }
+
+    fn url(port: u16, path: &str) -> Url {
+        Url::parse(&format!("http://127.0.0.1:{port}{path}")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn length_delimited_chunked_and_close_delimited_bodies() {
+        let (port, _) = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA").await;
+        let a = exchange(&url(port, "/a?b=c"), &HeaderMap::new())
+            .await
+            .unwrap();
+        assert_eq!((a.status, a.body.as_slice()), (200, &b"hello"[..]));
+
+        let (port, _) = serve_once(
+            b"HTTP/1.1 503 Nope\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+        )
+        .await;
+        let a = exchange(&url(port, "/"), &HeaderMap::new()).await.unwrap();
+        assert_eq!((a.status, a.body.as_slice()), (503, &b"abcde"[..]));
+
+        let (port, sent) = serve_once(b"HTTP/1.0 302 Found\r\nLocation: /next\r\n\r\nmoved").await;
+        let a = exchange(&url(port, "/x?q=1"), &HeaderMap::new())
+            .await
+            .unwrap();
+        assert_eq!(
+            (a.status, a.location.as_deref(), a.body.as_slice()),
+            (302, Some("/next"), &b"moved"[..])
+        );
+        let sent = sent.await.unwrap();
+        assert!(sent.starts_with("GET /x?q=1 HTTP/1.1\r\n"), "{sent}");
+        assert!(
+            sent.contains(&format!("host: 127.0.0.1:{port}\r\n")),
+            "{sent}"
+        );
+        assert!(sent.contains("connection: close\r\n"), "{sent}");
+    }
+
+    #[tokio::test]
+    async fn bodies_are_cut_at_the_limit_and_garbage_is_refused() {
+        static BIG: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+            let mut v = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+            v.extend(std::iter::repeat_n(b'x', MAX_BODY * 3));
+            v
+        });
+        let (port, _) = serve_once(BIG.as_slice()).await;
+        let a = exchange(&url(port, "/"), &HeaderMap::new()).await.unwrap();
+        assert_eq!(a.body.len(), MAX_BODY);
+
+        let (port, _) = serve_once(b"SSH-2.0-OpenSSH\r\n\r\n").await;
+        let e = exchange(&url(port, "/"), &HeaderMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.describe(), "net/http: malformed HTTP response");
+
+        let (port, _) = serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort").await;
+        let e = exchange(&url(port, "/"), &HeaderMap::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.describe(), "EOF");
+    }
+
+    #[test]
+    fn status_lines() {
+        assert_eq!(parse_status("HTTP/1.1 204 No Content"), Some(204));
+        assert_eq!(parse_status("HTTP/1.0 500"), Some(500));
+        assert_eq!(parse_status("HTTP/2 200"), None);
+        assert_eq!(parse_status("HTTP/1.1 20"), None);
+    }
+}
