@@ -218,7 +218,9 @@ impl TestContainerd {
     }
 }
 
-fn kill_processes_mentioning(needle: &str) {
+/// SIGKILLs every process but this one whose command line (arguments joined by spaces, so
+/// a needle may span two) contains `needle`.
+pub(crate) fn kill_processes_mentioning(needle: &str) {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -227,7 +229,8 @@ fn kill_processes_mentioning(needle: &str) {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
     {
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if pid as u32 != std::process::id() && String::from_utf8_lossy(&cmdline).contains(needle) {
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if pid as u32 != std::process::id() && cmdline.contains(needle) {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,

@@ -16,20 +16,19 @@ use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::cri::ImageStatusRequest;
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 
+use crate::containerd::kill_processes_mentioning;
 use crate::cri::{CriServer, RuntimeApi};
 use crate::leak;
 use crate::network::{PLUGIN_DIR, TestNetwork};
 use crate::pods::{
     LONG, PanicCleanup, cgroup_leaks, containerd_runtime_leaks, fifos_under, image_spec, log_tail,
+    remember_ids, settled_leaks,
 };
 use crate::registry::{AUTH_REGISTRY, OPEN_REGISTRY};
 use crate::scratch::Scratch;
 
 /// The containerd namespace containerd's CRI plugin keeps its pods and images in.
 pub const CRI_NAMESPACE: &str = "k8s.io";
-
-/// How long leftovers that go away by themselves (an exiting shim) may take to go.
-const SETTLE: Duration = Duration::from_secs(15);
 
 /// One test's node on containerd's CRI plugin.
 pub struct ContainerdCriNode {
@@ -88,20 +87,12 @@ impl ContainerdCriNode {
 
     /// Records ids another client (the kubelet) made, for the leak checks.
     pub fn track_ids(&self, ids: impl IntoIterator<Item = String>) {
-        if let Ok(mut known) = self.created.lock() {
-            for id in ids {
-                if !known.contains(&id) {
-                    known.push(id);
-                }
-            }
-        }
+        remember_ids(&self.created, ids);
     }
 
-    /// A host port no other test uses while this one runs (`k` < 5): the same range
-    /// [`crate::pods::CriNode::host_port`] hands out, keyed by this node's own subnet.
+    /// A host port no other test uses while this one runs (`k` < 5).
     pub fn host_port(&self, k: u16) -> u16 {
-        assert!(k < 5, "host_port({k}): only 5 per test");
-        30005 + u16::from(self.net.octet) * 10 + k
+        self.net.host_port(k)
     }
 
     /// Where containerd's CRI mounts pod network namespaces
@@ -201,12 +192,7 @@ impl ContainerdCriNode {
             let _ = api.remove_pod(&pod.id).await;
         }
         assert!(pods.is_empty(), "pods outlived the kubelet: {pods:?}");
-        let deadline = Instant::now() + SETTLE;
-        let mut leaks = self.pod_leaks().await;
-        while !leaks.is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            leaks = self.pod_leaks().await;
-        }
+        let leaks = settled_leaks(|| self.pod_leaks()).await;
         assert!(
             leaks.is_empty(),
             "{} leak(s):\n  - {}\ncontainerd log tail:\n{}",
@@ -398,23 +384,4 @@ fn cni_results_naming(ids: &[String]) -> Vec<String> {
         })
         .map(|e| format!("CNI result cache {}", e.path().display()))
         .collect()
-}
-
-fn kill_processes_mentioning(needle: &str) {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for pid in rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-    {
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if pid as u32 != std::process::id() && cmdline.contains(needle) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
 }

@@ -1,6 +1,7 @@
 //! End-to-end test harness: every integration test runs against real containerd, runc, CNI
 //! plugins and registries on this machine.
 //!
+//! - [`bench`]: what the benchmark programs share (signals, deadlines, percentiles, CPU ticks).
 //! - [`containerd`]: one private containerd per test binary (own root, state, socket), stopped
 //!   and unmounted at process exit; each test gets its own namespace.
 //! - [`cri`]: the real `ferrolet-cri` binary on a scratch socket, and CRI clients to it.
@@ -16,6 +17,7 @@
 //!   config builders, and the pod leak checks.
 //! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
 
+pub mod bench;
 pub mod containerd;
 pub mod containerd_cri;
 pub mod cri;

@@ -81,6 +81,13 @@ impl TestNetwork {
         }
     }
 
+    /// A host port no other running test uses (`k` < 5): 30000..30004 + octet*10 belong to
+    /// the CNI tests, these are the other five of this network's ten.
+    pub fn host_port(&self, k: u16) -> u16 {
+        assert!(k < 5, "host_port({k}): only 5 per test");
+        30005 + u16::from(self.octet) * 10 + k
+    }
+
     /// The scratch dir everything lives in.
     pub fn root(&self) -> &Path {
         self.scratch.path()

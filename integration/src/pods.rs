@@ -118,13 +118,7 @@ impl CriNode {
     /// Records ids of sandboxes and containers another CRI client made (the kubelet), so
     /// [`CriNode::pod_leaks`] looks for their leftovers too.
     pub fn track_ids(&self, ids: impl IntoIterator<Item = String>) {
-        if let Ok(mut known) = self.created.lock() {
-            for id in ids {
-                if !known.contains(&id) {
-                    known.push(id);
-                }
-            }
-        }
+        remember_ids(&self.created, ids);
     }
 
     /// ferrolet-cri's persistent state dir.
@@ -230,9 +224,7 @@ impl CriNode {
 
     /// A host port no other test uses while this one runs (`k` < 5).
     pub fn host_port(&self, k: u16) -> u16 {
-        assert!(k < 5, "host_port({k}): only 5 per test");
-        // 30000..30004 + octet*10 belong to the CNI tests; these are the other five.
-        30005 + u16::from(self.net.octet) * 10 + k
+        self.net.host_port(k)
     }
 
     /// A number unique to this test among all running tests (`k` < 100), for commands the
@@ -297,12 +289,7 @@ impl CriNode {
     /// Panics with the list if [`CriNode::pod_leaks`] still finds anything after a short
     /// grace (a shim exits just after the call that deleted its last task returns).
     pub async fn assert_no_pod_leaks(&self) {
-        let deadline = Instant::now() + SETTLE;
-        let mut leaks = self.pod_leaks().await;
-        while !leaks.is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            leaks = self.pod_leaks().await;
-        }
+        let leaks = settled_leaks(|| self.pod_leaks()).await;
         assert!(
             leaks.is_empty(),
             "{} leak(s):\n  - {}\nferrolet-cri log tail:\n{}",
@@ -395,6 +382,33 @@ impl CriNode {
 
 /// How long leftovers that go away by themselves (an exiting shim) may take to go.
 const SETTLE: Duration = Duration::from_secs(15);
+
+/// What `check` still finds after up to [`SETTLE`] for transient leftovers (an exiting
+/// shim) to go.
+pub(crate) async fn settled_leaks<F, Fut>(mut check: F) -> Vec<String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Vec<String>>,
+{
+    let deadline = Instant::now() + SETTLE;
+    let mut leaks = check().await;
+    while !leaks.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        leaks = check().await;
+    }
+    leaks
+}
+
+/// Adds `ids` not yet in `known` (the ids a node's leak checks look for).
+pub(crate) fn remember_ids(known: &Mutex<Vec<String>>, ids: impl IntoIterator<Item = String>) {
+    if let Ok(mut known) = known.lock() {
+        for id in ids {
+            if !known.contains(&id) {
+                known.push(id);
+            }
+        }
+    }
+}
 
 /// [`LeakChecker::assert_clean`], after up to [`SETTLE`] for transient leftovers to go.
 async fn assert_clean_soon(checker: &LeakChecker) {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use ferrolet_integration::bench::{deadline, install_signal_thread, parse_stat_ticks, percentile};
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
@@ -238,7 +239,7 @@ fn main() -> Result<()> {
         }
         Some(Command::Clean(args)) => runtime()?.block_on(clean(args)),
         None => {
-            let cancel = install_signal_thread()?;
+            let cancel = install_signal_thread("removing what this run created")?;
             let result = runtime()?.block_on(run(cli.run, cancel));
             if let Err(e) = &result
                 && e.chain().any(|c| c.is::<Interrupted>())
@@ -257,37 +258,6 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
-}
-
-/// Blocks SIGINT/SIGTERM/SIGHUP in every thread (the runtime's threads inherit the mask) and
-/// waits for them on a thread of its own: the first one asks the run to stop and clean up, a
-/// second one exits at once.
-fn install_signal_thread() -> Result<Arc<AtomicBool>> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(sig);
-    }
-    set.thread_block().context("blocking signals")?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&cancel);
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut seen = false;
-            loop {
-                let Ok(sig) = set.wait() else { continue };
-                if seen {
-                    eprintln!("{sig}: second signal, exiting without cleaning up");
-                    std::process::exit(130);
-                }
-                seen = true;
-                eprintln!("{sig}: stopping; removing what this run created (again to abort)");
-                flag.store(true, Ordering::SeqCst);
-            }
-        })
-        .context("starting the signal thread")?;
-    Ok(cancel)
 }
 
 fn read_report(path: &Path) -> Result<Report> {
@@ -583,19 +553,6 @@ impl Bench {
 
 fn run_labels(run_id: &str) -> HashMap<String, String> {
     HashMap::from([(RUN_LABEL.to_string(), run_id.to_string())])
-}
-
-/// Awaits an RPC under a client-side deadline.
-async fn deadline<T>(
-    limit: Duration,
-    what: &str,
-    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(Ok(resp)) => Ok(resp.into_inner()),
-        Ok(Err(status)) => Err(anyhow!("{what}: {:?}: {}", status.code(), status.message())),
-        Err(_) => Err(anyhow!("{what}: no answer within {limit:?}")),
-    }
 }
 
 async fn remove_container(rt: &mut RuntimeServiceClient<Channel>, t: Duration, id: &str) {
@@ -1012,15 +969,6 @@ impl RpcStats {
     }
 }
 
-/// Nearest-rank percentile of sorted samples (0 when there are none).
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -1081,17 +1029,6 @@ async fn sample_rss(pids: &[u32]) -> Option<u64> {
         total += parse_vm_rss(&status)?;
     }
     Some(total)
-}
-
-/// utime + stime from the text of /proc/PID/stat, in clock ticks.
-fn parse_stat_ticks(stat: &str) -> Option<u64> {
-    // The command name may hold spaces and parentheses: fields count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name, field 3 (state) is index 0: utime is field 14, stime field 15.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
 }
 
 /// CPU seconds `pids` have used so far (0 for those that cannot be read).

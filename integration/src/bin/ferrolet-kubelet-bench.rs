@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use ferrolet_integration::bench::{deadline, install_signal_thread, parse_stat_ticks, percentile};
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
@@ -206,7 +207,7 @@ fn main() -> Result<()> {
         print!("{}", render_compare(&a, &b));
         return Ok(());
     }
-    let cancel = install_signal_thread()?;
+    let cancel = install_signal_thread("removing the manifests")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -226,36 +227,6 @@ fn main() -> Result<()> {
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted")]
 struct Interrupted;
-
-/// Blocks SIGINT/SIGTERM/SIGHUP in every thread and waits for them on a thread of its own: the
-/// first asks the run to clean up and stop, a second exits at once.
-fn install_signal_thread() -> Result<Arc<AtomicBool>> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(sig);
-    }
-    set.thread_block().context("blocking signals")?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&cancel);
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut seen = false;
-            loop {
-                let Ok(sig) = set.wait() else { continue };
-                if seen {
-                    eprintln!("{sig}: second signal, exiting without cleaning up");
-                    std::process::exit(130);
-                }
-                seen = true;
-                eprintln!("{sig}: stopping; removing the manifests (again to abort)");
-                flag.store(true, Ordering::SeqCst);
-            }
-        })
-        .context("starting the signal thread")?;
-    Ok(cancel)
-}
 
 fn read_report(path: &Path) -> Result<Report> {
     let text =
@@ -883,29 +854,6 @@ fn status_kib(status: &str, field: &str) -> Option<u64> {
         .ok()
 }
 
-/// utime + stime of `/proc/<pid>/stat`, in clock ticks (fields 14 and 15; the command name may
-/// hold spaces and parentheses, so fields are counted after its last `)`).
-fn parse_stat_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the name: state is field 3, so utime (14) and stime (15) are at 11 and 12.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-async fn deadline<T>(
-    limit: Duration,
-    what: &str,
-    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-) -> Result<T> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(Ok(resp)) => Ok(resp.into_inner()),
-        Ok(Err(status)) => Err(anyhow!("{what}: {:?}: {}", status.code(), status.message())),
-        Err(_) => Err(anyhow!("{what}: no answer within {limit:?}")),
-    }
-}
-
 /// Pulls the image through the CRI image service unless the runtime has it already.
 async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<()> {
     let mut images = ImageServiceClient::new(channel);
@@ -937,15 +885,6 @@ async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<()> 
     )
     .await?;
     Ok(())
-}
-
-/// Nearest-rank percentile of sorted samples (0 for none).
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn latency(samples: &[Duration]) -> Latency {

@@ -1,0 +1,74 @@
+//! What the benchmark programs (`ferrolet-cri-bench`, `ferrolet-kubelet-bench`) share: the
+//! signal thread that lets a run clean up, RPCs under a deadline, nearest-rank percentiles,
+//! and CPU ticks from `/proc/<pid>/stat`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow};
+
+/// Blocks SIGINT/SIGTERM/SIGHUP in every thread (threads started later inherit the mask) and
+/// waits for them on a thread of its own: the first sets the returned flag so the run stops
+/// and cleans up (`cleanup` says what it removes), a second exits at once.
+pub fn install_signal_thread(cleanup: &'static str) -> Result<Arc<AtomicBool>> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set.thread_block().context("blocking signals")?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&cancel);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut seen = false;
+            loop {
+                let Ok(sig) = set.wait() else { continue };
+                if seen {
+                    eprintln!("{sig}: second signal, exiting without cleaning up");
+                    std::process::exit(130);
+                }
+                seen = true;
+                eprintln!("{sig}: stopping; {cleanup} (again to abort)");
+                flag.store(true, Ordering::SeqCst);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(cancel)
+}
+
+/// Awaits an RPC under a client-side deadline; `what` names it in errors.
+pub async fn deadline<T>(
+    limit: Duration,
+    what: &str,
+    call: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) => Err(anyhow!("{what}: {:?}: {}", status.code(), status.message())),
+        Err(_) => Err(anyhow!("{what}: no answer within {limit:?}")),
+    }
+}
+
+/// Nearest-rank percentile of sorted samples (0 when there are none).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// utime + stime from the text of `/proc/<pid>/stat`, in clock ticks.
+pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
+    // The command name may hold spaces and parentheses: fields count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After the name, field 3 (state) is index 0: utime is field 14, stime field 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
