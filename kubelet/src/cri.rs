@@ -2,6 +2,7 @@
 //! call bounded by `runtimeRequestTimeout`, and the runtime's pods read back by their labels.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 use std::time::Duration;
 
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
@@ -349,19 +350,27 @@ impl Cri {
         )?
         .containers;
         let mut pods: BTreeMap<String, RuntimePod> = BTreeMap::new();
-        for sb in sandboxes {
-            let Some(uid) = sb.labels.get(labels::POD_UID).cloned() else {
+        // The listed objects are ours: their strings are moved, not copied (this runs every
+        // relist, once a second, for every object on the node).
+        for mut sb in sandboxes {
+            let Some(uid) = sb.labels.remove(labels::POD_UID) else {
                 continue;
             };
-            let meta = sb.metadata.clone().unwrap_or_default();
-            let pod = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
-                uid,
-                name: meta.name.clone(),
-                namespace: meta.namespace.clone(),
-                ..Default::default()
-            });
+            let meta = sb.metadata.take().unwrap_or_default();
+            let pod = match pods.entry(uid) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let uid = e.key().clone();
+                    e.insert(RuntimePod {
+                        uid,
+                        name: meta.name,
+                        namespace: meta.namespace,
+                        ..Default::default()
+                    })
+                }
+            };
             pod.sandboxes.push(RuntimeSandbox {
-                id: sb.id.clone(),
+                id: sb.id,
                 attempt: meta.attempt,
                 ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
                 created_at: sb.created_at,
@@ -370,16 +379,17 @@ impl Cri {
             });
         }
         for c in containers {
-            let Some(uid) = c.labels.get(labels::POD_UID).cloned() else {
+            let Some(pod) = c
+                .labels
+                .get(labels::POD_UID)
+                .and_then(|uid| pods.get_mut(uid))
+            else {
                 continue;
             };
-            let Some(pod) = pods.get_mut(&uid) else {
-                continue;
-            };
-            let meta = c.metadata.clone().unwrap_or_default();
+            let meta = c.metadata.unwrap_or_default();
             pod.containers.push(RuntimeContainer {
-                id: c.id.clone(),
-                sandbox_id: c.pod_sandbox_id.clone(),
+                id: c.id,
+                sandbox_id: c.pod_sandbox_id,
                 name: c
                     .labels
                     .get(labels::CONTAINER_NAME)
@@ -394,14 +404,10 @@ impl Cri {
                 state: ContainerState::try_from(c.state)
                     .unwrap_or(ContainerState::ContainerUnknown),
                 created_at: c.created_at,
-                image: c
-                    .image
-                    .as_ref()
-                    .map(|i| i.image.clone())
-                    .unwrap_or_default(),
-                image_ref: c.image_ref.clone(),
-                labels: c.labels.clone().into_iter().collect(),
-                annotations: c.annotations.clone().into_iter().collect(),
+                image: c.image.map(|i| i.image).unwrap_or_default(),
+                image_ref: c.image_ref,
+                labels: c.labels.into_iter().collect(),
+                annotations: c.annotations.into_iter().collect(),
                 ..Default::default()
             });
         }

@@ -194,6 +194,16 @@ pub async fn probe(
     {
         return found;
     }
+    // Boxed: the client's future is large, and would otherwise make every probe's future as
+    // large even when it runs on the wire alone.
+    Box::pin(on_client(client, req, timeout)).await
+}
+
+async fn on_client(
+    client: &reqwest::Client,
+    req: &HttpGet,
+    timeout: Duration,
+) -> (Outcome, String) {
     let resp = match req.request(client, Some(timeout)).send().await {
         Ok(r) => r,
         // Errors (refused, timeouts) are failures, not errors, so that they count.

@@ -7,9 +7,10 @@
 //! Workers read the pod's last status (the sync records it here), so they probe the instance
 //! the status shows. Parts: [`results`] (the cache and its updates), [`worker`] (one probe's
 //! loop and thresholds), [`check`] (one run of a handler: [`exec`], [`http`], [`tcp`],
-//! [`grpc`]).
+//! [`grpc`]; [`dial`] opens the network probes' connections).
 
 pub mod check;
+pub mod dial;
 pub mod exec;
 pub mod grpc;
 pub mod http;
@@ -96,12 +97,15 @@ struct WorkerHandle {
 
 /// The prober manager.
 pub struct Manager {
+    /// Where the workers run.
+    runtime: tokio::runtime::Handle,
     checker: Arc<dyn Checker>,
     results: Results,
     workers: Mutex<HashMap<WorkerKey, WorkerHandle>>,
     /// Each pod's last status, as the sync recorded it.
     statuses: Mutex<HashMap<String, Arc<PodStatus>>>,
     updates: Mutex<Option<mpsc::UnboundedReceiver<ProbeUpdate>>>,
+    /// When the prober started: the origin of the workers' tick grid.
     started: Instant,
     next_id: AtomicU64,
 }
@@ -132,16 +136,42 @@ fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
     app.chain(sidecars)
 }
 
+/// The probe workers' runtime: one thread, its own timers and reactor. Hundreds of probes a
+/// second are hundreds of short tasks that each wait on a timer and a socket; on the
+/// kubelet's multi-threaded runtime every one of their wake-ups may also wake an idle worker
+/// thread to look for work to steal, which cost more than the probes' own code. The thread
+/// lives as long as the process.
+fn probe_runtime() -> std::io::Result<tokio::runtime::Handle> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("probes".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+    Ok(handle)
+}
+
 impl Manager {
-    /// A manager probing through `cri` (exec) and from the node (HTTP, TCP, gRPC).
+    /// A manager probing through `cri` (exec) and from the node (HTTP, TCP, gRPC), its
+    /// workers on a thread of their own (see [`probe_runtime`]).
     pub fn new(cri: Cri) -> Arc<Self> {
-        Self::with_checker(Arc::new(Probes::new(cri)))
+        let runtime = probe_runtime().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "starting the probe thread; probes share the kubelet's runtime");
+            tokio::runtime::Handle::current()
+        });
+        Self::on(runtime, Arc::new(Probes::new(cri)))
     }
 
-    /// A manager running probes through `checker`.
+    /// A manager running probes through `checker` on the current runtime.
     pub fn with_checker(checker: Arc<dyn Checker>) -> Arc<Self> {
+        Self::on(tokio::runtime::Handle::current(), checker)
+    }
+
+    fn on(runtime: tokio::runtime::Handle, checker: Arc<dyn Checker>) -> Arc<Self> {
         let (results, rx) = Results::new();
         Arc::new(Self {
+            runtime,
             checker,
             results,
             workers: Mutex::new(HashMap::new()),
@@ -203,8 +233,9 @@ impl Manager {
                     container: c.clone(),
                     probe: probe.clone(),
                     stop: stop_rx,
+                    http: None,
                 };
-                tokio::spawn(worker.run());
+                self.runtime.spawn(worker.run());
             }
         }
     }

@@ -1,26 +1,25 @@
 //! TCP probes, as the Go kubelet's `probe/tcp`: a connection opened within the timeout is
-//! success; it is closed at once with a zero linger (a reset, so probes leave no TIME_WAIT
-//! sockets behind, as Go's probe dialer does).
+//! success; it is closed at once with a reset (see [`super::dial`]).
 
 use std::time::Duration;
-
-use tokio::net::TcpStream;
 
 use super::check::{Outcome, join_host_port};
 
 /// Connects to `host:port` within `timeout`.
 pub async fn probe(host: &str, port: u16, timeout: Duration) -> (Outcome, String) {
-    let addr = join_host_port(host, port);
-    match tokio::time::timeout(timeout, TcpStream::connect(addr.as_str())).await {
-        Ok(Ok(stream)) => {
-            if let Err(e) = stream.set_zero_linger() {
-                tracing::debug!(%addr, error = %e, "TCP probe: setting SO_LINGER");
-            }
-            drop(stream);
+    match tokio::time::timeout(timeout, super::dial::dial(host, port)).await {
+        Ok(Ok(conn)) => {
+            drop(conn);
             (Outcome::Success, String::new())
         }
-        Ok(Err(e)) => (Outcome::Failure, format!("dial tcp {addr}: connect: {e}")),
-        Err(_) => (Outcome::Failure, format!("dial tcp {addr}: i/o timeout")),
+        Ok(Err(e)) => (
+            Outcome::Failure,
+            format!("dial tcp {}: connect: {e}", join_host_port(host, port)),
+        ),
+        Err(_) => (
+            Outcome::Failure,
+            format!("dial tcp {}: i/o timeout", join_host_port(host, port)),
+        ),
     }
 }
 

@@ -258,3 +258,16 @@ fn the_jitter_stays_within_one_period() {
     assert!(distinct.len() > 100, "{}", distinct.len());
     assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
 }
+
+#[test]
+fn ticks_round_up_onto_the_grid() {
+    let origin = tokio::time::Instant::now();
+    let grid = Duration::from_millis(100);
+    let at = |ms: u64| origin + Duration::from_millis(ms);
+    assert_eq!(on_grid(origin, at(0), grid), at(0));
+    assert_eq!(on_grid(origin, at(1), grid), at(100));
+    assert_eq!(on_grid(origin, at(100), grid), at(100));
+    assert_eq!(on_grid(origin, at(1234), grid), at(1300));
+    // Before the origin: the origin itself.
+    assert_eq!(on_grid(at(500), at(100), grid), at(500));
+}
