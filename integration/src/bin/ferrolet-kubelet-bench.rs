@@ -635,6 +635,17 @@ fn manifest_with(
     if probes != ProbeMode::None {
         return probed_manifest(name, run_id, index, image, probes, period_s);
     }
+    let sleep = json!({
+        "name": "sleep",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", COMMAND],
+    });
+    pod_manifest(name, run_id, index, vec![sleep])
+}
+
+/// The benchmark's pod of `containers`, labelled with the run and its index, as one JSON line.
+fn pod_manifest(name: &str, run_id: &str, index: u32, containers: Vec<Value>) -> Vec<u8> {
     let pod = json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -645,12 +656,7 @@ fn manifest_with(
         },
         "spec": {
             "terminationGracePeriodSeconds": 10,
-            "containers": [{
-                "name": "sleep",
-                "image": image,
-                "imagePullPolicy": "IfNotPresent",
-                "command": ["sh", "-c", COMMAND],
-            }],
+            "containers": containers,
         },
     });
     let mut out = pod.to_string().into_bytes();
@@ -711,22 +717,7 @@ fn probed_manifest(
     web["readinessProbe"] = probe(web_ready);
     let mut side = container("side", 8081);
     side["readinessProbe"] = probe(side_ready);
-    let pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": POD_NAMESPACE,
-            "labels": { RUN_LABEL: run_id, INDEX_LABEL: index.to_string() },
-        },
-        "spec": {
-            "terminationGracePeriodSeconds": 10,
-            "containers": [web, side],
-        },
-    });
-    let mut out = pod.to_string().into_bytes();
-    out.push(b'\n');
-    out
+    pod_manifest(name, run_id, index, vec![web, side])
 }
 
 /// (all, failed) runs in a `/metrics` exposition's `prober_probe_total`; None without it.

@@ -168,10 +168,15 @@ impl<T> Default for Series<T> {
     }
 }
 
+/// The map key of a list of label values.
+fn series_key(values: &[&str]) -> String {
+    // A byte that cannot appear in UTF-8 text keeps distinct value lists distinct.
+    values.join("\u{0}")
+}
+
 impl<T> Series<T> {
     fn get_or_insert(&self, values: &[&str], make: impl FnOnce() -> T) -> Arc<T> {
-        // A byte that cannot appear in UTF-8 text keeps distinct value lists distinct.
-        let key = values.join("\u{0}");
+        let key = series_key(values);
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, s)) = map.get(&key) {
             return s.clone();
@@ -184,12 +189,17 @@ impl<T> Series<T> {
         s
     }
 
+    /// The series with these label values, if there is one.
+    fn find(&self, values: &[&str]) -> Option<Arc<T>> {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&series_key(values)).map(|(_, s)| s.clone())
+    }
+
     fn remove(&self, values: &[&str]) -> bool {
-        let key = values.join("\u{0}");
         self.map
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&key)
+            .remove(&series_key(values))
             .is_some()
     }
 
@@ -252,14 +262,7 @@ impl CounterVec {
 
     /// The value of a series (0 when absent).
     pub fn get(&self, values: &[&str]) -> f64 {
-        let key = values.join("\u{0}");
-        self.series
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .map(|(_, s)| s.get())
-            .unwrap_or(0.0)
+        self.series.find(values).map_or(0.0, |s| s.get())
     }
 
     /// Drops a series; whether it existed.
@@ -323,14 +326,7 @@ impl GaugeVec {
 
     /// The value of a series (0 when absent).
     pub fn get(&self, values: &[&str]) -> f64 {
-        let key = values.join("\u{0}");
-        self.series
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .map(|(_, s)| s.get())
-            .unwrap_or(0.0)
+        self.series.find(values).map_or(0.0, |s| s.get())
     }
 }
 

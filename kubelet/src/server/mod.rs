@@ -209,14 +209,7 @@ pub async fn serve_healthz(
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr).await?;
     tracing::info!(addr = %listener.local_addr()?, "healthz listening");
-    serve_on(
-        listener,
-        view,
-        Routes::Healthz,
-        ExtraRoutes::new(),
-        shutdown,
-    )
-    .await
+    serve_healthz_on(listener, view, shutdown).await
 }
 
 /// Serves `/healthz` only on a bound listener.
