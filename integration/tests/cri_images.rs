@@ -330,7 +330,10 @@ async fn layers_unpack_with_whiteouts_applied() {
             snapshotter: "overlayfs".into(),
             key: "whiteout-view".into(),
             parent: chain.last().unwrap().clone(),
-            labels: Default::default(),
+            // No container or lease refers to this view, so without a root label containerd's
+            // garbage collector (run when another test deletes something) may take it away
+            // mid-test: "snapshot whiteout-view does not exist" on removal.
+            labels: [("containerd.io/gc.root".to_string(), "test".to_string())].into(),
         })
         .await
         .unwrap()
