@@ -23,7 +23,8 @@
 //! - [`prober`]: liveness, readiness and startup probes; [`lifecycle`]: postStart and preStop
 //!   hooks.
 //! - [`log_rotation`]: container logs rotated by size through ReopenContainerLog.
-//! - [`node`], [`logging`]: node facts, log set-up.
+//! - [`node`], [`logging`]: node facts, log set-up; [`heap`]: the allocator's tuning and
+//!   the return of free pages.
 
 pub mod backoff;
 pub mod config;
@@ -31,6 +32,7 @@ pub mod credentials;
 pub mod cri;
 pub mod eviction;
 pub mod gc;
+pub mod heap;
 pub mod images;
 pub mod kubelet;
 pub mod lifecycle;

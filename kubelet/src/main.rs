@@ -15,7 +15,7 @@ use ferrolet::{logging, node, server, source};
 use tokio::sync::mpsc;
 
 fn main() -> Result<()> {
-    one_malloc_arena();
+    ferrolet::heap::tune();
     let flags = Flags::parse();
     let (config, warnings) = Config::load(&flags)?;
     logging::init(config.verbosity, config.log_format.is_json()).map_err(anyhow::Error::msg)?;
@@ -24,22 +24,14 @@ fn main() -> Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Blocking work here is short file and mount I/O, but a hundred pods make it come in
+        // bursts: uncapped, a burst leaves ~70 threads behind, and steady small work keeps
+        // waking them in turn, so none ever reaches its idle timeout (each holds its stack).
+        .max_blocking_threads(16)
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(run(config))
-}
-
-/// glibc gives every thread that allocates its own arena, and the blocking pool's threads
-/// come and go: each leaves a part-used arena behind. ferrolet waits on I/O, not on malloc,
-/// so one arena costs nothing in speed and keeps ~5 MiB of RSS off a 100-pod node (28.5 →
-/// 23.2 MiB, `make bench-kubelet`). Must run before any other thread exists.
-fn one_malloc_arena() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 1);
-    }
 }
 
 /// Connects to the runtime, retrying while it is not up yet (it may start after us).
@@ -91,6 +83,7 @@ async fn run(config: Config) -> Result<()> {
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
     let kubelet = Kubelet::new(config.clone(), node, cri).await;
+    tokio::spawn(ferrolet::heap::release_free_pages());
     let (tx, rx) = mpsc::channel(64);
     if let Some(dir) = &config.static_pod_path {
         source::spawn_file_source(

@@ -89,7 +89,9 @@ where
                 continue;
             };
             let killing = matches!(work, Work::Kill(..));
-            (self.run)(uid.clone(), work).await;
+            // Boxed so an idle worker holds only this loop: a sync's future is ~20 KiB, and
+            // kept inline it stayed allocated for the pod's lifetime (2.4 MiB at 100 pods).
+            Box::pin((self.run)(uid.clone(), work)).await;
             if killing {
                 let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
                 let mut pending = slot.pending.lock().unwrap_or_else(|p| p.into_inner());

@@ -207,6 +207,9 @@ impl Manager {
         let mut shared: Option<Arc<Pod>> = None;
         let mut workers = lock(&self.workers);
         for c in probed_containers(pod) {
+            // The container's probe workers share one copy of it: a `Container` is 2 KiB
+            // before its strings, and a copy per worker was a third of a worker's memory.
+            let mut container: Option<Arc<Container>> = None;
             for kind in ProbeKind::ALL {
                 let Some(probe) = kind.probe_of(c) else {
                     continue;
@@ -230,7 +233,7 @@ impl Manager {
                     key,
                     id,
                     pod,
-                    container: c.clone(),
+                    container: container.get_or_insert_with(|| Arc::new(c.clone())).clone(),
                     probe: probe.clone(),
                     stop: stop_rx,
                     http: None,

@@ -250,7 +250,7 @@ pub(crate) struct Worker {
     pub(crate) key: WorkerKey,
     pub(crate) id: u64,
     pub(crate) pod: Arc<Pod>,
-    pub(crate) container: Container,
+    pub(crate) container: Arc<Container>,
     pub(crate) probe: Probe,
     pub(crate) state: WorkerState,
     pub(crate) stop: watch::Receiver<bool>,
