@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 /// How often free heap pages are returned.
-pub const RELEASE_PERIOD: Duration = Duration::from_secs(10);
+const RELEASE_PERIOD: Duration = Duration::from_secs(10);
 
 /// Sets the allocator up. Must run before any other thread exists.
 ///
@@ -38,7 +38,7 @@ pub async fn release_free_pages() {
 
 /// Hands the heap's free pages back at once (whole pages inside the heap too, not only at
 /// its top).
-pub fn release_now() {
+fn release_now() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases memory malloc holds free; it is thread-safe.
     unsafe {
