@@ -7,9 +7,13 @@
 //!   the interceptor that stamps the namespace (and lease) metadata every containerd call needs.
 //! - [`transport`]: unix-socket endpoints shared by both sides: a client connector for
 //!   `unix:///path` endpoints and a listener that owns its socket file (stale-socket removal,
-//!   parent directory, mode).
+//!   parent directory, mode); its connections accept any `:authority` a gRPC client sends.
+//! - [`raw_h2`] (feature `raw-h2`, and in tests): a frame-by-frame HTTP/2 client that sends
+//!   what other gRPC libraries send, to test our servers with.
 
 pub mod containerd;
+#[cfg(any(test, feature = "raw-h2"))]
+pub mod raw_h2;
 pub mod transport;
 
 /// CRI v1 (`runtime.v1`), generated from cri-api v0.32 by `k8s-cri`.

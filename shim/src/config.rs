@@ -44,6 +44,10 @@ pub struct Config {
     pub pull_progress_interval_secs: u64,
     /// How long in-flight calls may take to finish after SIGTERM.
     pub shutdown_timeout_secs: u64,
+    /// Accept any `:authority` a gRPC client sends (the socket path, percent-encoded or empty,
+    /// as grpc-go ≤ 1.58, grpc-java and grpcio do). Off only to measure what that costs: then
+    /// such clients are refused.
+    pub accept_any_authority: bool,
     /// Log filter (`info`, `debug`, `ferrolet_cri=trace,...`).
     pub log_level: String,
     /// `text` or `json`.
@@ -90,6 +94,7 @@ impl Default for Config {
             max_concurrent_downloads: 3,
             pull_progress_interval_secs: 5,
             shutdown_timeout_secs: 10,
+            accept_any_authority: true,
             log_level: "info".into(),
             log_format: LogFormat::Text,
             registry: RegistryConfig::default(),

@@ -166,6 +166,7 @@ async fn serve(config: Config) -> Result<()> {
         images,
         server::termination_signal(),
         config.shutdown_timeout(),
+        config.accept_any_authority,
     )
     .await?;
     tracing::info!("stopped");

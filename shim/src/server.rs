@@ -24,7 +24,8 @@ pub enum ServeError {
 }
 
 /// Serves CRI on `endpoint` until `shutdown` resolves, then gives in-flight calls `grace` to
-/// finish. The socket file is removed on the way out.
+/// finish. The socket file is removed on the way out. Clients may send any `:authority` unless
+/// `accept_any_authority` is false.
 pub async fn serve(
     endpoint: &str,
     mode: u32,
@@ -32,15 +33,21 @@ pub async fn serve(
     images: ImageService,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
+    accept_any_authority: bool,
 ) -> Result<(), ServeError> {
     let listener = transport::bind(endpoint, mode)?;
     let path = transport::socket_path(endpoint)?;
-    tracing::info!(endpoint, mode = format!("{mode:o}"), "serving CRI");
+    tracing::info!(
+        endpoint,
+        mode = format!("{mode:o}"),
+        accept_any_authority,
+        "serving CRI"
+    );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .add_service(RuntimeServiceServer::new(runtime))
         .add_service(ImageServiceServer::new(images))
-        .serve_with_incoming_shutdown(transport::incoming(listener), async {
+        .serve_with_incoming_shutdown(transport::incoming(listener, accept_any_authority), async {
             let _ = stop_rx.await;
         });
     tokio::pin!(server);

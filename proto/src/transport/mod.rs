@@ -1,4 +1,9 @@
-//! Unix-socket transport for gRPC: the client connector and the server listener.
+//! Unix-socket transport for gRPC: the client connector and the server listener, whose
+//! connections accept any `:authority` ([`AuthorityRewrite`]).
+
+mod authority;
+
+pub use authority::AuthorityRewrite;
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -124,9 +129,16 @@ fn remove_stale(path: &Path) -> Result<(), TransportError> {
     }
 }
 
-/// Turns a listener into the stream of connections tonic's server accepts.
-pub fn incoming(listener: UnixListener) -> tokio_stream::wrappers::UnixListenerStream {
+/// Turns a listener into the stream of connections tonic's server accepts, each taking any
+/// `:authority` a client sends unless `rewrite_authority` is false (measurements only: then
+/// clients that send the socket path are refused by h2).
+pub fn incoming(
+    listener: UnixListener,
+    rewrite_authority: bool,
+) -> impl tokio_stream::Stream<Item = io::Result<AuthorityRewrite<UnixStream>>> {
+    use tokio_stream::StreamExt;
     tokio_stream::wrappers::UnixListenerStream::new(listener)
+        .map(move |conn| conn.map(|io| AuthorityRewrite::new(io, rewrite_authority)))
 }
 
 #[cfg(test)]
