@@ -165,6 +165,7 @@ impl RuntimeInner {
                     files: &sb.meta.files,
                     cgroups_path: &cgroups_path,
                     min_oom_score_adj: self.min_oom_score_adj,
+                    cgroups: oci::CgroupSupport::node(),
                 })
             })?;
             Ok::<_, RuntimeError>(spec)
@@ -603,7 +604,8 @@ impl RuntimeInner {
         let mut spec = oci::from_any(record.spec.as_ref().ok_or_else(|| {
             RuntimeError::internal(format!("containerd container {id} has no spec"))
         })?)?;
-        oci::update_resources(&mut spec, &resources, self.min_oom_score_adj)?;
+        let cgroups = oci::CgroupSupport::node();
+        oci::update_resources(&mut spec, &resources, self.min_oom_score_adj, cgroups)?;
         record.spec = Some(oci::to_any(&spec)?);
         self.cd
             .containers()
@@ -618,7 +620,7 @@ impl RuntimeInner {
                 "updating containerd container {id}"
             )))?;
         if state == ContainerState::Running {
-            let linux = oci::linux_resources(&resources)?;
+            let linux = oci::linux_resources(&resources, cgroups)?;
             let body = serde_json::to_vec(&linux)
                 .map_err(|e| RuntimeError::internal(format!("encoding resources: {e}")))?;
             self.cd

@@ -8,7 +8,7 @@ use oci_spec::runtime::{LinuxNamespaceType, Spec};
 
 use super::defaults::{DEFAULT_PATH_ENV, default_spec, without_default_security};
 use super::namespaces::{self, Ns, proc_ns};
-use super::resources::{clamp_oom_score_adj, unified_cgroups, update_resources};
+use super::resources::{check_resource_classes, clamp_oom_score_adj, update_resources};
 use super::sandbox::{namespace_options, pod_annotations};
 use super::user::{self, UserRequest};
 use super::{
@@ -138,7 +138,7 @@ fn set_namespaces(
     namespaces::set(spec, LinuxNamespaceType::Pid, pid_ns);
     // On cgroup v2 a cgroup namespace hides the node's hierarchy; v1 and privileged
     // containers keep the host's, as containerd does.
-    if unified_cgroups() && !privileged {
+    if input.cgroups.unified() && !privileged {
         namespaces::set(spec, LinuxNamespaceType::Cgroup, Ns::New);
     }
     Ok(())
@@ -215,8 +215,10 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec, OciError> 
         devices::apply_host_devices(&mut spec)?;
     }
 
+    let name = config.metadata.as_ref().map_or("", |m| m.name.as_str());
+    check_resource_classes(name, &config.annotations, &input.sandbox_config.annotations)?;
     if let Some(res) = &lc.resources {
-        update_resources(&mut spec, res, input.min_oom_score_adj)?;
+        update_resources(&mut spec, res, input.min_oom_score_adj, input.cgroups)?;
         let adj = clamp_oom_score_adj(res.oom_score_adj, input.min_oom_score_adj)?;
         if let Some(p) = spec.process_mut() {
             p.set_oom_score_adj(Some(adj));
@@ -296,6 +298,8 @@ mod tests {
 
     use oci_spec::runtime::Capability;
 
+    use super::super::CgroupSupport;
+    use super::super::cgroups::tests::{v1_without_hugetlb, v2};
     use super::*;
     use crate::image::spec::ImageConfig;
     use crate::mount::EtcFiles;
@@ -411,6 +415,7 @@ mod tests {
         sandbox: cri::PodSandboxConfig,
         image: ImageConfig,
         etc: EtcFiles,
+        cgroups: CgroupSupport,
     }
 
     fn fixture() -> Fixture {
@@ -459,6 +464,7 @@ mod tests {
             sandbox,
             image,
             etc,
+            cgroups: v1_without_hugetlb(),
         }
     }
 
@@ -478,6 +484,7 @@ mod tests {
             files: &f.files,
             cgroups_path: "/kubepods/c1",
             min_oom_score_adj: -500,
+            cgroups: &f.cgroups,
         })
     }
 
@@ -650,6 +657,7 @@ mod tests {
             files: &f.files,
             cgroups_path: "",
             min_oom_score_adj: 0,
+            cgroups: &f.cgroups,
         })
         .unwrap_err();
         assert_eq!(err.code(), tonic::Code::Internal);
@@ -797,6 +805,30 @@ mod tests {
         assert!(
             err.to_string()
                 .starts_with("linux.resources.cpuset_cpus \"abc\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_cgroup_namespace_only_on_a_unified_node() {
+        let mut f = fixture();
+        let config = with_sc(Default::default());
+        let spec = build(&f, &config, Some(Path::new("/n"))).unwrap();
+        assert!(!ns_map(&spec).contains_key("cgroup"), "v1: the host's");
+        f.cgroups = v2();
+        let spec = build(&f, &config, Some(Path::new("/n"))).unwrap();
+        assert_eq!(ns_map(&spec)["cgroup"], None, "v2: a new one");
+    }
+
+    #[test]
+    fn resource_class_annotations_refuse_the_container() {
+        let mut f = fixture();
+        f.sandbox.annotations =
+            HashMap::from([("rdt.resources.beta.kubernetes.io/pod".into(), "gold".into())]);
+        let err = build(&f, &with_sc(Default::default()), Some(Path::new("/n"))).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            err.to_string().contains("RDT classes are not enabled"),
             "{err}"
         );
     }

@@ -5,7 +5,9 @@
 //!
 //! - `defaults`: the base spec every container starts from (`populateDefaultUnixSpec`).
 //! - `sandbox` / `container`: the two builders.
-//! - `resources`: CRI resources ↔ OCI cgroup resources, updates, oom_score_adj clamping.
+//! - `cgroups`: what the node's cgroups can enforce, from what is mounted (detected once).
+//! - `resources`: CRI resources ↔ OCI cgroup resources for that node, updates, oom_score_adj
+//!   clamping, RDT/blockio classes.
 //! - `security`: capabilities, privileged mode, masked/readonly paths.
 //! - `seccomp`: choosing a profile; the RuntimeDefault profile; Localhost profiles.
 //! - `user`: uid/gid/additional groups from the image's passwd and group files.
@@ -16,9 +18,12 @@
 //! create missing host paths, read a Localhost seccomp profile, walk `/dev` for privileged
 //! containers): call them from `spawn_blocking`.
 
+mod cgroups;
 mod container;
 mod defaults;
 mod devices;
+#[cfg(test)]
+mod gokubelet;
 mod mounts;
 mod namespaces;
 mod resources;
@@ -33,6 +38,7 @@ use std::sync::OnceLock;
 pub use oci_spec::runtime::Spec;
 use tonic::Code;
 
+pub use self::cgroups::{CgroupMode, CgroupSupport};
 pub use self::container::container_spec;
 pub use self::resources::{cri_resources, linux_resources, update_resources};
 pub use self::sandbox::sandbox_spec;
@@ -50,6 +56,16 @@ pub enum OciError {
         /// The offending value, when there is one to show.
         value: Option<String>,
         /// Why it is refused.
+        reason: String,
+    },
+    /// A request field asks for what this node or runtime cannot do (→ FailedPrecondition).
+    #[error("{field}{}: {reason}", quoted(value))]
+    Unsupported {
+        /// Where in the request.
+        field: String,
+        /// The value asked for, when there is one to show.
+        value: Option<String>,
+        /// What is missing.
         reason: String,
     },
     /// A host file the spec depends on could not be read.
@@ -83,6 +99,7 @@ impl OciError {
     pub fn code(&self) -> Code {
         match self {
             OciError::Invalid { .. } => Code::InvalidArgument,
+            OciError::Unsupported { .. } => Code::FailedPrecondition,
             OciError::Io { .. } | OciError::Json(_) | OciError::Internal(_) => Code::Internal,
         }
     }
@@ -94,6 +111,19 @@ impl OciError {
         reason: impl Into<String>,
     ) -> Self {
         OciError::Invalid {
+            field: field.into(),
+            value: Some(value.into()),
+            reason: reason.into(),
+        }
+    }
+
+    /// A field asking for what the node or runtime cannot do, with the value asked for.
+    pub(crate) fn unsupported(
+        field: impl Into<String>,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        OciError::Unsupported {
             field: field.into(),
             value: Some(value.into()),
             reason: reason.into(),
@@ -260,6 +290,8 @@ pub struct ContainerSpecInput<'a> {
     pub cgroups_path: &'a str,
     /// From [`own_oom_score_adj`].
     pub min_oom_score_adj: i32,
+    /// What the node's cgroups can enforce ([`CgroupSupport::node`] outside tests).
+    pub cgroups: &'a CgroupSupport,
 }
 
 /// The CRI view of a spec's process identity (for ContainerStatus.user): uid, gid, and the

@@ -1,32 +1,53 @@
-//! CRI `LinuxContainerResources` ↔ OCI `linux.resources`, updates to a stored spec, and the
-//! oom_score_adj clamp.
+//! CRI `LinuxContainerResources` ↔ OCI `linux.resources`, updates to a stored spec, the
+//! oom_score_adj clamp, and the RDT/blockio classes asked for by annotation.
 //!
 //! Zero means "not set" in CRI, so a zero field never overwrites a value already in the spec:
 //! that is how containerd applies both CreateContainer and UpdateContainerResources.
+//!
+//! What the node cannot enforce is handled as containerd 1.6/1.7 handles it (`WithResources`
+//! with `tolerate_missing_hugetlb_controller = true`, `disable_hugetlb_controller = false`):
+//! - huge page limits without the hugetlb controller: dropped (logged once at start-up by
+//!   [`CgroupSupport::node`], not per container);
+//! - memory+swap without swap accounting: not set, whether implied (= the memory limit) or
+//!   asked for (`memory_swap_limit_in_bytes`), as containerd ≥ 1.6.22/1.7.3 does (earlier
+//!   releases, Debian's 1.6.20 among them, passed an asked-for one on, and runc failed on the
+//!   missing `memory.memsw.limit_in_bytes`);
+//! - everything else (cpu, cpuset, memory, `unified`) is passed to runc as asked, which
+//!   refuses what the node lacks when the task is created (`unified` on a v1 or hybrid node:
+//!   "cannot use unified on cgroup v1"; cpuset without a cpuset hierarchy: "cannot set cpuset
+//!   limit"), exactly as under containerd. The Go kubelet sends neither on such nodes: it
+//!   fills `unified` only on cgroup v2, and cpusets only with the static CPU manager, which
+//!   needs the controller itself.
 
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::OnceLock;
 
 use ferrolet_proto::cri;
 use oci_spec::runtime::{LinuxCpu, LinuxHugepageLimit, LinuxMemory, LinuxResources, Spec};
 
 use super::OciError;
+use super::cgroups::CgroupSupport;
 
 const FIELD: &str = "linux.resources";
 
-/// CRI resources as OCI linux resources (shares/quota/period/cpuset/mems, memory limit (+swap = limit like containerd), hugepages, unified); oom_score_adj is applied to the process separately.
-pub fn linux_resources(res: &cri::LinuxContainerResources) -> Result<LinuxResources, OciError> {
+/// CRI resources as OCI linux resources (shares/quota/period/cpuset/mems, memory limit (+swap
+/// = limit like containerd, where swap is accounted), hugepages where hugetlb is available,
+/// unified), for a node with `cgroups`; oom_score_adj is applied to the process separately.
+pub fn linux_resources(
+    res: &cri::LinuxContainerResources,
+    cgroups: &CgroupSupport,
+) -> Result<LinuxResources, OciError> {
     let mut out = LinuxResources::default();
-    merge(&mut out, res)?;
+    merge(&mut out, res, cgroups)?;
     Ok(out)
 }
 
-/// Applies UpdateContainerResources to a stored spec (resources and oom_score_adj, clamped).
+/// Applies UpdateContainerResources (or CreateContainer's resources) to a spec: resources
+/// for a node with `cgroups`, and oom_score_adj, clamped.
 pub fn update_resources(
     spec: &mut Spec,
     res: &cri::LinuxContainerResources,
     min_oom_score_adj: i32,
+    cgroups: &CgroupSupport,
 ) -> Result<(), OciError> {
     // Validate everything before touching the spec, so a refused update changes nothing.
     let adj = (res.oom_score_adj != 0)
@@ -37,7 +58,7 @@ pub fn update_resources(
         .as_ref()
         .and_then(|l| l.resources().clone())
         .unwrap_or_default();
-    merge(&mut resources, res)?;
+    merge(&mut resources, res, cgroups)?;
     let Some(linux) = spec.linux_mut() else {
         return Err(OciError::Internal(
             "stored spec has no linux section".into(),
@@ -100,19 +121,24 @@ pub(crate) fn clamp_oom_score_adj(requested: i64, min: i32) -> Result<i32, OciEr
     Ok(adj.max(min))
 }
 
-/// Sets every non-zero field of `res` on `out`.
-fn merge(out: &mut LinuxResources, res: &cri::LinuxContainerResources) -> Result<(), OciError> {
+/// Sets every non-zero field of `res` that the node can take on `out`.
+fn merge(
+    out: &mut LinuxResources,
+    res: &cri::LinuxContainerResources,
+    cgroups: &CgroupSupport,
+) -> Result<(), OciError> {
     let mut cpu = out.cpu().clone().unwrap_or_default();
     let mut mem = out.memory().unwrap_or_default();
     merge_cpu(&mut cpu, res)?;
-    merge_memory(&mut mem, res)?;
+    merge_memory(&mut mem, res, cgroups.swap_accounting)?;
     if cpu != LinuxCpu::default() {
         out.set_cpu(Some(cpu));
     }
     if mem != LinuxMemory::default() {
         out.set_memory(Some(mem));
     }
-    merge_hugepages(out, &res.hugepage_limits)?;
+    merge_hugepages(out, &res.hugepage_limits, cgroups.has("hugetlb"))?;
+    // Passed as asked on every node, as containerd does (see the module doc).
     if !res.unified.is_empty() {
         if let Some((k, _)) = res.unified.iter().find(|(k, _)| k.trim().is_empty()) {
             return Err(OciError::invalid(
@@ -164,7 +190,13 @@ fn merge_cpu(cpu: &mut LinuxCpu, res: &cri::LinuxContainerResources) -> Result<(
     Ok(())
 }
 
-fn merge_memory(mem: &mut LinuxMemory, res: &cri::LinuxContainerResources) -> Result<(), OciError> {
+/// The memory limit, and memory+swap where swap is accounted (`swap_accounting`): runc fails
+/// to write `memory.memsw.limit_in_bytes` where it is not.
+fn merge_memory(
+    mem: &mut LinuxMemory,
+    res: &cri::LinuxContainerResources,
+    swap_accounting: bool,
+) -> Result<(), OciError> {
     let limit = res.memory_limit_in_bytes;
     let swap = res.memory_swap_limit_in_bytes;
     if limit < 0 {
@@ -184,26 +216,37 @@ fn merge_memory(mem: &mut LinuxMemory, res: &cri::LinuxContainerResources) -> Re
     if limit != 0 {
         mem.set_limit(Some(limit));
         // Memory+swap equal to memory keeps the container from swapping unless asked to.
-        if swap == 0 && swap_controller_available() {
+        if swap == 0 && swap_accounting {
             mem.set_swap(Some(limit));
         }
     }
-    if swap != 0 && swap_controller_available() {
+    if swap != 0 && swap_accounting {
         mem.set_swap(Some(swap));
     }
     Ok(())
 }
 
+/// Huge page limits by page size, replacing a stored limit of the same size. Without the
+/// hugetlb controller (`hugetlb`) they are dropped, as containerd's default
+/// `tolerate_missing_hugetlb_controller` does: the Go kubelet sends a limit (0 unless asked)
+/// for every page size the kernel has, whether or not the controller is there, and runc would
+/// fail every container on them. The start-up line says so once; here only a non-zero limit,
+/// which a pod really asked for, is worth a (debug) line.
 fn merge_hugepages(
     out: &mut LinuxResources,
     limits: &[cri::HugepageLimit],
+    hugetlb: bool,
 ) -> Result<(), OciError> {
     if limits.is_empty() {
         return Ok(());
     }
-    if !hugetlb_controller_available() {
-        // containerd's default (tolerate_missing_hugetlb_controller): warn, run without them.
-        tracing::warn!("hugetlb cgroup controller is absent; ignoring huge page limits");
+    if !hugetlb {
+        if limits.iter().any(|l| l.limit != 0) {
+            tracing::debug!(
+                ?limits,
+                "huge page limits dropped: no hugetlb controller on this node"
+            );
+        }
         return Ok(());
     }
     let mut all = out.hugepage_limits().clone().unwrap_or_default();
@@ -233,6 +276,60 @@ fn merge_hugepages(
     Ok(())
 }
 
+/// The annotations that ask for a resource class (goresctrl's keys, which containerd reads):
+/// what, the container's own annotation, the pod's per-container prefix, the pod's.
+const CLASS_ANNOTATIONS: [(&str, &str, &str, &str); 2] = [
+    (
+        "RDT",
+        "io.kubernetes.cri.rdt-class",
+        "rdt.resources.beta.kubernetes.io/container.",
+        "rdt.resources.beta.kubernetes.io/pod",
+    ),
+    (
+        "blockio",
+        "io.kubernetes.cri.blockio-class",
+        "blockio.resources.beta.kubernetes.io/container.",
+        "blockio.resources.beta.kubernetes.io/pod",
+    ),
+];
+
+/// Refuses a container whose annotations, or its pod's, ask for an RDT or blockio class.
+/// ferrolet-cri configures neither, and containerd refuses such a container while they are
+/// not configured (its defaults: no `rdt_config_file`/`blockio_config_file`,
+/// `ignore_rdt_not_enabled_errors = false`), rather than run it without the cache or I/O
+/// share it asked for. The class is looked up as goresctrl does: the container's annotation,
+/// then the pod's for this container by name, then the pod's for all its containers.
+pub(crate) fn check_resource_classes(
+    container_name: &str,
+    container_annotations: &HashMap<String, String>,
+    pod_annotations: &HashMap<String, String>,
+) -> Result<(), OciError> {
+    for (what, own, per_container, pod) in CLASS_ANNOTATIONS {
+        let per_container = format!("{per_container}{container_name}");
+        let found = container_annotations
+            .get(own)
+            .map(|class| (format!("annotations[{own:?}]"), class))
+            .or_else(|| {
+                pod_annotations
+                    .get(&per_container)
+                    .map(|class| (format!("sandbox annotations[{per_container:?}]"), class))
+            })
+            .or_else(|| {
+                pod_annotations
+                    .get(pod)
+                    .map(|class| (format!("sandbox annotations[{pod:?}]"), class))
+            });
+        if let Some((field, class)) = found {
+            return Err(OciError::unsupported(
+                field,
+                class,
+                format!("{what} classes are not enabled in ferrolet-cri, so none can be set"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `0-3,5,7-8` (the kernel's cpuset list format).
 fn check_cpuset(list: &str, name: &str) -> Result<(), OciError> {
     let bad = |why: &str| OciError::invalid(format!("{FIELD}.{name}"), list, why);
@@ -253,46 +350,11 @@ fn check_cpuset(list: &str, name: &str) -> Result<(), OciError> {
     Ok(())
 }
 
-/// Whether the node is on the cgroup v2 unified hierarchy.
-pub(crate) fn unified_cgroups() -> bool {
-    static UNIFIED: OnceLock<bool> = OnceLock::new();
-    *UNIFIED.get_or_init(|| Path::new("/sys/fs/cgroup/cgroup.controllers").exists())
-}
-
-/// Whether memory+swap limits can be set (v1 needs `swapaccount=1`).
-fn swap_controller_available() -> bool {
-    static SWAP: OnceLock<bool> = OnceLock::new();
-    *SWAP.get_or_init(|| {
-        if !unified_cgroups() {
-            return Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists();
-        }
-        // The root cgroup has no limit files; any child shows whether swap is accounted.
-        std::fs::read_dir("/sys/fs/cgroup")
-            .map(|dir| {
-                dir.flatten()
-                    .any(|e| e.path().join("memory.swap.max").exists())
-            })
-            .unwrap_or(false)
-    })
-}
-
-fn hugetlb_controller_available() -> bool {
-    static HUGETLB: OnceLock<bool> = OnceLock::new();
-    *HUGETLB.get_or_init(|| {
-        if unified_cgroups() {
-            std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
-                .map(|c| c.split_whitespace().any(|c| c == "hugetlb"))
-                .unwrap_or(false)
-        } else {
-            Path::new("/sys/fs/cgroup/hugetlb").is_dir()
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use super::super::cgroups::tests::{v1_with_hugetlb, v1_without_hugetlb, v1_without_swap, v2};
     use super::super::defaults::default_spec;
     use super::*;
 
@@ -313,7 +375,7 @@ mod tests {
 
     #[test]
     fn cri_resources_map_to_oci() {
-        let r = linux_resources(&res()).unwrap();
+        let r = linux_resources(&res(), &v1_with_hugetlb()).unwrap();
         let cpu = r.cpu().as_ref().unwrap();
         assert_eq!(cpu.period(), Some(100_000));
         assert_eq!(cpu.quota(), Some(50_000));
@@ -322,27 +384,41 @@ mod tests {
         assert_eq!(cpu.mems().as_deref(), Some("0"));
         let mem = r.memory().unwrap();
         assert_eq!(mem.limit(), Some(16 << 20));
-        let want_swap = swap_controller_available().then_some(16 << 20);
-        assert_eq!(mem.swap(), want_swap);
+        assert_eq!(
+            mem.swap(),
+            Some(16 << 20),
+            "memory+swap = memory: no swapping"
+        );
         assert_eq!(r.unified().as_ref().unwrap()["memory.high"], "max");
         assert!(r.devices().is_none());
     }
 
     #[test]
     fn empty_resources_set_nothing() {
-        let r = linux_resources(&cri::LinuxContainerResources::default()).unwrap();
-        assert_eq!(r, LinuxResources::default());
+        for node in [v1_without_hugetlb(), v1_with_hugetlb(), v2()] {
+            let r = linux_resources(&cri::LinuxContainerResources::default(), &node).unwrap();
+            assert_eq!(r, LinuxResources::default());
+        }
     }
 
     #[test]
-    fn explicit_swap_wins() {
-        let r = linux_resources(&cri::LinuxContainerResources {
+    fn explicit_swap_wins_where_swap_is_accounted() {
+        let unlimited = cri::LinuxContainerResources {
             memory_swap_limit_in_bytes: -1,
             ..res()
-        })
-        .unwrap();
-        let want = swap_controller_available().then_some(-1);
-        assert_eq!(r.memory().unwrap().swap(), want);
+        };
+        for node in [v1_without_hugetlb(), v2()] {
+            let r = linux_resources(&unlimited, &node).unwrap();
+            assert_eq!(r.memory().unwrap().swap(), Some(-1));
+        }
+        // Without swap accounting neither the asked-for nor the implied swap is set (runc
+        // would fail on the missing memory.memsw files); the memory limit still is.
+        let node = v1_without_swap();
+        for asked in [unlimited, res()] {
+            let mem = linux_resources(&asked, &node).unwrap().memory().unwrap();
+            assert_eq!(mem.swap(), None);
+            assert_eq!(mem.limit(), Some(16 << 20));
+        }
     }
 
     #[test]
@@ -378,7 +454,7 @@ mod tests {
             ),
         ];
         for (r, want) in cases {
-            let err = linux_resources(&r).unwrap_err();
+            let err = linux_resources(&r, &v2()).unwrap_err();
             assert_eq!(err.to_string(), want);
             assert_eq!(err.code(), tonic::Code::InvalidArgument);
         }
@@ -397,8 +473,9 @@ mod tests {
 
     #[test]
     fn updates_merge_into_the_stored_spec() {
+        let node = v1_with_hugetlb();
         let mut spec = default_spec();
-        update_resources(&mut spec, &res(), 0).unwrap();
+        update_resources(&mut spec, &res(), 0, &node).unwrap();
         assert_eq!(spec.process().as_ref().unwrap().oom_score_adj(), Some(500));
         let devices_before = spec
             .linux()
@@ -417,7 +494,7 @@ mod tests {
             oom_score_adj: -999,
             ..Default::default()
         };
-        update_resources(&mut spec, &update, -10).unwrap();
+        update_resources(&mut spec, &update, -10, &node).unwrap();
         let back = cri_resources(&spec).unwrap();
         assert_eq!(back.cpu_quota, 20_000);
         assert_eq!(back.cpu_period, 100_000, "zero fields keep their value");
@@ -436,35 +513,126 @@ mod tests {
             cpuset_cpus: "x".into(),
             ..Default::default()
         };
-        assert!(update_resources(&mut spec, &bad, 0).is_err());
+        assert!(update_resources(&mut spec, &bad, 0, &node).is_err());
         assert_eq!(spec, before);
     }
 
     #[test]
-    fn hugepages_replace_by_size() {
+    fn hugepages_replace_by_size_where_hugetlb_is_mounted() {
         let mut out = LinuxResources::default();
         let two = |limit| cri::HugepageLimit {
             page_size: "2MB".into(),
             limit,
         };
-        merge_hugepages(&mut out, &[two(1 << 21)]).unwrap();
-        merge_hugepages(&mut out, &[two(1 << 22)]).unwrap();
-        if hugetlb_controller_available() {
-            let h = out.hugepage_limits().as_ref().unwrap();
-            assert_eq!(h.len(), 1);
-            assert_eq!(h[0].limit(), 1 << 22);
-            let err = merge_hugepages(
-                &mut out,
-                &[cri::HugepageLimit {
-                    page_size: String::new(),
-                    limit: 1,
-                }],
-            )
-            .unwrap_err();
-            assert!(err.to_string().contains("hugepage_limits[0].page_size"));
-        } else {
-            assert!(out.hugepage_limits().is_none());
+        merge_hugepages(&mut out, &[two(1 << 21)], true).unwrap();
+        merge_hugepages(&mut out, &[two(1 << 22)], true).unwrap();
+        let h = out.hugepage_limits().as_ref().unwrap();
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].limit(), 1 << 22);
+        let err = merge_hugepages(
+            &mut out,
+            &[cri::HugepageLimit {
+                page_size: String::new(),
+                limit: 1,
+            }],
+            true,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("hugepage_limits[0].page_size"));
+    }
+
+    #[test]
+    fn hugepages_are_dropped_without_hugetlb() {
+        let mut out = LinuxResources::default();
+        let kubelet = [
+            cri::HugepageLimit {
+                page_size: "2MB".into(),
+                limit: 0,
+            },
+            cri::HugepageLimit {
+                page_size: "1GB".into(),
+                limit: 1 << 30,
+            },
+        ];
+        merge_hugepages(&mut out, &kubelet, false).unwrap();
+        assert!(out.hugepage_limits().is_none());
+        // The decision is the node's: the same request keeps them where hugetlb is mounted.
+        let asked = cri::LinuxContainerResources {
+            hugepage_limits: kubelet.to_vec(),
+            ..Default::default()
+        };
+        assert!(
+            linux_resources(&asked, &v1_without_hugetlb())
+                .unwrap()
+                .hugepage_limits()
+                .is_none()
+        );
+        for node in [v1_with_hugetlb(), v2()] {
+            let r = linux_resources(&asked, &node).unwrap();
+            assert_eq!(r.hugepage_limits().as_ref().unwrap().len(), 2);
         }
+    }
+
+    #[test]
+    fn unified_and_cpusets_pass_through_as_containerd_passes_them() {
+        // runc refuses `unified` on a v1 node and cpusets without a cpuset hierarchy when the
+        // task is created; containerd passes both, and so do we.
+        let node = v1_without_swap();
+        let r = linux_resources(&res(), &node).unwrap();
+        assert_eq!(r.unified().as_ref().unwrap()["memory.high"], "max");
+        assert_eq!(r.cpu().as_ref().unwrap().cpus().as_deref(), Some("0-1"));
+        let no_cpuset = CgroupSupport {
+            controllers: node
+                .controllers
+                .iter()
+                .filter(|c| *c != "cpuset")
+                .cloned()
+                .collect(),
+            ..node
+        };
+        let r = linux_resources(&res(), &no_cpuset).unwrap();
+        assert_eq!(r.cpu().as_ref().unwrap().mems().as_deref(), Some("0"));
+    }
+
+    #[test]
+    fn resource_classes_are_refused_as_containerd_refuses_them_unconfigured() {
+        let none = HashMap::new();
+        assert!(check_resource_classes("app", &none, &none).is_ok());
+        let one = |k: &str, v: &str| HashMap::from([(k.to_string(), v.to_string())]);
+        let cases = [
+            (
+                one("io.kubernetes.cri.rdt-class", "gold"),
+                none.clone(),
+                "annotations[\"io.kubernetes.cri.rdt-class\"] \"gold\": RDT classes are not \
+                 enabled in ferrolet-cri, so none can be set",
+            ),
+            (
+                none.clone(),
+                one("rdt.resources.beta.kubernetes.io/pod", "silver"),
+                "sandbox annotations[\"rdt.resources.beta.kubernetes.io/pod\"] \"silver\": RDT \
+                 classes are not enabled in ferrolet-cri, so none can be set",
+            ),
+            (
+                none.clone(),
+                one("blockio.resources.beta.kubernetes.io/container.app", "slow"),
+                "sandbox annotations[\"blockio.resources.beta.kubernetes.io/container.app\"] \
+                 \"slow\": blockio classes are not enabled in ferrolet-cri, so none can be set",
+            ),
+            (
+                one("io.kubernetes.cri.blockio-class", "fast"),
+                none.clone(),
+                "annotations[\"io.kubernetes.cri.blockio-class\"] \"fast\": blockio classes \
+                 are not enabled in ferrolet-cri, so none can be set",
+            ),
+        ];
+        for (own, pod, want) in cases {
+            let err = check_resource_classes("app", &own, &pod).unwrap_err();
+            assert_eq!(err.to_string(), want);
+            assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        }
+        // Another container's per-container class is not this one's.
+        let other = one("rdt.resources.beta.kubernetes.io/container.sidecar", "gold");
+        assert!(check_resource_classes("app", &none, &other).is_ok());
     }
 
     #[test]

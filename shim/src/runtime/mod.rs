@@ -114,6 +114,9 @@ impl Runtime {
             config.netns_dir.clone(),
         );
         let (events, _) = tokio::sync::broadcast::channel(1024);
+        // Detected and logged (one line) now, so what this node cannot enforce is said at
+        // start-up rather than found out per container.
+        crate::oci::CgroupSupport::node();
         let inner = Arc::new(RuntimeInner {
             cd,
             images,
