@@ -21,7 +21,7 @@ REG_OPEN=127.0.0.1:5000
 REG_AUTH=127.0.0.1:5001
 AUTH_FILE=$ENV_DIR/registry-auth
 PACKAGES=(containerd runc containernetworking-plugins docker-registry busybox-static iproute2
-  iptables protobuf-compiler skopeo apache2-utils curl ca-certificates)
+  iptables protobuf-compiler skopeo apache2-utils curl ca-certificates openssl)
 
 log() { printf '[env] %s\n' "$*"; }
 die() { printf '[env] error: %s\n' "$*" >&2; exit 1; }

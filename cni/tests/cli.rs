@@ -209,3 +209,59 @@ fn trace_shows_every_plugin_call() {
         assert!(err.contains(needle), "missing {needle:?} in:\n{err}");
     }
 }
+
+#[test]
+fn ls_without_a_config_says_where_it_looked_and_exits_1() {
+    let e = Env::new();
+    let conf = e.dir.path().join("conf");
+    for f in std::fs::read_dir(&conf).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    std::fs::write(conf.join("README"), "not a config").unwrap();
+    for args in [&["ls"][..], &["ls", "--json"]] {
+        let o = e.run(args);
+        assert_eq!(code(&o), 1, "{args:?}");
+        assert_eq!(text(&o.stdout), "", "{args:?}");
+        assert_eq!(
+            text(&o.stderr),
+            format!(
+                "ferrolet-cni: error: no network config: looked in {} (from --conf-dir or \
+                 NETCONFPATH), which holds no *.conf, *.conflist, *.json file\n",
+                conf.display()
+            ),
+            "{args:?}"
+        );
+    }
+
+    std::fs::remove_dir_all(&conf).unwrap();
+    let o = e.run(&["ls"]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        text(&o.stderr).ends_with(&format!(
+            "looked in {} (from --conf-dir or NETCONFPATH), which does not exist\n",
+            conf.display()
+        )),
+        "{}",
+        text(&o.stderr)
+    );
+
+    std::fs::create_dir(&conf).unwrap();
+    e.conf("10-broken.conflist", "{");
+    let o = e.run(&["ls"]);
+    assert_eq!(code(&o), 1);
+    assert!(text(&o.stdout).contains("10-broken.conflist: INVALID"));
+    assert!(
+        text(&o.stderr).contains("no valid network config: looked in")
+            && text(&o.stderr).contains("whose 1 config file(s) are all invalid"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // The default, named as such: cnitool's /etc/cni/net.d.
+    let o = std::process::Command::new(BIN)
+        .env_remove("NETCONFPATH")
+        .args(["ls", "--help"])
+        .output()
+        .unwrap();
+    assert!(text(&o.stdout).contains("[default: /etc/cni/net.d]"));
+}

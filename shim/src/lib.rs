@@ -2,6 +2,7 @@
 //!
 //! Module map:
 //! - [`config`]: the TOML config and its defaults; flags override it.
+//! - [`cli`]: the command line, and how flags, the config file and defaults combine.
 //! - [`server`]: the gRPC server on a unix socket, graceful shutdown.
 //! - [`runtime`]: the CRI RuntimeService: shared state, task-exit events, recovery, stats, Status.
 //! - [`sandbox`]: pod sandboxes: lifecycle, pod network (netns + CNI), shared files.
@@ -20,6 +21,7 @@
 //! - [`logging`]: text or JSON logs with per-call spans.
 
 pub mod archive;
+pub mod cli;
 pub mod config;
 pub mod container;
 pub mod content;

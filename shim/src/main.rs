@@ -1,10 +1,11 @@
 //! `ferrolet-cri`: serves CRI v1 on a unix socket, on top of containerd.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
-use ferrolet_cri::config::{Config, LogFormat};
+use clap::{CommandFactory, Parser};
+use ferrolet_cri::cli::{Cli, CliError, Command, ImageCommand};
+use ferrolet_cri::config::Config;
 use ferrolet_cri::image::{ImageOptions, ImageService};
 use ferrolet_cri::oci_layout::Layout;
 use ferrolet_cri::registry::RegistryClient;
@@ -12,99 +13,16 @@ use ferrolet_cri::runtime::Runtime;
 use ferrolet_cri::{logging, server};
 use ferrolet_proto::containerd::Containerd;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "ferrolet-cri",
-    version,
-    about = "A CRI v1 runtime and image service on containerd"
-)]
-struct Cli {
-    /// TOML config file; flags override what it sets.
-    #[arg(long, global = true)]
-    config: Option<PathBuf>,
-    /// CRI endpoint to serve (unix:///path).
-    #[arg(long, global = true)]
-    listen: Option<String>,
-    /// containerd's socket.
-    #[arg(long, global = true)]
-    containerd: Option<String>,
-    /// containerd namespace.
-    #[arg(long, global = true)]
-    namespace: Option<String>,
-    /// State directory.
-    #[arg(long, global = true)]
-    root: Option<PathBuf>,
-    /// Sandbox (pause) image.
-    #[arg(long, global = true)]
-    sandbox_image: Option<String>,
-    /// Log filter: error, warn, info, debug, trace, or EnvFilter directives.
-    #[arg(long, global = true)]
-    log_level: Option<String>,
-    /// Log format.
-    #[arg(long, global = true, value_enum)]
-    log_format: Option<LogFormat>,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Serve CRI (the default).
-    Serve,
-    /// Image tools for air-gapped nodes.
-    Image {
-        #[command(subcommand)]
-        command: ImageCommand,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-enum ImageCommand {
-    /// Import an OCI image layout directory, an OCI archive or a Docker archive (.tar).
-    Import {
-        /// Layout directory or archive.
-        path: PathBuf,
-        /// Name for the image (default: the layout's ref name annotation).
-        #[arg(long)]
-        name: Option<String>,
-    },
-}
-
-impl Cli {
-    fn config(&self) -> Result<Config> {
-        let mut c = match &self.config {
-            Some(path) => Config::load(path)?,
-            None => Config::default(),
-        };
-        if let Some(v) = &self.listen {
-            c.listen = v.clone();
-        }
-        if let Some(v) = &self.containerd {
-            c.containerd = v.clone();
-        }
-        if let Some(v) = &self.namespace {
-            c.namespace = v.clone();
-        }
-        if let Some(v) = &self.root {
-            c.root = v.clone();
-        }
-        if let Some(v) = &self.sandbox_image {
-            c.sandbox_image = v.clone();
-        }
-        if let Some(v) = &self.log_level {
-            c.log_level = v.clone();
-        }
-        if let Some(v) = self.log_format {
-            c.log_format = v;
-        }
-        c.validate()?;
-        Ok(c)
-    }
-}
-
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let config = cli.config()?;
+    let config = match cli.config() {
+        Ok(c) => c,
+        // A flag in the wrong place is a usage error, reported as clap reports its own.
+        Err(e @ CliError::ServerFlagElsewhere(_)) => Cli::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .exit(),
+        Err(e) => return Err(e.into()),
+    };
     logging::init(&config.log_level, config.log_format).map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -112,7 +30,7 @@ fn main() -> Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         match cli.command {
-            None | Some(Command::Serve) => serve(config).await,
+            None | Some(Command::Serve(_)) => serve(config).await,
             Some(Command::Image {
                 command: ImageCommand::Import { path, name },
             }) => import(config, &path, name.as_deref()).await,

@@ -2,7 +2,8 @@
 //! (add/check/del/status/gc), lists networks and plugins, manages named network namespaces,
 //! and with `--trace` shows exactly what every plugin was given and answered.
 //!
-//! Exit status: 0 success, 1 plugin or network error, 2 usage error.
+//! Exit status: 0 success, 1 plugin or network error (`ls` finding no valid network config
+//! is one: nothing would get a pod network from that dir), 2 usage error.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,7 +20,9 @@ use serde_json::{Map, Value, json};
 #[command(
     name = "ferrolet-cni",
     version,
-    about = "Run and debug CNI networks and plugins"
+    about = "Run and debug CNI networks and plugins",
+    after_help = "Exit status: 0 success; 1 a plugin or network error, or `ls` finding no valid \
+                  network config in --conf-dir; 2 a usage error."
 )]
 struct Cli {
     /// Directory of network configs (*.conf, *.conflist, *.json).
@@ -59,7 +62,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Networks in the conf dir, their version and chain, and each plugin's binary and versions.
+    /// Networks in the conf dir, their version and chain, and each plugin's binary and versions;
+    /// exits 1, saying where it looked, when the conf dir holds no valid network config.
     Ls,
     /// Attach NETNS to NETWORK (ADD).
     Add(Attach),
@@ -328,7 +332,13 @@ async fn ls(cli: &Cli) -> anyhow::Result<()> {
     let c = cni(cli);
     let dirs = invoke::split_paths(&cli.bin_dir);
     let mut out = Vec::new();
-    for (file, parsed) in config::scan_dir(&cli.conf_dir)? {
+    let files = config::scan_dir(&cli.conf_dir)?;
+    if files.is_empty() {
+        return Err(anyhow!(no_config(&cli.conf_dir, 0)));
+    }
+    let invalid = files.iter().filter(|(_, parsed)| parsed.is_err()).count();
+    let all_invalid = invalid == files.len();
+    for (file, parsed) in files {
         let net = match parsed {
             Ok(n) => n,
             Err(e) => {
@@ -415,7 +425,36 @@ async fn ls(cli: &Cli) -> anyhow::Result<()> {
     if cli.json {
         println!("{}", pretty(&Value::Array(out)));
     }
+    if all_invalid {
+        return Err(anyhow!(no_config(&cli.conf_dir, invalid)));
+    }
     Ok(())
+}
+
+/// Why `ls` found no network: where it looked (a newcomer knows neither the default nor that
+/// runtimes often keep their config elsewhere) and what it found there.
+fn no_config(dir: &Path, invalid: usize) -> String {
+    let origin = if dir == Path::new(config::DEFAULT_CONF_DIR) {
+        " (the default; --conf-dir or NETCONFPATH names another)"
+    } else {
+        " (from --conf-dir or NETCONFPATH)"
+    };
+    let (what, found) = if invalid > 0 {
+        (
+            "no valid network config",
+            format!("whose {invalid} config file(s) are all invalid (listed above)"),
+        )
+    } else if dir.is_dir() {
+        let names = config::CONF_EXTENSIONS
+            .iter()
+            .map(|e| format!("*.{e}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        ("no network config", format!("which holds no {names} file"))
+    } else {
+        ("no network config", "which does not exist".to_string())
+    };
+    format!("{what}: looked in {}{origin}, {found}", dir.display())
 }
 
 fn print_trace(r: &TraceRecord) {

@@ -24,12 +24,17 @@ impl LogFormat {
     }
 }
 
-/// Flags (clap derive); every one optional so that only those given override the file.
+/// Flags (clap derive); every one optional so that only those given override the file. Hence
+/// the defaults `--help` shows are written into the help text (`[default: ...]`, checked
+/// against [`super::Config::default`] by the tests) rather than set with `default_value`,
+/// which would make every flag look given.
 #[derive(clap::Parser, Clone, Debug, Default, PartialEq)]
 #[command(
     name = "ferrolet",
     version,
-    about = "ferrolet: a Kubernetes node agent (kubelet) that drives pods through CRI"
+    about = "ferrolet: a Kubernetes node agent (kubelet) that drives pods through CRI",
+    after_help = "Settings: the defaults shown (the Go kubelet's, but for the runtime endpoint and \
+                  the root dir), overridden by the --config file, overridden by the flags given."
 )]
 pub struct Flags {
     /// A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML); flags override it.
@@ -51,25 +56,26 @@ pub struct Flags {
     /// Where the kubelet keeps pod dirs and volumes [default: /var/lib/ferrolet/kubelet].
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
-    /// CRI runtime endpoint (containerRuntimeEndpoint).
+    /// CRI runtime endpoint (containerRuntimeEndpoint) [default: unix:///run/ferrolet/cri.sock].
     #[arg(long, value_name = "ENDPOINT")]
     pub container_runtime_endpoint: Option<String>,
-    /// CRI image endpoint, if not the runtime's (imageServiceEndpoint).
+    /// CRI image endpoint, if not the runtime's (imageServiceEndpoint) [default: the
+    /// --container-runtime-endpoint].
     #[arg(long, value_name = "ENDPOINT")]
     pub image_service_endpoint: Option<String>,
-    /// Port of the read-only HTTP API, 0 = off (readOnlyPort).
+    /// Port of the read-only HTTP API, 0 = off (readOnlyPort) [default: 0].
     #[arg(long, value_name = "PORT")]
     pub read_only_port: Option<u16>,
-    /// Port of the healthz endpoint, 0 = off (healthzPort).
+    /// Port of the healthz endpoint, 0 = off (healthzPort) [default: 10248].
     #[arg(long, value_name = "PORT")]
     pub healthz_port: Option<u16>,
-    /// Address the healthz endpoint binds to (healthzBindAddress).
+    /// Address the healthz endpoint binds to (healthzBindAddress) [default: 127.0.0.1].
     #[arg(long, value_name = "IP")]
     pub healthz_bind_address: Option<IpAddr>,
-    /// Address the read-only API binds to (address).
+    /// Address the read-only and secure APIs bind to (address) [default: 0.0.0.0].
     #[arg(long, value_name = "IP")]
     pub address: Option<IpAddr>,
-    /// Most pods this node runs (maxPods).
+    /// Most pods this node runs (maxPods) [default: 110].
     #[arg(long, value_name = "N")]
     pub max_pods: Option<u32>,
     /// Cluster DNS server IPs, comma-separated (clusterDNS).
@@ -78,28 +84,29 @@ pub struct Flags {
     /// Cluster DNS domain (clusterDomain).
     #[arg(long, value_name = "DOMAIN")]
     pub cluster_domain: Option<String>,
-    /// Resolver configuration the pods' DNS starts from; "" disables it (resolvConf).
+    /// Resolver configuration the pods' DNS starts from; "" disables it (resolvConf)
+    /// [default: /etc/resolv.conf].
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<PathBuf>,
-    /// Cgroup parent of pods (cgroupRoot).
+    /// Cgroup parent of pods (cgroupRoot) [default: /].
     #[arg(long, value_name = "CGROUP")]
     pub cgroup_root: Option<String>,
-    /// How often the manifest directory is re-listed (fileCheckFrequency).
+    /// How often the manifest directory is re-listed (fileCheckFrequency) [default: 20s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
     pub file_check_frequency: Option<Duration>,
-    /// How often the manifest URL is polled (httpCheckFrequency).
+    /// How often the manifest URL is polled (httpCheckFrequency) [default: 20s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
     pub http_check_frequency: Option<Duration>,
-    /// How often every pod is synced (syncFrequency).
+    /// How often every pod is synced (syncFrequency) [default: 1m0s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
     pub sync_frequency: Option<Duration>,
-    /// Timeout of CRI calls (runtimeRequestTimeout).
+    /// Timeout of CRI calls (runtimeRequestTimeout) [default: 2m0s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
     pub runtime_request_timeout: Option<Duration>,
-    /// Log verbosity (logging.verbosity).
+    /// Log verbosity (logging.verbosity) [default: 0].
     #[arg(short = 'v', long = "v", value_name = "LEVEL")]
     pub v: Option<u8>,
-    /// Log format (logging.format).
+    /// Log format (logging.format) [default: text].
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
     /// Garbage collection flags.
@@ -125,7 +132,7 @@ pub struct Flags {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub anonymous_auth: Option<bool>,
     /// Bearer-token webhook authentication (authentication.webhook.enabled); needs an API
-    /// server, so only false is accepted.
+    /// server, so only false is accepted [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub authentication_token_webhook: Option<bool>,
     /// AlwaysAllow, Static (rules from --authorization-policy-file) or Webhook (needs an API
@@ -176,5 +183,127 @@ mod tests {
         );
         assert!(Flags::try_parse_from(["ferrolet", "--sync-frequency=20x"]).is_err());
         assert!(Flags::try_parse_from(["ferrolet", "--address=nowhere"]).is_err());
+    }
+
+    /// The `[default: ...]` the help of `--long` shows, if any.
+    fn shown_default(help: &str, long: &str) -> Option<String> {
+        let heads = [format!(" --{long} "), format!(" --{long}[")];
+        let mut lines = help
+            .lines()
+            .skip_while(|l| !heads.iter().any(|h| l.contains(h.as_str())));
+        let first = lines.next()?;
+        // An option's text ends where the next option starts.
+        let text = std::iter::once(first)
+            .chain(lines.take_while(|l| !l.trim_start().starts_with('-')))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let from = text.find("[default: ")? + "[default: ".len();
+        let to = text[from..].find(']')? + from;
+        Some(text[from..to].to_string())
+    }
+
+    #[test]
+    fn help_shows_every_default() {
+        use crate::config::Config;
+        use crate::config::duration::parse_duration;
+        use clap::CommandFactory;
+
+        let help = Flags::command().render_long_help().to_string();
+        assert!(
+            help.contains("[default: unix:///run/ferrolet/cri.sock]"),
+            "{help}"
+        );
+        let d = Config::default();
+        let values = [
+            ("root-dir", d.root_dir.display().to_string()),
+            (
+                "container-runtime-endpoint",
+                d.container_runtime_endpoint.clone(),
+            ),
+            ("read-only-port", d.read_only_port.to_string()),
+            ("healthz-port", d.healthz_port.to_string()),
+            ("healthz-bind-address", d.healthz_bind_address.to_string()),
+            ("address", d.address.to_string()),
+            ("max-pods", d.max_pods.to_string()),
+            ("resolv-conf", d.resolv_conf.display().to_string()),
+            ("cgroup-root", d.cgroup_root.clone()),
+            ("v", d.verbosity.to_string()),
+            ("log-format", format!("{:?}", d.log_format).to_lowercase()),
+            ("port", d.port.to_string()),
+            ("anonymous-auth", d.authentication.anonymous.to_string()),
+            (
+                "authentication-token-webhook",
+                d.authentication.webhook.to_string(),
+            ),
+            ("authorization-mode", d.authorization.mode.as_str().into()),
+            (
+                "maximum-dead-containers-per-container",
+                d.gc.max_per_pod_container.to_string(),
+            ),
+            ("maximum-dead-containers", d.gc.max_containers.to_string()),
+            (
+                "image-gc-high-threshold",
+                d.gc.image_gc_high_threshold_percent.to_string(),
+            ),
+            (
+                "image-gc-low-threshold",
+                d.gc.image_gc_low_threshold_percent.to_string(),
+            ),
+        ];
+        let durations = [
+            ("file-check-frequency", d.file_check_frequency),
+            ("http-check-frequency", d.http_check_frequency),
+            ("sync-frequency", d.sync_frequency),
+            ("runtime-request-timeout", d.runtime_request_timeout),
+            ("minimum-container-ttl-duration", d.gc.minimum_container_ttl),
+            ("minimum-image-ttl-duration", d.gc.image_minimum_gc_age),
+        ];
+        // Defaults that are another setting, not a value.
+        let derived = ["image-service-endpoint", "tls-cert-file", "cert-dir"];
+        // Nothing unless given, as in the Go kubelet's help.
+        let unset = [
+            "config",
+            "pod-manifest-path",
+            "manifest-url",
+            "manifest-url-header",
+            "hostname-override",
+            "cluster-dns",
+            "cluster-domain",
+            "tls-private-key-file",
+            "client-ca-file",
+            "authorization-policy-file",
+        ];
+        for (long, want) in &values {
+            assert_eq!(
+                shown_default(&help, long).as_deref(),
+                Some(want.as_str()),
+                "--{long}"
+            );
+        }
+        for (long, want) in durations {
+            let shown = shown_default(&help, long).unwrap_or_else(|| panic!("--{long}"));
+            assert_eq!(parse_duration(&shown).unwrap(), want, "--{long}");
+        }
+        for long in derived {
+            assert!(shown_default(&help, long).is_some(), "--{long}");
+        }
+        for long in unset {
+            assert_eq!(shown_default(&help, long), None, "--{long}");
+        }
+        // A new flag must take a side above.
+        let known: Vec<&str> = values
+            .iter()
+            .map(|(l, _)| *l)
+            .chain(durations.iter().map(|(l, _)| *l))
+            .chain(derived)
+            .chain(unset)
+            .collect();
+        for arg in Flags::command().get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if arg.is_hide_set() || matches!(long, "help" | "version") {
+                continue;
+            }
+            assert!(known.contains(&long), "--{long}: no default checked");
+        }
     }
 }

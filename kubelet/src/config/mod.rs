@@ -493,6 +493,40 @@ mod tests {
     }
 
     #[test]
+    fn flags_not_given_leave_the_file_alone() {
+        let yaml = format!(
+            "{HEAD}containerRuntimeEndpoint: unix:///run/file.sock\nreadOnlyPort: 10255\n\
+             healthzPort: 0\naddress: 127.0.0.1\nport: 10260\nsyncFrequency: 30s\n"
+        );
+        let (c, _) = with_file(&yaml, &[]).unwrap();
+        assert_eq!(c.container_runtime_endpoint, "unix:///run/file.sock");
+        assert_eq!(
+            (c.read_only_port, c.healthz_port, c.port),
+            (10255, 0, 10260)
+        );
+        assert_eq!(c.address.to_string(), "127.0.0.1");
+        assert_eq!(c.sync_frequency, Duration::from_secs(30));
+        assert_eq!(c.root_dir, PathBuf::from(DEFAULT_ROOT_DIR), "the default");
+
+        let (c, _) = with_file(
+            &yaml,
+            &[
+                "--container-runtime-endpoint=unix:///run/flag.sock",
+                "--read-only-port=0",
+                "--port=10270",
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.container_runtime_endpoint, "unix:///run/flag.sock");
+        assert_eq!((c.read_only_port, c.port), (0, 10270), "the flags win");
+        assert_eq!(
+            c.healthz_port, 0,
+            "the file still speaks where no flag does"
+        );
+        assert_eq!(c.sync_frequency, Duration::from_secs(30));
+    }
+
+    #[test]
     fn header_flags_accumulate_and_replace_the_file() {
         let yaml = format!("{HEAD}staticPodURLHeader: {{X-File: [f]}}\n");
         let (c, _) = with_file(

@@ -83,13 +83,15 @@ pub struct GcFlags {
     /// Minimum age of a dead container before it is garbage collected [default: 0s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
     pub minimum_container_ttl_duration: Option<Duration>,
-    /// Image filesystem usage percent that starts image GC (imageGCHighThresholdPercent).
+    /// Image filesystem usage percent that starts image GC (imageGCHighThresholdPercent)
+    /// [default: 85].
     #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
     pub image_gc_high_threshold: Option<i32>,
-    /// Usage percent image GC frees down to (imageGCLowThresholdPercent).
+    /// Usage percent image GC frees down to (imageGCLowThresholdPercent) [default: 80].
     #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
     pub image_gc_low_threshold: Option<i32>,
-    /// Minimum age of an unused image before it is garbage collected (imageMinimumGCAge).
+    /// Minimum age of an unused image before it is garbage collected (imageMinimumGCAge)
+    /// [default: 2m0s].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
     pub minimum_image_ttl_duration: Option<Duration>,
     /// Container GC period (for tests).
