@@ -21,7 +21,7 @@ REG_OPEN=127.0.0.1:5000
 REG_AUTH=127.0.0.1:5001
 AUTH_FILE=$ENV_DIR/registry-auth
 PACKAGES=(containerd runc containernetworking-plugins docker-registry busybox-static iproute2
-  iptables protobuf-compiler skopeo apache2-utils curl ca-certificates openssl)
+  iptables protobuf-compiler skopeo apache2-utils python3-venv curl ca-certificates openssl)
 
 log() { printf '[env] %s\n' "$*"; }
 die() { printf '[env] error: %s\n' "$*" >&2; exit 1; }
@@ -159,6 +159,16 @@ JSON
   log "CNI config in $CNI_CONF_DIR (bridge ferrolet0, 10.88.0.0/16, portmap)"
 }
 
+# A CRI client that is not ours, for the tests: Python grpcio (C-core), which sends the unix
+# socket's path, percent-encoded, as :authority. From PyPI, into a venv of its own.
+PYTHON_ENV=$ENV_DIR/python
+install_python_clients() {
+  if "$PYTHON_ENV/bin/python3" -c 'import grpc' 2>/dev/null; then return; fi
+  log "installing Python grpcio into $PYTHON_ENV"
+  /usr/bin/python3 -m venv "$PYTHON_ENV"
+  "$PYTHON_ENV/bin/pip" install -q --disable-pip-version-check 'grpcio>=1.57'
+}
+
 up() {
   need_root
   install_packages
@@ -166,6 +176,7 @@ up() {
   start_containerd
   start_registries
   write_cni_config
+  install_python_clients
   build_images
   push_images
   log "ready"
