@@ -141,7 +141,7 @@ fn grpcio_calls(socket: &Path, calls: &[(&str, Vec<u8>)]) -> Vec<GrpcioResult> {
 }
 
 fn decode<M: Message + Default>(result: &GrpcioResult) -> M {
-    assert_eq!(result.code, "OK", "{result:?}");
+    assert_eq!(result.code, "OK", "{}", result.details);
     M::decode(hex::decode(&result.response).unwrap().as_slice()).unwrap()
 }
 
@@ -199,6 +199,10 @@ async fn grpcio_is_refused_without_the_authority_rewrite() {
     let calls = [(VERSION, VersionRequest::default().encode_to_vec())];
     let results = grpcio_calls(&node.socket(), &calls);
     assert_ne!(results[0].code, "OK", "{results:?}");
+    eprintln!(
+        "grpcio without the rewrite: {} {}",
+        results[0].code, results[0].details
+    );
     let log = node.cri.log_text();
     let refused = log.lines().find(|l| l.contains("malformed authority"));
     assert!(refused.is_some(), "{log}");
@@ -219,7 +223,7 @@ async fn raw_version(
     fields: &[(&[u8], &[u8])],
     shape: &BlockShape,
 ) -> VersionResponse {
-    let block = client.encode(fields);
+    let block = client.encode(fields).unwrap();
     let request = VersionRequest::default().encode_to_vec();
     let stream = client.send_grpc(&block, shape, &request).await.unwrap();
     let response = client.response(stream).await.unwrap();
@@ -275,7 +279,7 @@ async fn raw_http2_any_authority_split_blocks_and_a_thousand_calls_on_one_connec
         let path = if i % 2 == 0 { VERSION } else { LIST_PODS };
         let mut fields = grpc_request_fields(path.as_bytes(), Some(b"/run/x.sock"));
         fields.push((name.as_bytes(), value.as_bytes()));
-        let block = client.encode(&fields);
+        let block = client.encode(&fields).unwrap();
         let shape = BlockShape {
             pieces: 1 + i % 4,
             ..Default::default()

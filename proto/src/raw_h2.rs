@@ -86,8 +86,8 @@ impl Response {
 /// A client connection that speaks HTTP/2 frame by frame.
 pub struct RawH2Client<S> {
     io: S,
-    encoder: loona_hpack::Encoder<'static>,
-    decoder: loona_hpack::Decoder<'static>,
+    encoder: httlib_hpack::Encoder<'static>,
+    decoder: crate::transport::hpack::Decoder,
     read: BytesMut,
     next_stream: u32,
 }
@@ -98,8 +98,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
         io.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
         let mut client = Self {
             io,
-            encoder: loona_hpack::Encoder::new(),
-            decoder: loona_hpack::Decoder::new(),
+            encoder: httlib_hpack::Encoder::default(),
+            decoder: crate::transport::hpack::Decoder::new(
+                crate::transport::hpack::DEFAULT_TABLE_SIZE,
+            ),
             read: BytesMut::new(),
             next_stream: 1,
         };
@@ -114,16 +116,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
         id
     }
 
-    /// Encodes header fields with this connection's encoder, which indexes new names into its
-    /// dynamic table, so later blocks refer back to earlier ones as real clients' do.
-    pub fn encode(&mut self, fields: &[(&[u8], &[u8])]) -> Vec<u8> {
-        self.encoder.encode(fields.iter().copied())
-    }
-
-    /// Resizes this connection's encoder table; the caller puts the matching size update
-    /// (see [`size_update`]) at the start of the next block.
-    pub fn set_table_size(&mut self, size: usize) {
-        self.encoder.set_max_table_size(size);
+    /// Encodes header fields with this connection's encoder, as real clients do (see
+    /// [`encode_block`]), so later blocks refer back to earlier ones.
+    pub fn encode(&mut self, fields: &[(&[u8], &[u8])]) -> io::Result<Vec<u8>> {
+        encode_block(&mut self.encoder, fields)
     }
 
     /// Writes one frame.
@@ -291,9 +287,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
                         continue;
                     }
                     // Every block is decoded, whatever its stream, to keep the table in step.
-                    let fields = self.decoder.decode(&block).map_err(|e| {
-                        io::Error::new(io::ErrorKind::InvalidData, format!("HPACK: {e:?}"))
-                    })?;
+                    let fields = decode_block(&mut self.decoder, &block)?;
                     block.clear();
                     if frame.stream != stream {
                         continue;
@@ -322,12 +316,51 @@ pub fn grpc_frame(message: &[u8]) -> Vec<u8> {
     framed
 }
 
-/// An HPACK dynamic table size update instruction (RFC 7541 §6.3).
-pub fn size_update(size: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    // Writing into a Vec cannot fail.
-    let _ = loona_hpack::encoder::encode_integer_into(size, 5, 0x20, &mut out);
-    out
+/// How [`encode_block`] encodes a field: Huffman-coded name and value, indexed into the
+/// table, as an index where the table has it (what grpc-go and h2 clients do).
+const CLIENT_FLAGS: u8 = httlib_hpack::Encoder::HUFFMAN_NAME
+    | httlib_hpack::Encoder::HUFFMAN_VALUE
+    | httlib_hpack::Encoder::WITH_INDEXING
+    | httlib_hpack::Encoder::BEST_FORMAT;
+
+fn hpack_error(e: impl std::fmt::Debug) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("HPACK: {e:?}"))
+}
+
+/// Encodes fields as a client's encoder does: Huffman-coded, indexed into its dynamic table.
+pub fn encode_block(
+    encoder: &mut httlib_hpack::Encoder<'_>,
+    fields: &[(&[u8], &[u8])],
+) -> io::Result<Vec<u8>> {
+    let mut block = Vec::new();
+    for (name, value) in fields {
+        encoder
+            .encode((name.to_vec(), value.to_vec(), CLIENT_FLAGS), &mut block)
+            .map_err(hpack_error)?;
+    }
+    Ok(block)
+}
+
+/// Resizes `encoder`'s table; returns the size update instruction (RFC 7541 §6.3) that must
+/// open the next block.
+pub fn resize_table(encoder: &mut httlib_hpack::Encoder<'_>, size: u32) -> io::Result<Vec<u8>> {
+    let mut instruction = Vec::new();
+    encoder
+        .update_max_dynamic_size(size, &mut instruction)
+        .map_err(hpack_error)?;
+    Ok(instruction)
+}
+
+/// Decodes a header block into (name, value) pairs (with the decoder our servers use).
+fn decode_block(
+    decoder: &mut crate::transport::hpack::Decoder,
+    block: &[u8],
+) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut fields = Vec::new();
+    decoder
+        .decode(block, |n, v, _| fields.push((n.to_vec(), v.to_vec())))
+        .map_err(hpack_error)?;
+    Ok(fields)
 }
 
 /// The request fields of a gRPC call to `path` with the given `:authority` (none if `None`).

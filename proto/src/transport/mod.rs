@@ -2,8 +2,10 @@
 //! connections accept any `:authority` ([`AuthorityRewrite`]).
 
 mod authority;
+pub(crate) mod hpack;
 
 pub use authority::AuthorityRewrite;
+pub use hpack::HpackError;
 
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};

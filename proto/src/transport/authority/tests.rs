@@ -1,5 +1,7 @@
 use super::*;
-use crate::raw_h2::{BlockShape, RawH2Client, Response, grpc_request_fields, size_update};
+use crate::raw_h2::{
+    BlockShape, RawH2Client, Response, encode_block, grpc_request_fields, resize_table,
+};
 use proptest::prelude::*;
 
 // ---- the rewriter on its own: bytes in, bytes out ----
@@ -13,7 +15,8 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 }
 
 fn request_block(authority: &[u8]) -> Vec<u8> {
-    loona_hpack::Encoder::new().encode(grpc_request_fields(b"/x.Y/Z", Some(authority)))
+    let fields = grpc_request_fields(b"/x.Y/Z", Some(authority));
+    encode_block(&mut httlib_hpack::Encoder::default(), &fields).unwrap()
 }
 
 fn rewrite_all(input: &[u8]) -> Vec<u8> {
@@ -55,9 +58,11 @@ fn frames(bytes: &[u8]) -> Vec<(u8, u8, u32, Vec<u8>)> {
 
 /// Decodes one output header block with a fresh decoder: it must not lean on a dynamic table.
 fn decode_fresh(block: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    loona_hpack::Decoder::new()
-        .decode(block)
-        .expect("decodable block")
+    let mut fields = Vec::new();
+    Decoder::new(0)
+        .decode(block, |n, v, _| fields.push((n.to_vec(), v.to_vec())))
+        .expect("decodable block");
+    fields
 }
 
 fn authority_of(fields: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
@@ -133,7 +138,7 @@ fn a_block_larger_than_a_frame_leaves_in_continuations() {
         (b":authority", b"/run/x.sock"),
         (b"x-big", &big),
     ];
-    let block = loona_hpack::Encoder::new().encode(fields.iter().copied());
+    let block = encode_block(&mut httlib_hpack::Encoder::default(), &fields).unwrap();
     let mut input = PREFACE.to_vec();
     // A client may send the block in frames up to the size h2 allows; send it in three.
     let third = block.len() / 3;
@@ -160,7 +165,7 @@ fn a_block_larger_than_a_frame_leaves_in_continuations() {
 fn the_clients_dynamic_table_is_followed_across_blocks() {
     // The encoder indexes every new name, so the second and later blocks are mostly references
     // into the client's table, which only the rewriter's decoder holds.
-    let mut encoder = loona_hpack::Encoder::new();
+    let mut encoder = httlib_hpack::Encoder::default();
     let mut input = PREFACE.to_vec();
     let values: Vec<String> = (0..200)
         .map(|i| format!("value-{i:03}-{}", "x".repeat(i % 90)))
@@ -172,14 +177,12 @@ fn the_clients_dynamic_table_is_followed_across_blocks() {
         let mut block = Vec::new();
         if i == 100 {
             // A size update shrinks the table (evicting), then it grows back.
-            encoder.set_max_table_size(256);
-            block.extend(size_update(256));
+            block.extend(resize_table(&mut encoder, 256).unwrap());
         }
         if i == 150 {
-            encoder.set_max_table_size(4096);
-            block.extend(size_update(4096));
+            block.extend(resize_table(&mut encoder, 4096).unwrap());
         }
-        block.extend(encoder.encode(fields.iter().copied()));
+        block.extend(encode_block(&mut encoder, &fields).unwrap());
         input.extend(frame(
             HEADERS,
             END_HEADERS | END_STREAM,
@@ -378,7 +381,7 @@ async fn call(
     shape: &BlockShape,
     body: &[u8],
 ) -> Response {
-    let block = client.encode(fields);
+    let block = client.encode(fields).unwrap();
     let stream = client.send_grpc(&block, shape, body).await.expect("send");
     client.response(stream).await.expect("response")
 }
@@ -519,7 +522,7 @@ async fn one_byte_reads_and_large_bodies_pass_intact() {
     let mut client = adapted_client(false).await;
     let body: Vec<u8> = (0..60_000u32).map(|i| (i % 251) as u8).collect();
     let stream = client.new_stream();
-    let block = client.encode(&fields);
+    let block = client.encode(&fields).unwrap();
     client
         .send_block(stream, &block, false, &BlockShape::default())
         .await
