@@ -9,6 +9,9 @@
 # environment's containerd; it stops what it started, also on error or Ctrl-C.
 #
 #   BENCH_PODS="20 100"  pod counts      BENCH_WARMUP=2  untimed pods first, per runtime
+#   BENCH_AUTHORITY_PODS=100  pods for the :authority rewrite's cost: ferrolet-cri with it
+#                        against ferrolet-cri without it (accept_any_authority = false),
+#                        twice each, alternating; 0 skips it
 #   BENCH_ARGS=...       extra flags for ferrolet-cri-bench (e.g. --cni-check)
 #   BIN=target/release   where the binaries are
 set -euo pipefail
@@ -19,6 +22,7 @@ CRI=$BIN/ferrolet-cri
 BENCH=$BIN/ferrolet-cri-bench
 PODS=${BENCH_PODS:-20 100}
 WARMUP=${BENCH_WARMUP:-2}
+AUTHORITY_PODS=${BENCH_AUTHORITY_PODS:-100}
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 PID_DIR=/run/ferrolet/env
 CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
@@ -75,11 +79,11 @@ FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up
 ref_pid=$(cat "$PID_DIR/containerd-cri.pid")
 ctrd_pid=$(cat "$PID_DIR/containerd.pid")
 
-# ferrolet-cri, in its own session (a Ctrl-C reaches the benchmark, which then still needs it to
-# clean up); `exec` keeps the pid the pid file records.
-rm -rf "$CRI_ROOT" "$CRI_STATE"
-mkdir -p "$CRI_ROOT" "$CRI_STATE" "$OUT"
-cat >"$CRI_STATE/ferrolet-cri.toml" <<TOML
+# start_cri ACCEPT_ANY_AUTHORITY LOG: ferrolet-cri in its own session (a Ctrl-C reaches the
+# benchmark, which then still needs it to clean up); `exec` keeps the pid the pid file records.
+start_cri() {
+  mkdir -p "$CRI_ROOT" "$CRI_STATE"
+  cat >"$CRI_STATE/ferrolet-cri.toml" <<TOML
 listen = "unix://$CRI_SOCK"
 containerd = "$CTRD_SOCK"
 namespace = "$CRI_NAMESPACE"
@@ -88,19 +92,35 @@ state = "$CRI_STATE/state"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
 log_level = "info"
+accept_any_authority = $1
 TOML
-setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CRI_STATE/pid" \
-  "$CRI" --config "$CRI_STATE/ferrolet-cri.toml" </dev/null >"$OUT/ferrolet-cri.log" 2>&1 &
-for _ in $(seq 1 600); do
-  [ -s "$CRI_STATE/pid" ] && cri_pid=$(cat "$CRI_STATE/pid")
-  [ -S "$CRI_SOCK" ] && break
-  if [ -n "$cri_pid" ] && ! kill -0 "$cri_pid" 2>/dev/null; then
-    cat "$OUT/ferrolet-cri.log" >&2
-    die "ferrolet-cri exited at start-up"
-  fi
-  sleep 0.1
-done
-[ -S "$CRI_SOCK" ] || die "ferrolet-cri did not listen on $CRI_SOCK; see $OUT/ferrolet-cri.log"
+  rm -f "$CRI_STATE/pid"
+  cri_pid=
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CRI_STATE/pid" \
+    "$CRI" --config "$CRI_STATE/ferrolet-cri.toml" </dev/null >>"$2" 2>&1 &
+  for _ in $(seq 1 600); do
+    [ -s "$CRI_STATE/pid" ] && cri_pid=$(cat "$CRI_STATE/pid")
+    [ -S "$CRI_SOCK" ] && break
+    if [ -n "$cri_pid" ] && ! kill -0 "$cri_pid" 2>/dev/null; then
+      cat "$2" >&2
+      die "ferrolet-cri exited at start-up"
+    fi
+    sleep 0.1
+  done
+  [ -S "$CRI_SOCK" ] || die "ferrolet-cri did not listen on $CRI_SOCK; see $2"
+}
+
+# stop_cri: SIGTERM, then what it leaves is its own to recover at the next start.
+stop_cri() {
+  kill -TERM "$cri_pid" 2>/dev/null || true
+  for _ in $(seq 1 150); do kill -0 "$cri_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$cri_pid" 2>/dev/null || true
+  cri_pid=
+}
+
+rm -rf "$CRI_ROOT" "$CRI_STATE"
+mkdir -p "$OUT"
+start_cri true "$OUT/ferrolet-cri.log"
 log "ferrolet-cri (pid $cri_pid) on $CRI_SOCK, containerd $CTRD_SOCK namespace $CRI_NAMESPACE"
 log "containerd CRI (pid $ref_pid) on $REF_SOCK; results in $OUT"
 
@@ -138,6 +158,26 @@ for n in $PODS; do
     "$BENCH" compare "$ours" "$ref" "${limit[@]}" | tee "$OUT/compare-$n.txt"
   fi
 done
+
+# What the :authority rewrite costs: the same ferrolet-cri with it and without it, alternating
+# (on, off, on, off) so drift over the run falls on both, compared round by round.
+if [ "$AUTHORITY_PODS" -gt 0 ]; then
+  n=$AUTHORITY_PODS
+  for round in 1 2; do
+    for mode in on off; do
+      accept=true; [ "$mode" = off ] && accept=false
+      stop_cri
+      start_cri "$accept" "$OUT/ferrolet-cri-authority-$mode.log"
+      log "authority rewrite $mode, round $round: ferrolet-cri (pid $cri_pid)"
+      bench "ferrolet-cri rewrite $mode" "unix://$CRI_SOCK" "$n" \
+        "$OUT/authority-$mode-$round-$n.json" - --json --pid "$cri_pid"
+    done
+    on=$OUT/authority-on-$round-$n.json off=$OUT/authority-off-$round-$n.json
+    if [ -s "$on" ] && [ -s "$off" ]; then
+      "$BENCH" compare "$on" "$off" | tee "$OUT/compare-authority-$round-$n.txt"
+    fi
+  done
+fi
 
 log "results (JSON reports, comparisons, ferrolet-cri's log) in $OUT"
 exit "$status"

@@ -23,11 +23,11 @@ use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
     ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, ContainerStateValue,
-    CreateContainerRequest, ImageSpec, ImageStatusRequest, LinuxPodSandboxConfig,
-    ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxMetadata,
-    PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest, RemovePodSandboxRequest,
-    RunPodSandboxRequest, StartContainerRequest, StopContainerRequest, StopPodSandboxRequest,
-    VersionRequest,
+    ContainerStatusRequest, CreateContainerRequest, ImageSpec, ImageStatusRequest,
+    LinuxPodSandboxConfig, ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig,
+    PodSandboxMetadata, PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest,
+    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
+    StopPodSandboxRequest, VersionRequest,
 };
 use ferrolet_proto::transport;
 use futures::{StreamExt, TryStreamExt};
@@ -48,6 +48,8 @@ enum Rpc {
     RunPodSandbox,
     CreateContainer,
     StartContainer,
+    ContainerStatus,
+    Version,
     StopContainer,
     RemoveContainer,
     StopPodSandbox,
@@ -55,10 +57,12 @@ enum Rpc {
 }
 
 impl Rpc {
-    const ALL: [Rpc; 7] = [
+    const ALL: [Rpc; 9] = [
         Rpc::RunPodSandbox,
         Rpc::CreateContainer,
         Rpc::StartContainer,
+        Rpc::ContainerStatus,
+        Rpc::Version,
         Rpc::StopContainer,
         Rpc::RemoveContainer,
         Rpc::StopPodSandbox,
@@ -70,6 +74,8 @@ impl Rpc {
             Rpc::RunPodSandbox => "RunPodSandbox",
             Rpc::CreateContainer => "CreateContainer",
             Rpc::StartContainer => "StartContainer",
+            Rpc::ContainerStatus => "ContainerStatus",
+            Rpc::Version => "Version",
             Rpc::StopContainer => "StopContainer",
             Rpc::RemoveContainer => "RemoveContainer",
             Rpc::StopPodSandbox => "StopPodSandbox",
@@ -405,6 +411,19 @@ impl Bench {
         )
         .await
         .with_context(|| format!("container {container}"))?;
+        // The calls a kubelet makes most once pods run: cheap on the runtime, so they show what
+        // the transport costs (the :authority rewrite, for one).
+        self.timed(
+            Rpc::ContainerStatus,
+            rt.container_status(ContainerStatusRequest {
+                container_id: container.clone(),
+                verbose: false,
+            }),
+        )
+        .await
+        .with_context(|| format!("container {container}"))?;
+        self.timed(Rpc::Version, rt.version(VersionRequest::default()))
+            .await?;
         Ok(Pod { sandbox, container })
     }
 
