@@ -1,12 +1,17 @@
-//! The specs we build for the requests the Go kubelet 1.28 really sends
-//! (`shim/tests/fixtures/gokubelet-1.28-*.json`), on each node shape: v1 without hugetlb (our
-//! VMs), v1 with hugetlb, v1 without swap accounting, v2 with and without hugetlb. Each field
-//! of `LinuxContainerResources` and `LinuxPodSandboxConfig` the kubelet fills is checked
-//! against what containerd 1.6/1.7 puts in the spec for it.
+//! The specs we build for the requests the Go kubelet 1.28 really sends, on each node shape:
+//! v1 without hugetlb (our VMs), v1 with hugetlb, v1 without swap accounting, v2 with and
+//! without hugetlb. Each field of `LinuxContainerResources` and `LinuxPodSandboxConfig` the
+//! kubelet fills is checked against what containerd 1.6/1.7 puts in the spec for it.
 //!
-//! The fixtures are in Go's JSON form (zero fields left out), which the prost types' serde
-//! derive cannot read as is (every field is required there): [`from_go_json`] reads them with
-//! missing fields as zero and unknown ones as errors.
+//! Two kinds of fixtures (`shim/tests/fixtures/README.md`): requests captured as protobuf from
+//! a real Go kubelet 1.28.7 on one of our VMs (`captured/gokubelet-1.28.7-*.pb`), and requests
+//! derived by hand from its source (`gokubelet-1.28-*.json`) for what a v1 VM cannot show
+//! (cgroup v2, huge pages asked for). `derived_fixtures_agree_with_the_captures` keeps the
+//! derived ones true to the captured ones.
+//!
+//! The derived fixtures are in Go's JSON form (zero fields left out), which the prost types'
+//! serde derive cannot read as is (every field is required there): [`from_go_json`] reads them
+//! with missing fields as zero and unknown ones as errors.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -480,9 +485,14 @@ fn the_fixtures_carry_what_the_go_kubelet_sends() {
 /// rules for `node`.
 fn assert_resources_as_containerd(name: &str, node_name: &str, node: &CgroupSupport) {
     let req: cri::CreateContainerRequest = fixture(name);
-    let asked = request_resources(&req);
-    let spec = container(&req, node, -1000);
-    let at = format!("{name} on {node_name}");
+    assert_request_as_containerd(&req, &format!("{name} on {node_name}"), node);
+}
+
+/// Checks every field of a CreateContainer request's resources in the spec against
+/// containerd's rules for `node`; `at` names the request and node in failures.
+fn assert_request_as_containerd(req: &cri::CreateContainerRequest, at: &str, node: &CgroupSupport) {
+    let asked = request_resources(req);
+    let spec = container(req, node, -1000);
     let r = resources(&spec);
 
     // cpu: period, quota, shares as asked (0 = unset); no cpuset asked.
@@ -539,7 +549,7 @@ fn assert_resources_as_containerd(name: &str, node_name: &str, node: &CgroupSupp
     // oom_score_adj: as asked, raised to our floor.
     let p = spec.process().as_ref().unwrap();
     assert_eq!(p.oom_score_adj(), Some(asked.oom_score_adj as i32), "{at}");
-    let clamped = container(&req, node, -500);
+    let clamped = container(req, node, -500);
     let adj = clamped.process().as_ref().unwrap().oom_score_adj();
     assert_eq!(adj, Some((asked.oom_score_adj as i32).max(-500)), "{at}");
 
@@ -689,4 +699,276 @@ fn sandbox_resources_are_annotations_only() {
             assert_eq!(json["process"]["oomScoreAdj"], -998, "{at}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requests captured from a real Go kubelet 1.28.7 (`shim/tests/fixtures/captured/`): the raw
+// protobuf bytes it sent, recorded by a proxy between it and ferrolet-cri on one of our VMs
+// (cgroup v1 hybrid without hugetlb, swap accounted), for four static pods: `plain`
+// (BestEffort), `initprobe` (two init containers, probes; BestEffort), `burstable` (cpu
+// 100m/500m, memory 32Mi/64Mi) and `guaranteed` (cpu 250m, memory 64Mi).
+
+/// Where the captured fixtures are.
+const CAPTURED: &str = "tests/fixtures/captured";
+
+/// File name prefixes of the captured CreateContainer and RunPodSandbox requests.
+const CAPTURED_CONTAINER: &str = "gokubelet-1.28.7-create-container-";
+const CAPTURED_SANDBOX: &str = "gokubelet-1.28.7-run-pod-sandbox-";
+
+/// One captured request, decoded as `T`; every byte of it must be a field `T` knows.
+fn captured_one<T: prost::Message + Default>(name: &str) -> T {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(CAPTURED)
+        .join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let req = T::decode(bytes.as_slice()).unwrap_or_else(|e| panic!("{name}: {e}"));
+    // prost skips fields it does not know; the same length back means there were none.
+    assert_eq!(
+        req.encoded_len(),
+        bytes.len(),
+        "{name}: fields prost does not know"
+    );
+    req
+}
+
+/// Every captured request named `<prefix><key>.pb`, as (key, request), by key.
+fn captured<T: prost::Message + Default>(prefix: &str) -> Vec<(String, T)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(CAPTURED);
+    let mut all: Vec<(String, T)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter_map(|name| {
+            let key = name.strip_prefix(prefix)?.strip_suffix(".pb")?.to_owned();
+            Some((key, captured_one(&name)))
+        })
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// What the kubelet asked for each captured container (`<pod>-<container>`): cpu period,
+/// quota, shares, memory limit (0 = none), oom_score_adj (by QoS class).
+const CAPTURED_RESOURCES: [(&str, i64, i64, i64, i64, i64); 7] = [
+    ("burstable-app", 100_000, 50_000, 102, 64 << 20, 999),
+    ("guaranteed-app", 100_000, 25_000, 256, 64 << 20, -997),
+    ("initprobe-init-one", 100_000, 0, 2, 0, 1000),
+    ("initprobe-init-two", 100_000, 0, 2, 0, 1000),
+    ("initprobe-reader", 100_000, 0, 2, 0, 1000),
+    ("initprobe-web", 100_000, 0, 2, 0, 1000),
+    ("plain-sleeper", 100_000, 0, 2, 0, 1000),
+];
+
+fn page_limits(r: &cri::LinuxContainerResources) -> Vec<(&str, u64)> {
+    r.hugepage_limits
+        .iter()
+        .map(|h| (h.page_size.as_str(), h.limit))
+        .collect()
+}
+
+#[test]
+fn the_captures_are_whole_and_as_the_kubelet_sent_them() {
+    let containers = captured::<cri::CreateContainerRequest>(CAPTURED_CONTAINER);
+    let keys: Vec<&str> = containers.iter().map(|(k, _)| k.as_str()).collect();
+    let want: Vec<&str> = CAPTURED_RESOURCES.iter().map(|w| w.0).collect();
+    assert_eq!(keys, want);
+    let sandboxes = captured::<cri::RunPodSandboxRequest>(CAPTURED_SANDBOX);
+    let keys: Vec<&str> = sandboxes.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["burstable", "guaranteed", "initprobe", "plain"]);
+
+    for (key, req) in &containers {
+        let r = request_resources(req);
+        let (_, period, quota, shares, memory, adj) =
+            *CAPTURED_RESOURCES.iter().find(|w| w.0 == key).unwrap();
+        assert_eq!(
+            (
+                r.cpu_period,
+                r.cpu_quota,
+                r.cpu_shares,
+                r.memory_limit_in_bytes
+            ),
+            (period, quota, shares, memory),
+            "{key}"
+        );
+        assert_eq!(r.oom_score_adj, adj, "{key}");
+        // memory+swap = memory (no NodeSwap); nothing of cgroup v2, cpusets or classes.
+        assert_eq!(r.memory_swap_limit_in_bytes, memory, "{key}");
+        assert!(r.unified.is_empty() && r.cpuset_cpus.is_empty(), "{key}");
+        // Every page size of the node at limit 0, although this node has no hugetlb.
+        assert_eq!(page_limits(&r), [("2MB", 0), ("1GB", 0)], "{key}");
+        let config = req.config.as_ref().unwrap();
+        let sc = config
+            .linux
+            .as_ref()
+            .unwrap()
+            .security_context
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            sc.seccomp.as_ref().unwrap().profile_type,
+            cri::security_profile::ProfileType::Unconfined as i32,
+            "{key}"
+        );
+        // The sandbox the container joins asks for the runtime's default profile.
+        let sandbox_sc = req
+            .sandbox_config
+            .as_ref()
+            .and_then(|s| s.linux.as_ref())
+            .and_then(|l| l.security_context.as_ref())
+            .unwrap();
+        assert_eq!(
+            sandbox_sc.seccomp.as_ref().unwrap().profile_type,
+            cri::security_profile::ProfileType::RuntimeDefault as i32,
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn captured_requests_on_v1_nodes() {
+    for (key, req) in captured::<cri::CreateContainerRequest>(CAPTURED_CONTAINER) {
+        for (node_name, node) in v1_nodes() {
+            assert_request_as_containerd(&req, &format!("{key} on {node_name}"), &node);
+        }
+    }
+}
+
+#[test]
+fn captured_requests_on_this_vms_shape() {
+    // The node they were captured on: v1 hybrid, no hugetlb, swap accounted, and ferrolet-cri
+    // at oom_score_adj 0, which it may not go below (no CAP_SYS_RESOURCE).
+    let node = v1_without_hugetlb();
+    for (key, req) in captured::<cri::CreateContainerRequest>(CAPTURED_CONTAINER) {
+        let (_, period, quota, shares, memory, adj) =
+            *CAPTURED_RESOURCES.iter().find(|w| w.0 == key).unwrap();
+        let spec = container(&req, &node, 0);
+        let json = serde_json::to_value(&spec).unwrap();
+        let r = &json["linux"]["resources"];
+        assert!(r.get("hugepageLimits").is_none(), "{key}: {r}");
+        assert!(r.get("unified").is_none(), "{key}: {r}");
+        let set = |v: i64| (v != 0).then_some(v);
+        assert_eq!(r["cpu"]["period"], period, "{key}");
+        assert_eq!(r["cpu"]["quota"].as_i64(), set(quota), "{key}");
+        assert_eq!(r["cpu"]["shares"], shares, "{key}");
+        assert_eq!(r["memory"]["limit"].as_i64(), set(memory), "{key}");
+        assert_eq!(r["memory"]["swap"].as_i64(), set(memory), "{key}");
+        assert_eq!(json["process"]["oomScoreAdj"], adj.max(0), "{key}");
+
+        // Where hugetlb is mounted the kubelet's zero limits go to runc as containerd's do.
+        let spec = container(&req, &v1_with_hugetlb(), 0);
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            json["linux"]["resources"]["hugepageLimits"],
+            serde_json::json!([{"pageSize": "2MB", "limit": 0}, {"pageSize": "1GB", "limit": 0}]),
+            "{key}"
+        );
+    }
+}
+
+#[test]
+fn captured_sandboxes_as_containerd() {
+    for (key, req) in captured::<cri::RunPodSandboxRequest>(CAPTURED_SANDBOX) {
+        let config = req.config.unwrap();
+        let linux = config.linux.as_ref().unwrap();
+        assert_eq!(
+            linux.overhead,
+            Some(cri::LinuxContainerResources::default()),
+            "{key}"
+        );
+        let asked = linux.resources.clone().unwrap();
+        let p = pod();
+        let spec = sandbox_spec(&SandboxSpecInput {
+            id: "sb1",
+            config: &config,
+            image: &p.image,
+            netns_path: Some(Path::new("/run/netns/cni-1")),
+            files: &p.files,
+            cgroups_path: &format!("{}/sb1", linux.cgroup_parent),
+            min_oom_score_adj: 0,
+        })
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+        let json = serde_json::to_value(&spec).unwrap();
+        assert_eq!(
+            json["linux"]["resources"]["cpu"],
+            serde_json::json!({"shares": 2}),
+            "{key}"
+        );
+        for absent in ["memory", "hugepageLimits", "unified"] {
+            assert!(
+                json["linux"]["resources"].get(absent).is_none(),
+                "{key}: {absent}"
+            );
+        }
+        let a = &json["annotations"];
+        for (annotation, value) in [
+            ("io.kubernetes.cri.sandbox-cpu-period", asked.cpu_period),
+            ("io.kubernetes.cri.sandbox-cpu-quota", asked.cpu_quota),
+            ("io.kubernetes.cri.sandbox-cpu-shares", asked.cpu_shares),
+            (
+                "io.kubernetes.cri.sandbox-memory",
+                asked.memory_limit_in_bytes,
+            ),
+        ] {
+            assert_eq!(a[annotation], value.to_string(), "{key}: {annotation}");
+        }
+        // RuntimeDefault, as the kubelet asks for every sandbox: the pause process is filtered.
+        assert!(json["linux"].get("seccomp").is_some(), "{key}");
+        // -998 asked by containerd's rule, raised to our floor.
+        assert_eq!(json["process"]["oomScoreAdj"], 0, "{key}");
+    }
+}
+
+#[test]
+fn derived_fixtures_agree_with_the_captures() {
+    // What does not depend on how the kubelet was run (API server or standalone, cluster DNS,
+    // cgroupRoot, pod names) must be the same in the hand-derived fixtures as in the captures.
+    for (derived, captured) in [
+        (V1_CONTAINERS[0], "burstable-app"),
+        (V1_CONTAINERS[1], "plain-sleeper"),
+    ] {
+        let d: cri::CreateContainerRequest = fixture(derived);
+        let c: cri::CreateContainerRequest =
+            captured_one(&format!("{CAPTURED_CONTAINER}{captured}.pb"));
+        let (dc, cc) = (d.config.unwrap(), c.config.unwrap());
+        let (dl, cl) = (dc.linux.unwrap(), cc.linux.unwrap());
+        assert_eq!(dl.resources, cl.resources, "{derived}");
+        assert_eq!(dl.security_context, cl.security_context, "{derived}");
+        let paths = |m: &[cri::Mount]| {
+            m.iter()
+                .map(|m| m.container_path.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(paths(&dc.mounts), paths(&cc.mounts), "{derived}");
+        let keys = |m: &std::collections::HashMap<String, String>| {
+            let mut k: Vec<_> = m.keys().cloned().collect();
+            k.sort();
+            k
+        };
+        assert_eq!(keys(&dc.labels), keys(&cc.labels), "{derived}");
+        assert_eq!(keys(&dc.annotations), keys(&cc.annotations), "{derived}");
+        let (ds, cs) = (d.sandbox_config.unwrap(), c.sandbox_config.unwrap());
+        let (dsl, csl) = (ds.linux.unwrap(), cs.linux.unwrap());
+        assert_eq!(dsl.resources, csl.resources, "{derived}");
+        assert_eq!(dsl.overhead, csl.overhead, "{derived}");
+        assert_eq!(dsl.security_context, csl.security_context, "{derived}");
+        // A static pod's uid is its config hash; its hostname is its name.
+        assert_eq!(
+            ds.metadata.as_ref().unwrap().uid,
+            ds.annotations["kubernetes.io/config.hash"]
+        );
+        assert_eq!(
+            cs.metadata.as_ref().unwrap().uid,
+            cs.annotations["kubernetes.io/config.hash"]
+        );
+        assert_eq!(ds.hostname, ds.metadata.unwrap().name, "{derived}");
+        assert_eq!(cs.hostname, cs.metadata.unwrap().name, "{captured}");
+    }
+    let d: cri::RunPodSandboxRequest = fixture("gokubelet-1.28-run-pod-sandbox-burstable-v1.json");
+    let c: cri::RunPodSandboxRequest = captured_one(&format!("{CAPTURED_SANDBOX}burstable.pb"));
+    let (dl, cl) = (
+        d.config.unwrap().linux.unwrap(),
+        c.config.unwrap().linux.unwrap(),
+    );
+    assert_eq!(dl.resources, cl.resources);
+    assert_eq!(dl.overhead, cl.overhead);
+    assert_eq!(dl.security_context, cl.security_context);
 }
