@@ -180,7 +180,7 @@ pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`).
-fn unescape(field: &str) -> String {
+pub(super) fn unescape(field: &str) -> String {
     if !field.contains('\\') {
         return field.to_string();
     }

@@ -9,6 +9,7 @@ use ferrolet_proto::cri::{self, MountPropagation};
 use oci_spec::runtime::{Mount, Spec};
 
 use super::OciError;
+use super::cgroups::unescape;
 use crate::sandbox::files::SandboxFiles;
 
 /// A bind mount to make, from the request or from the sandbox.
@@ -147,30 +148,6 @@ fn sandbox_mounts(
 struct MountInfo {
     mount_point: PathBuf,
     optional: Vec<String>,
-}
-
-/// Unescapes mountinfo's octal escapes (`\040` for a space).
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|b| (b'0'..=b'7').contains(b)));
-        match octal {
-            Some(d) => {
-                let v = d.iter().fold(0u32, |acc, b| acc * 8 + u32::from(b - b'0'));
-                out.push(u8::try_from(v).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
