@@ -24,7 +24,13 @@ use ferrolet_proto::transport;
 use tonic::Status;
 use tonic::transport::Channel;
 
+use crate::containerd::{TestNamespace, containerd};
+use crate::scratch::Scratch;
 use crate::{leak, workspace_binary};
+use ferrolet_proto::containerd::services::v1::{
+    DeleteImageRequest, ListImagesRequest as CdListImages,
+};
+use ferrolet_proto::cri::{ImageSpec, ListImagesRequest, RemoveImageRequest};
 
 /// A running `ferrolet-cri`, killed on drop.
 pub struct CriServer {
@@ -158,6 +164,10 @@ impl CriServer {
     }
 
     /// Whether the socket file exists.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
     pub fn socket_exists(&self) -> bool {
         self.socket.exists()
     }
@@ -648,6 +658,88 @@ pub fn reassemble(lines: &[LogLine], stream: &str) -> String {
         }
     }
     out
+}
+
+/// A ferrolet-cri of one test's own, without pods: its scratch dir, its containerd namespace
+/// and the server, for the image service's tests and those of other CRI clients.
+pub struct ScratchNode {
+    pub scratch: Scratch,
+    pub ns: TestNamespace,
+    pub cri: CriServer,
+}
+
+impl ScratchNode {
+    /// Starts ferrolet-cri for test `name` logging at `info`; `extra_config` is appended to
+    /// its TOML.
+    pub async fn start(name: &str, extra_config: &str) -> Self {
+        Self::start_logging(name, "info", extra_config).await
+    }
+
+    /// The same with another log filter.
+    pub async fn start_logging(name: &str, log_level: &str, extra_config: &str) -> Self {
+        let scratch = Scratch::new(name);
+        let ns = containerd().namespace(name).await;
+        let config = format!(
+            "containerd = \"{}\"\nnamespace = \"{}\"\nroot = \"{}/root\"\nlog_level = \"{log_level}\"\npull_progress_interval_secs = 1\n{extra_config}",
+            containerd().socket().display(),
+            ns.name,
+            scratch.path().display(),
+        );
+        let cri = CriServer::start(scratch.path(), &config);
+        Self { scratch, ns, cri }
+    }
+
+    /// Removes every image through CRI, stops ferrolet-cri, removes the pinned pause image
+    /// through containerd, then checks that nothing at all is left in the namespace.
+    pub async fn teardown(self) {
+        let mut images = self.cri.images().await;
+        let listed = list_images(&mut images).await;
+        for image in listed.iter().filter(|i| !i.pinned) {
+            let request = RemoveImageRequest {
+                image: Some(ImageSpec {
+                    image: image.id.clone(),
+                    ..Default::default()
+                }),
+            };
+            if let Err(e) = images.remove_image(request).await {
+                panic!("removing image {}: {e}", image.id);
+            }
+        }
+        let left = list_images(&mut images).await;
+        assert!(
+            left.iter().all(|i| i.pinned),
+            "only the pause image may remain: {left:?}"
+        );
+        drop(self.cri);
+        let records = self.ns.client.images().list(CdListImages::default()).await;
+        let records = records.unwrap_or_else(|e| panic!("listing image records: {e}"));
+        for record in records.into_inner().images {
+            let delete = DeleteImageRequest {
+                name: record.name,
+                sync: true,
+                target: None,
+            };
+            if let Err(e) = self.ns.client.images().delete(delete).await {
+                panic!("deleting an image record: {e}");
+            }
+        }
+        self.ns
+            .leak_checker()
+            .containerd_images()
+            .assert_clean()
+            .await;
+        if let Err(e) = self.ns.delete().await {
+            panic!("deleting namespace: {e}");
+        }
+        drop(self.scratch);
+    }
+}
+
+async fn list_images(images: &mut ImageServiceClient<Channel>) -> Vec<ferrolet_proto::cri::Image> {
+    match images.list_images(ListImagesRequest::default()).await {
+        Ok(r) => r.into_inner().images,
+        Err(e) => panic!("ListImages: {e}"),
+    }
 }
 
 #[cfg(test)]

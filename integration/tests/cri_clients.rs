@@ -4,19 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use ferrolet_cri::runtime::RUNTIME_NAME;
-use ferrolet_integration::containerd::{TestNamespace, containerd};
-use ferrolet_integration::cri::CriServer;
+use ferrolet_integration::cri::ScratchNode;
 use ferrolet_integration::registry::OPEN_REGISTRY;
-use ferrolet_integration::scratch::Scratch;
-use ferrolet_proto::containerd::services::v1::{DeleteImageRequest, ListImagesRequest as CdList};
 use ferrolet_proto::cri::{
-    ImageSpec, ImageStatusRequest, ListImagesRequest, ListPodSandboxRequest,
-    ListPodSandboxResponse, PullImageRequest, PullImageResponse, RemoveImageRequest,
-    VersionRequest, VersionResponse,
+    ImageSpec, ImageStatusRequest, ListPodSandboxRequest, ListPodSandboxResponse, PullImageRequest,
+    PullImageResponse, VersionRequest, VersionResponse,
 };
 use ferrolet_proto::raw_h2::{BlockShape, RawH2Client, grpc_request_fields};
 use prost::Message;
@@ -27,66 +23,9 @@ const VERSION: &str = "/runtime.v1.RuntimeService/Version";
 const LIST_PODS: &str = "/runtime.v1.RuntimeService/ListPodSandbox";
 const PULL: &str = "/runtime.v1.ImageService/PullImage";
 
-struct Node {
-    scratch: Scratch,
-    ns: TestNamespace,
-    cri: CriServer,
-}
-
-async fn node(name: &str, extra_config: &str) -> Node {
-    let scratch = Scratch::new(name);
-    let ns = containerd().namespace(name).await;
-    let config = format!(
-        "containerd = \"{}\"\nnamespace = \"{}\"\nroot = \"{}/root\"\nlog_level = \"info,h2=debug\"\n{extra_config}",
-        containerd().socket().display(),
-        ns.name,
-        scratch.path().display(),
-    );
-    let cri = CriServer::start(scratch.path(), &config);
-    Node { scratch, ns, cri }
-}
-
-impl Node {
-    fn socket(&self) -> PathBuf {
-        self.scratch.path().join("cri.sock")
-    }
-
-    /// Removes what the calls made (pulled images, the pinned pause image) and checks that
-    /// the namespace is empty.
-    async fn teardown(self) {
-        let mut images = self.cri.images().await;
-        let listed = images
-            .list_images(ListImagesRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .images;
-        for image in listed.iter().filter(|i| !i.pinned) {
-            images
-                .remove_image(RemoveImageRequest {
-                    image: image_spec(&image.id),
-                })
-                .await
-                .unwrap();
-        }
-        drop(self.cri);
-        let records = self.ns.client.images().list(CdList::default()).await;
-        for record in records.unwrap().into_inner().images {
-            let delete = DeleteImageRequest {
-                name: record.name,
-                sync: true,
-                target: None,
-            };
-            self.ns.client.images().delete(delete).await.unwrap();
-        }
-        self.ns
-            .leak_checker()
-            .containerd_images()
-            .assert_clean()
-            .await;
-        self.ns.delete().await.unwrap();
-        drop(self.scratch);
-    }
+/// ferrolet-cri with h2's debug lines, which name a refused `:authority`.
+async fn node(name: &str, extra_config: &str) -> ScratchNode {
+    ScratchNode::start_logging(name, "info,h2=debug", extra_config).await
 }
 
 fn image_spec(image: &str) -> Option<ImageSpec> {
@@ -164,7 +103,7 @@ async fn grpcio_calls_version_list_pod_sandbox_and_pull_image() {
         (LIST_PODS, ListPodSandboxRequest::default().encode_to_vec()),
         (PULL, pull.encode_to_vec()),
     ];
-    let results = grpcio_calls(&node.socket(), &calls);
+    let results = grpcio_calls(node.cri.socket(), &calls);
     assert_eq!(results.len(), 3);
     let version: VersionResponse = decode(&results[0]);
     assert_eq!(version.runtime_name, RUNTIME_NAME);
@@ -197,7 +136,7 @@ async fn grpcio_is_refused_without_the_authority_rewrite() {
     // Why the rewrite exists, shown with the same client: h2 alone resets grpcio's requests.
     let node = node("grpcio-strict", "accept_any_authority = false\n").await;
     let calls = [(VERSION, VersionRequest::default().encode_to_vec())];
-    let results = grpcio_calls(&node.socket(), &calls);
+    let results = grpcio_calls(node.cri.socket(), &calls);
     assert_ne!(results[0].code, "OK", "{results:?}");
     eprintln!(
         "grpcio without the rewrite: {} {}",
@@ -210,8 +149,8 @@ async fn grpcio_is_refused_without_the_authority_rewrite() {
     node.teardown().await;
 }
 
-async fn raw_client(node: &Node) -> RawH2Client<tokio::net::UnixStream> {
-    let io = tokio::net::UnixStream::connect(node.socket())
+async fn raw_client(node: &ScratchNode) -> RawH2Client<tokio::net::UnixStream> {
+    let io = tokio::net::UnixStream::connect(node.cri.socket())
         .await
         .unwrap();
     RawH2Client::handshake(io).await.unwrap()
@@ -237,7 +176,7 @@ async fn raw_http2_any_authority_split_blocks_and_a_thousand_calls_on_one_connec
     let mut client = raw_client(&node).await;
 
     // The authorities other gRPC libraries send, and none at all.
-    let socket = node.socket();
+    let socket = node.cri.socket();
     let socket = socket.to_str().unwrap().as_bytes();
     for authority in [
         Some(socket),

@@ -6,12 +6,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use ferrolet_integration::containerd::{TestNamespace, containerd};
-use ferrolet_integration::cri::CriServer;
+use ferrolet_integration::containerd::TestNamespace;
+use ferrolet_integration::cri::{CriServer, ScratchNode};
 use ferrolet_integration::registry::{
     AUTH_REGISTRY, OPEN_REGISTRY, TestRegistry, auth_credentials,
 };
-use ferrolet_integration::scratch::{Scratch, unmount_all_under};
+use ferrolet_integration::scratch::unmount_all_under;
 use ferrolet_integration::testimages::{self, BuiltImage};
 use ferrolet_proto::containerd::services::v1::snapshots::{
     ListSnapshotsRequest, ViewSnapshotRequest,
@@ -28,25 +28,6 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 const PAUSE_PREFIX: &str = "ferrolet.local/pause:";
-
-struct Node {
-    scratch: Scratch,
-    ns: TestNamespace,
-    cri: CriServer,
-}
-
-async fn node(name: &str, extra_config: &str) -> Node {
-    let scratch = Scratch::new(name);
-    let ns = containerd().namespace(name).await;
-    let config = format!(
-        "containerd = \"{}\"\nnamespace = \"{}\"\nroot = \"{}/root\"\nlog_level = \"info\"\npull_progress_interval_secs = 1\n{extra_config}",
-        containerd().socket().display(),
-        ns.name,
-        scratch.path().display(),
-    );
-    let cri = CriServer::start(scratch.path(), &config);
-    Node { scratch, ns, cri }
-}
 
 fn spec(image: &str) -> Option<ImageSpec> {
     Some(ImageSpec {
@@ -131,71 +112,10 @@ async fn leases(ns: &TestNamespace) -> Vec<String> {
         .collect()
 }
 
-/// Removes every image through CRI, stops ferrolet-cri, removes the pinned pause image
-/// through containerd, then checks that nothing at all is left in the namespace.
-async fn teardown(node: Node) {
-    let mut images = node.cri.images().await;
-    let listed = images
-        .list_images(ListImagesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .images;
-    for image in listed.iter().filter(|i| !i.pinned) {
-        images
-            .remove_image(RemoveImageRequest {
-                image: spec(&image.id),
-            })
-            .await
-            .unwrap();
-    }
-    let left = images
-        .list_images(ListImagesRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .images;
-    assert!(
-        left.iter().all(|i| i.pinned),
-        "only the pause image may remain: {left:?}"
-    );
-    drop(node.cri);
-    for record in node
-        .ns
-        .client
-        .images()
-        .list(CdListImages::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .images
-    {
-        node.ns
-            .client
-            .images()
-            .delete(
-                ferrolet_proto::containerd::services::v1::DeleteImageRequest {
-                    name: record.name,
-                    sync: true,
-                    target: None,
-                },
-            )
-            .await
-            .unwrap();
-    }
-    node.ns
-        .leak_checker()
-        .containerd_images()
-        .assert_clean()
-        .await;
-    node.ns.delete().await.unwrap();
-    drop(node.scratch);
-}
-
 #[tokio::test]
 async fn version_names_the_runtime_and_the_pause_image_is_there_without_a_registry() {
     // No registry is configured or reachable for this node: the sandbox image is built in.
-    let node = node("pause", "").await;
+    let node = ScratchNode::start("pause", "").await;
     let version = node
         .cri
         .runtime()
@@ -236,12 +156,12 @@ async fn version_names_the_runtime_and_the_pause_image_is_there_without_a_regist
         .unwrap_err();
     assert_eq!(err.code(), Code::Unimplemented);
     assert!(err.message().contains("Exec"), "{err}");
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn every_test_image_pulls_by_tag_and_by_digest_with_the_right_status() {
-    let node = node("pull-all", "").await;
+    let node = ScratchNode::start("pull-all", "").await;
     let mut images = node.cri.images().await;
     for name in testimages::NAMES {
         let b = built(node.scratch.path(), name);
@@ -305,12 +225,12 @@ async fn every_test_image_pulls_by_tag_and_by_digest_with_the_right_status() {
             .ends_with("io.containerd.snapshotter.v1.overlayfs"),
         "{usage:?}"
     );
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn layers_unpack_with_whiteouts_applied() {
-    let node = node("whiteouts", "").await;
+    let node = ScratchNode::start("whiteouts", "").await;
     let mut images = node.cri.images().await;
     let b = built(node.scratch.path(), "layers");
     pull(
@@ -372,12 +292,12 @@ async fn layers_unpack_with_whiteouts_applied() {
         .await
         .unwrap();
     assert_eq!(checks, (true, true, false, true, false, true));
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn the_auth_registry_needs_the_right_credentials() {
-    let node = node("auth", "").await;
+    let node = ScratchNode::start("auth", "").await;
     let mut images = node.cri.images().await;
     let image = format!("{AUTH_REGISTRY}/ferrolet/busybox:1");
     let err = pull(&mut images, &image, None).await.unwrap_err();
@@ -402,12 +322,12 @@ async fn the_auth_registry_needs_the_right_credentials() {
     };
     pull(&mut images, &image, Some(right)).await.unwrap();
     assert!(leases(&node.ns).await.is_empty());
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn bad_references_and_unknown_images_get_clear_errors() {
-    let node = node("errors", "").await;
+    let node = ScratchNode::start("errors", "").await;
     let mut images = node.cri.images().await;
     let err = pull(&mut images, "UPPER/Case:1", None).await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument, "{err}");
@@ -436,12 +356,12 @@ async fn bad_references_and_unknown_images_get_clear_errors() {
         })
         .await
         .unwrap();
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn docker_hub_names_pull_through_a_mirror() {
-    let node = node(
+    let node = ScratchNode::start(
         "mirror",
         &format!("[registry.hosts.\"docker.io\"]\nmirrors = [\"http://{OPEN_REGISTRY}\"]\n"),
     )
@@ -478,12 +398,12 @@ async fn docker_hub_names_pull_through_a_mirror() {
             || i.labels.contains_key("io.cri-containerd.pinned")),
         "{left:?}"
     );
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn ten_concurrent_pulls_download_each_blob_once() {
-    let node = node("concurrent", "").await;
+    let node = ScratchNode::start("concurrent", "").await;
     let registry = TestRegistry::start(node.scratch.path());
     let b = built(node.scratch.path(), "big");
     registry.push(&b.dir, "ferrolet/big");
@@ -510,12 +430,12 @@ async fn ten_concurrent_pulls_download_each_blob_once() {
         node.cri.log_text().contains("pull progress"),
         "progress is logged"
     );
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn a_pull_cut_short_leaves_nothing_and_the_next_pull_succeeds() {
-    let node = node("cut", "").await;
+    let node = ScratchNode::start("cut", "").await;
     let mut registry = TestRegistry::start(node.scratch.path());
     let b = built(node.scratch.path(), "big");
     registry.push(&b.dir, "ferrolet/big");
@@ -577,12 +497,12 @@ async fn a_pull_cut_short_leaves_nothing_and_the_next_pull_succeeds() {
         pull(&mut images, &image, None).await.unwrap(),
         b.config_digest
     );
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn images_survive_a_restart_with_the_same_ids_and_shutdown_is_graceful() {
-    let mut node = node("restart", "").await;
+    let mut node = ScratchNode::start("restart", "").await;
     let mut images = node.cri.images().await;
     for name in ["busybox", "user"] {
         pull(
@@ -623,12 +543,12 @@ async fn images_survive_a_restart_with_the_same_ids_and_shutdown_is_graceful() {
     );
     node.cri = cri;
     assert_eq!(list(node.cri.images().await).await, before);
-    teardown(node).await;
+    node.teardown().await;
 }
 
 #[tokio::test]
 async fn image_import_takes_layouts_oci_archives_and_docker_archives() {
-    let node = node("import", "").await;
+    let node = ScratchNode::start("import", "").await;
     let b = built(node.scratch.path(), "entry");
     let oci_tar = node.scratch.path().join("entry-oci.tar");
     let docker_tar = node.scratch.path().join("entry-docker.tar");
@@ -696,5 +616,5 @@ async fn image_import_takes_layouts_oci_archives_and_docker_archives() {
         // A Docker archive keeps the config bytes, so every path gives the same image id.
         assert_eq!(image.id, b.config_digest, "{tag}");
     }
-    teardown(node).await;
+    node.teardown().await;
 }
