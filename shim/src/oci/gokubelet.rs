@@ -641,6 +641,40 @@ fn updates_apply_the_same_rules() {
     }
 }
 
+/// The pause container's spec for a sandbox request, as JSON, after checking what containerd
+/// gives it: cpu shares 2 and no other resources (the pod's are the kubelet's pod cgroup's).
+fn pause_spec_json(
+    config: &cri::PodSandboxConfig,
+    min_oom_score_adj: i32,
+    at: &str,
+) -> serde_json::Value {
+    let linux = config.linux.as_ref().unwrap();
+    let p = pod();
+    let spec = sandbox_spec(&SandboxSpecInput {
+        id: "sb1",
+        config,
+        image: &p.image,
+        netns_path: Some(Path::new("/run/netns/cni-1")),
+        files: &p.files,
+        cgroups_path: &format!("{}/sb1", linux.cgroup_parent),
+        min_oom_score_adj,
+    })
+    .unwrap_or_else(|e| panic!("{at}: {e}"));
+    let json = serde_json::to_value(&spec).unwrap();
+    assert_eq!(
+        json["linux"]["resources"]["cpu"],
+        serde_json::json!({"shares": 2}),
+        "{at}"
+    );
+    for absent in ["memory", "hugepageLimits", "unified"] {
+        assert!(
+            json["linux"]["resources"].get(absent).is_none(),
+            "{at}: {absent}"
+        );
+    }
+    json
+}
+
 #[test]
 fn sandbox_resources_are_annotations_only() {
     // containerd gives the pause container cpu shares 2 and records the pod's resources as
@@ -658,30 +692,8 @@ fn sandbox_resources_are_annotations_only() {
             Some(cri::LinuxContainerResources::default())
         );
         {
-            let p = pod();
-            let spec = sandbox_spec(&SandboxSpecInput {
-                id: "sb1",
-                config: &config,
-                image: &p.image,
-                netns_path: Some(Path::new("/run/netns/cni-1")),
-                files: &p.files,
-                cgroups_path: &format!("{}/sb1", linux.cgroup_parent),
-                min_oom_score_adj: -1000,
-            })
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let json = serde_json::to_value(&spec).unwrap();
+            let json = pause_spec_json(&config, -1000, name);
             let at = name;
-            assert_eq!(
-                json["linux"]["resources"]["cpu"],
-                serde_json::json!({"shares": 2}),
-                "{at}"
-            );
-            for absent in ["memory", "hugepageLimits", "unified"] {
-                assert!(
-                    json["linux"]["resources"].get(absent).is_none(),
-                    "{at}: {absent}"
-                );
-            }
             let a = &json["annotations"];
             assert_eq!(a["io.kubernetes.cri.sandbox-cpu-period"], "100000", "{at}");
             assert_eq!(a["io.kubernetes.cri.sandbox-cpu-quota"], "50000", "{at}");
@@ -875,29 +887,7 @@ fn captured_sandboxes_as_containerd() {
             "{key}"
         );
         let asked = linux.resources.clone().unwrap();
-        let p = pod();
-        let spec = sandbox_spec(&SandboxSpecInput {
-            id: "sb1",
-            config: &config,
-            image: &p.image,
-            netns_path: Some(Path::new("/run/netns/cni-1")),
-            files: &p.files,
-            cgroups_path: &format!("{}/sb1", linux.cgroup_parent),
-            min_oom_score_adj: 0,
-        })
-        .unwrap_or_else(|e| panic!("{key}: {e}"));
-        let json = serde_json::to_value(&spec).unwrap();
-        assert_eq!(
-            json["linux"]["resources"]["cpu"],
-            serde_json::json!({"shares": 2}),
-            "{key}"
-        );
-        for absent in ["memory", "hugepageLimits", "unified"] {
-            assert!(
-                json["linux"]["resources"].get(absent).is_none(),
-                "{key}: {absent}"
-            );
-        }
+        let json = pause_spec_json(&config, 0, &key);
         let a = &json["annotations"];
         for (annotation, value) in [
             ("io.kubernetes.cri.sandbox-cpu-period", asked.cpu_period),
