@@ -126,7 +126,14 @@ pub fn parse_quantity(s: &str) -> Result<ParsedQuantity, QuantityError> {
                 .ok_or(QuantityError::TooLarge)?;
             scale_pow10(m, 9 - frac_len)?
         }
-        Scale::Decimal(exp) => scale_pow10(mantissa, 9 + exp - frac_len)?,
+        // A manifest may say `1e2147483647`: the exponent arithmetic is checked, never wrapped.
+        Scale::Decimal(exp) => {
+            let exp = exp
+                .checked_add(9)
+                .and_then(|e| e.checked_sub(frac_len))
+                .ok_or(QuantityError::TooLarge)?;
+            scale_pow10(mantissa, exp)?
+        }
     };
     Ok(ParsedQuantity {
         nanos: if negative { -nanos } else { nanos },
@@ -240,5 +247,33 @@ mod tests {
         assert_eq!(parse_quantity("1e"), Err(QuantityError::Syntax));
         assert_eq!(parse_quantity("--1"), Err(QuantityError::Syntax));
         assert_eq!(parse_quantity("1e40"), Err(QuantityError::TooLarge));
+    }
+
+    #[test]
+    fn extreme_exponents_are_errors_or_round_up_never_overflow() {
+        // `9 + exp - frac_len` once overflowed i32 here: a panic in debug builds (every static
+        // pod skipped), a 1-byte limit in release ones.
+        assert_eq!(parse_quantity("1e2147483647"), Err(QuantityError::TooLarge));
+        assert_eq!(
+            parse_quantity("1.5e2147483647"),
+            Err(QuantityError::TooLarge)
+        );
+        assert_eq!(parse_quantity("1e2147483648"), Err(QuantityError::TooLarge));
+        assert_eq!(units("1e-2147483648"), 1);
+        assert_eq!(units("0.5e-2147483648"), 1);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_a_value_or_an_error(s in "\\PC{0,40}") {
+            let _ = parse_quantity(&s);
+        }
+
+        #[test]
+        fn quantity_shaped_text_is_a_value_or_an_error(
+            s in "[+-]?[0-9]{0,25}(\\.[0-9]{0,25})?([eE][+-]?[0-9]{1,12}|[numkMGTPE]|[KMGTPE]i)?"
+        ) {
+            let _ = parse_quantity(&s);
+        }
     }
 }

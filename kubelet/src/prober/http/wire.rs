@@ -239,17 +239,20 @@ async fn read_chunked(stream: &mut TcpStream, mut pending: Vec<u8>) -> Result<Ve
         if size == 0 || body.len() >= MAX_BODY {
             break;
         }
-        while pending.len() < size + 2 && body.len() + pending.len() < MAX_BODY + 2 {
+        // The chunk and its CRLF; a size near usize::MAX (a pod may send ffffffffffffffff)
+        // saturates, and the body limit below ends the read, as Go's LimitReader does.
+        let framed = size.saturating_add(2);
+        while pending.len() < framed && body.len() + pending.len() < MAX_BODY + 2 {
             if read_more(stream, &mut pending).await? == 0 {
                 return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
             }
         }
         let take = size.min(pending.len());
         body.extend_from_slice(&pending[..take]);
-        if body.len() >= MAX_BODY || pending.len() < size + 2 {
+        if body.len() >= MAX_BODY || pending.len() < framed {
             break;
         }
-        pending.drain(..size + 2);
+        pending.drain(..framed);
     }
     body.truncate(MAX_BODY);
     Ok(body)
@@ -366,6 +369,19 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.describe(), "EOF");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_size_near_usize_max_is_read_to_the_limit_not_overflowed() {
+        static HUGE_CHUNK: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
+            let mut v = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            v.extend_from_slice(b"ffffffffffffffff\r\n");
+            v.extend(std::iter::repeat_n(b'x', MAX_BODY * 2));
+            v
+        });
+        let (port, _) = serve_once(HUGE_CHUNK.as_slice()).await;
+        let a = exchange(&url(port, "/"), &HeaderMap::new()).await.unwrap();
+        assert_eq!((a.status, a.body.len()), (200, MAX_BODY));
     }
 
     #[test]
