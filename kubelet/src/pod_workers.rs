@@ -1,14 +1,22 @@
 //! Pod workers: one task per pod UID. Work for one pod runs one at a time, and only the
 //! newest pending work is kept (a burst of updates becomes one sync); different pods sync in
-//! parallel.
+//! parallel. A sync that panics is logged with the pod's name and retried after a back-off,
+//! as the Go kubelet requeues a failed sync, instead of leaving the pod without a worker.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::sync::Notify;
 
 use crate::types::Pod;
+
+/// How long a worker waits before retrying work that panicked: the Go kubelet's
+/// `backOffPeriod` for a failed sync.
+const PANIC_BACKOFF: Duration = Duration::from_secs(10);
 
 /// What a worker is asked to do.
 #[derive(Clone, Debug)]
@@ -89,9 +97,26 @@ where
                 continue;
             };
             let killing = matches!(work, Work::Kill(..));
+            let retry = work.clone();
             // Boxed so an idle worker holds only this loop: a sync's future is ~20 KiB, and
             // kept inline it stayed allocated for the pod's lifetime (2.4 MiB at 100 pods).
-            Box::pin((self.run)(uid.clone(), work)).await;
+            let run = Box::pin((self.run)(uid.clone(), work));
+            if let Err(panic) = AssertUnwindSafe(run).catch_unwind().await {
+                tracing::error!(
+                    pod = %retry.pod_name(),
+                    %uid,
+                    panic = panic_message(panic.as_ref()),
+                    retry_in = ?PANIC_BACKOFF,
+                    "pod worker panicked; retrying"
+                );
+                // Newer work, if any arrived meanwhile, is what the retry runs.
+                slot.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(retry);
+                tokio::time::sleep(PANIC_BACKOFF).await;
+                continue;
+            }
             if killing {
                 let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
                 let mut pending = slot.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -108,6 +133,27 @@ where
             }
         }
     }
+}
+
+impl Work {
+    /// The pod's `namespace/name`, for logs.
+    fn pod_name(&self) -> String {
+        let (Work::Sync(pod) | Work::Kill(pod, _)) = self;
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+/// The text a panic was raised with, when it was text.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(not text)")
 }
 
 #[cfg(test)]
@@ -156,6 +202,38 @@ mod tests {
                 .any(|s| s.contains("sync 2") || s.contains("sync 3") || s.contains("sync 5")),
             "{seen:?}"
         );
+        assert!(!workers.has("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_sync_is_retried_after_a_back_off_and_other_pods_go_on() {
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let r = runs.clone();
+        let workers = PodWorkers::new(move |uid: String, _work: Work| {
+            let r = r.clone();
+            async move {
+                let first = !r.lock().unwrap().contains(&uid);
+                r.lock().unwrap().push(uid.clone());
+                if uid == "a" && first {
+                    panic!("sync of a broke");
+                }
+            }
+        });
+        workers.update("a", Work::Sync(pod("1")));
+        workers.update("b", Work::Sync(pod("x")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(runs.lock().unwrap().iter().filter(|u| *u == "a").count(), 1);
+        assert!(runs.lock().unwrap().contains(&"b".to_string()));
+        assert!(workers.has("a"), "the worker outlives the panic");
+        tokio::time::sleep(PANIC_BACKOFF).await;
+        assert_eq!(
+            runs.lock().unwrap().iter().filter(|u| *u == "a").count(),
+            2,
+            "retried once after the back-off"
+        );
+        // Kills still end the worker afterwards.
+        workers.update("a", Work::Kill(pod("1"), 0));
+        tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(!workers.has("a"));
     }
 }
