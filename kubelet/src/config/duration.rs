@@ -92,7 +92,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, DurationError> {
             if scale == 0 {
                 break;
             }
-            nanos += u128::from(d - b'0') * scale;
+            nanos = nanos
+                .checked_add(u128::from(d - b'0') * scale)
+                .ok_or_else(overflow)?;
         }
         total = total.checked_add(nanos).ok_or_else(overflow)?;
         s = rest;
@@ -158,5 +160,31 @@ mod tests {
             parse_duration("9999999999h"),
             Err(DurationError::Overflow(_))
         ));
+    }
+
+    #[test]
+    fn a_fraction_on_the_largest_whole_number_is_an_overflow_not_a_panic() {
+        // u128::MAX / 3_600_000_000_000 hours, plus most of another hour: the fraction's
+        // addition once overflowed u128 in debug builds.
+        let whole = u128::MAX / 3_600_000_000_000;
+        let input = format!("{whole}.99999h");
+        assert!(matches!(
+            parse_duration(&input),
+            Err(DurationError::Overflow(_))
+        ));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_is_a_duration_or_an_error(s in "\\PC{0,30}") {
+            let _ = parse_duration(&s);
+        }
+
+        #[test]
+        fn duration_shaped_text_is_a_duration_or_an_error(
+            s in "[+-]?([0-9]{0,40}(\\.[0-9]{0,12})?(ns|us|µs|ms|s|m|h)){1,4}"
+        ) {
+            let _ = parse_duration(&s);
+        }
     }
 }
