@@ -477,4 +477,42 @@ garbage line
         assert_eq!(tail(&input, 20_000).lines().count(), 20_000);
         assert_eq!(tail(&input, 25_000).lines().count(), 20_000);
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_render_without_panicking(
+            lines in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80), 0..12),
+            timestamps in proptest::prelude::any::<bool>(),
+            limit in proptest::option::of(0u64..200),
+        ) {
+            let mut r = Renderer::new(RenderOptions { timestamps, since: None, limit_bytes: limit });
+            let mut out = Vec::new();
+            for line in &lines {
+                let _ = parse_record(line);
+                r.push_line(line, &mut out);
+            }
+            r.finish(&mut out);
+            if let Some(limit) = limit {
+                proptest::prop_assert!(out.len() as u64 <= limit);
+            }
+        }
+
+        #[test]
+        fn record_shaped_lines_render_without_panicking(
+            lines in proptest::collection::vec(
+                "[0-9T:.Z+-]{0,35} (stdout|stderr|x) [PFX]? ?\\PC{0,20}\n?", 0..12),
+            limit in proptest::option::of(0u64..200),
+        ) {
+            let mut r = Renderer::new(RenderOptions { timestamps: true, since: None, limit_bytes: limit });
+            let mut out = Vec::new();
+            for line in &lines {
+                if line.ends_with('\n') {
+                    r.push_line(line.as_bytes(), &mut out);
+                } else {
+                    r.push_incomplete(line.as_bytes(), &mut out);
+                }
+            }
+            r.finish(&mut out);
+        }
+    }
 }
