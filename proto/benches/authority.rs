@@ -12,18 +12,9 @@
 
 use std::time::{Duration, Instant};
 
+use ferrolet_proto::raw_h2::{PREFACE, frame};
 use ferrolet_proto::transport::AuthorityRewrite;
 use tokio::io::AsyncReadExt;
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = (payload.len() as u32).to_be_bytes();
-    let mut f = vec![len[1], len[2], len[3], kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
 
 /// `n` requests as one connection's client-to-server bytes.
 fn request_stream(n: u32) -> Vec<u8> {

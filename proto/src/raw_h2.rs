@@ -95,7 +95,7 @@ pub struct RawH2Client<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
     /// Sends the connection preface and our (empty) SETTINGS.
     pub async fn handshake(mut io: S) -> io::Result<Self> {
-        io.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await?;
+        io.write_all(PREFACE).await?;
         let mut client = Self {
             io,
             encoder: httlib_hpack::Encoder::default(),
@@ -130,14 +130,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
         stream: u32,
         payload: &[u8],
     ) -> io::Result<()> {
-        let mut frame = Vec::with_capacity(9 + payload.len());
-        let len = u32::try_from(payload.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too long"))?
-            .to_be_bytes();
-        frame.extend_from_slice(&[len[1], len[2], len[3], kind, flags]);
-        frame.extend_from_slice(&stream.to_be_bytes());
-        frame.extend_from_slice(payload);
-        self.io.write_all(&frame).await
+        if payload.len() >= 1 << 24 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frame too long",
+            ));
+        }
+        self.io
+            .write_all(&frame(kind, flags, stream, payload))
+            .await
     }
 
     /// Writes a header block on `stream` laid out as `shape` says.
@@ -270,7 +271,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
                         }
                     }
                     if frame.stream == stream {
-                        response.data.extend_from_slice(strip_padding(&frame)?);
+                        response.data.extend_from_slice(unpadded(&frame)?);
                         if frame.flags & END_STREAM != 0 {
                             return Ok(response);
                         }
@@ -278,7 +279,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
                 }
                 kind::HEADERS | kind::CONTINUATION => {
                     let fragment = if frame.kind == kind::HEADERS {
-                        headers_fragment(&frame)?
+                        unpadded(&frame)?
                     } else {
                         &frame.payload
                     };
@@ -305,6 +306,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawH2Client<S> {
             }
         }
     }
+}
+
+/// The client connection preface (RFC 9113 §3.4).
+pub const PREFACE: &[u8] = crate::transport::authority::PREFACE;
+
+/// One frame's bytes: the 9-byte head, then `payload` (under 16 MiB).
+pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = (payload.len() as u32).to_be_bytes();
+    let mut frame = Vec::with_capacity(9 + payload.len());
+    frame.extend_from_slice(&[len[1], len[2], len[3], kind, flags]);
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
 }
 
 /// Frames a message as gRPC does: uncompressed flag, big-endian length, bytes.
@@ -385,25 +399,9 @@ fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_string())
 }
 
-fn strip_padding(frame: &Frame) -> io::Result<&[u8]> {
-    if frame.flags & PADDED == 0 {
-        return Ok(&frame.payload);
-    }
-    let (&pad, rest) = frame
-        .payload
-        .split_first()
-        .ok_or_else(|| invalid("empty padded frame"))?;
-    let end = rest
-        .len()
-        .checked_sub(usize::from(pad))
-        .ok_or_else(|| invalid("padding overruns frame"))?;
-    Ok(&rest[..end])
-}
-
-fn headers_fragment(frame: &Frame) -> io::Result<&[u8]> {
-    let mut payload = strip_padding(frame)?;
-    if frame.flags & PRIORITY != 0 {
-        payload = payload.get(5..).ok_or_else(|| invalid("short priority"))?;
-    }
-    Ok(payload)
+/// A DATA or HEADERS frame's payload without its padding and priority fields.
+fn unpadded(frame: &Frame) -> io::Result<&[u8]> {
+    crate::transport::authority::headers_fragment(frame.flags, &frame.payload)
+        .map(|(_, fragment)| fragment)
+        .ok_or_else(|| invalid("padding or priority overruns the frame"))
 }

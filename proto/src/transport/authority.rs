@@ -32,7 +32,7 @@ use super::hpack::Decoder;
 const REPLACEMENT_AUTHORITY: &[u8] = b"localhost";
 
 /// The client connection preface (RFC 9113 §3.4).
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 const FRAME_HEAD_LEN: usize = 9;
 const HEADERS: u8 = 0x1;
@@ -296,9 +296,13 @@ impl Rewriter {
     }
 }
 
-/// Splits a HEADERS payload into its priority fields and block fragment, dropping padding;
-/// `None` when the padding or priority overruns the payload.
-fn headers_fragment(flags: u8, payload: &[u8]) -> Option<(Option<[u8; PRIORITY_LEN]>, &[u8])> {
+/// Splits a HEADERS payload into its priority fields and block fragment, dropping padding (a
+/// DATA payload too: it never carries the PRIORITY flag); `None` when the padding or priority
+/// overruns the payload.
+pub(crate) fn headers_fragment(
+    flags: u8,
+    payload: &[u8],
+) -> Option<(Option<[u8; PRIORITY_LEN]>, &[u8])> {
     let (pad, rest) = if flags & PADDED != 0 {
         let (&pad, rest) = payload.split_first()?;
         (usize::from(pad), rest)

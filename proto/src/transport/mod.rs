@@ -1,7 +1,7 @@
 //! Unix-socket transport for gRPC: the client connector and the server listener, whose
 //! connections accept any `:authority` ([`AuthorityRewrite`]).
 
-mod authority;
+pub(crate) mod authority;
 pub(crate) mod hpack;
 
 pub use authority::AuthorityRewrite;

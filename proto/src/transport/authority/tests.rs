@@ -1,18 +1,10 @@
 use super::*;
 use crate::raw_h2::{
-    BlockShape, RawH2Client, Response, encode_block, grpc_request_fields, resize_table,
+    BlockShape, RawH2Client, Response, encode_block, frame, grpc_request_fields, resize_table,
 };
 use proptest::prelude::*;
 
 // ---- the rewriter on its own: bytes in, bytes out ----
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = (payload.len() as u32).to_be_bytes();
-    let mut f = vec![len[1], len[2], len[3], kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
 
 fn request_block(authority: &[u8]) -> Vec<u8> {
     let fields = grpc_request_fields(b"/x.Y/Z", Some(authority));
