@@ -8,12 +8,80 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Container, LocalObjectReference};
 
-use crate::kubelet::Kubelet;
+use crate::backoff::Backoff;
+use crate::credentials::Credentials;
+use crate::cri::Cri;
 use crate::status::Waiting;
 
-impl Kubelet {
+/// The image manager: pulls per policy, with back-off, one at a time when pulls are
+/// serialized (`serializeImagePulls`).
+pub struct ImageManager {
+    cri: Cri,
+    credentials: Credentials,
+    serialize: bool,
+    backoff: Backoff,
+    errors: PullErrors,
+    lock: tokio::sync::Mutex<()>,
+}
+
+/// Whose pull it is: the pod's UID, namespace and `imagePullSecrets`.
+#[derive(Clone, Debug, Default)]
+pub struct PullFor {
+    /// The pod's UID (the back-off is per pod and image).
+    pub uid: String,
+    /// The pod's namespace, where its pull secrets live.
+    pub namespace: String,
+    /// The pod's `imagePullSecrets`.
+    pub pull_secrets: Vec<LocalObjectReference>,
+}
+
+impl PullFor {
+    /// The pull of `pod`'s images.
+    pub fn pod(pod: &crate::types::Pod) -> Self {
+        Self {
+            uid: crate::types::uid_of(pod),
+            namespace: pod
+                .metadata
+                .namespace
+                .clone()
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or_else(|| "default".into()),
+            pull_secrets: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.image_pull_secrets.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl ImageManager {
+    /// A manager pulling through `cri` with the node's `credentials`.
+    pub fn new(cri: Cri, credentials: Credentials, serialize: bool) -> Self {
+        Self {
+            cri,
+            credentials,
+            serialize,
+            backoff: Backoff::image_pull(),
+            errors: PullErrors::default(),
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Drops back-off entries that have expired.
+    pub fn gc_backoff(&self, now: Instant) {
+        self.backoff.gc(now);
+    }
+
     /// The image id to create the container from, or why the container must wait.
-    pub async fn ensure_image(&self, uid: &str, container: &Container) -> Result<String, Waiting> {
+    /// `desired` says which pod UIDs are still wanted (old pull errors of others are dropped).
+    pub async fn ensure_image(
+        &self,
+        pull: &PullFor,
+        container: &Container,
+        desired: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<String, Waiting> {
+        let uid = pull.uid.as_str();
         let image = container.image.clone().unwrap_or_default();
         if image.is_empty() {
             return Err(Waiting {
@@ -47,9 +115,9 @@ impl Kubelet {
             _ => {}
         }
         let key = format!("{uid}/{image}");
-        if self.pull_backoff.in_backoff(&key, Instant::now()).is_some() {
+        if self.backoff.in_backoff(&key, Instant::now()).is_some() {
             // As the Go kubelet, the waiting message carries the error that started the wait.
-            let message = match self.pull_errors.last(&key) {
+            let message = match self.errors.last(&key) {
                 Some(error) => format!("Back-off pulling image \"{image}\": {error}"),
                 None => format!("Back-off pulling image \"{image}\""),
             };
@@ -58,15 +126,15 @@ impl Kubelet {
                 message,
             });
         }
-        self.pull_errors.forget(&key);
-        let _serial = if self.config.serialize_image_pulls {
-            Some(self.pull_lock.lock().await)
+        self.errors.forget(&key);
+        let _serial = if self.serialize {
+            Some(self.lock.lock().await)
         } else {
             None
         };
-        match self.pull_with_credentials(uid, &image).await {
+        match self.pull_with_credentials(pull, &image).await {
             Ok(image_ref) => {
-                self.pull_backoff.reset(&key);
+                self.backoff.reset(&key);
                 // The id is what CreateContainer wants; the ref is close enough if status fails.
                 Ok(self
                     .cri
@@ -77,13 +145,9 @@ impl Kubelet {
                     .unwrap_or(image_ref))
             }
             Err(error) => {
-                self.pull_backoff.next(&key, Instant::now());
+                self.backoff.next(&key, Instant::now());
                 let message = format!("pulling image \"{image}\": {error}");
-                {
-                    let pods = self.pods.read().unwrap_or_else(|p| p.into_inner());
-                    self.pull_errors
-                        .record(key, error, |uid| pods.contains_key(uid));
-                }
+                self.errors.record(key, error, desired);
                 Err(Waiting {
                     reason: "ErrImagePull".into(),
                     message,
@@ -95,11 +159,11 @@ impl Kubelet {
     /// Pulls `image` for pod `uid` as the Go kubelet's `PullImage` does: with each credential
     /// the pod's keyring matches, in order, until one works (anonymously when none matches);
     /// when all fail, the last error's text.
-    async fn pull_with_credentials(&self, uid: &str, image: &str) -> Result<String, String> {
-        let (namespace, pull_secrets) = self.pull_secret_refs(uid);
+    async fn pull_with_credentials(&self, pull: &PullFor, image: &str) -> Result<String, String> {
+        let uid = pull.uid.as_str();
         let keyring = self
             .credentials
-            .keyring(&namespace, &pull_secrets)
+            .keyring(&pull.namespace, &pull.pull_secrets)
             .await
             .map_err(|e| e.to_string())?;
         let matches = keyring.matches(image);
@@ -140,21 +204,6 @@ impl Kubelet {
         } else {
             format!("{tries} credentials tried; the last failed: {last}")
         })
-    }
-
-    /// The pod's namespace and `imagePullSecrets`, from the desired pod.
-    fn pull_secret_refs(&self, uid: &str) -> (String, Vec<LocalObjectReference>) {
-        let pods = self.pods.read().unwrap_or_else(|p| p.into_inner());
-        let pod = pods.get(uid).map(|state| &state.pod);
-        let namespace = pod
-            .and_then(|p| p.metadata.namespace.clone())
-            .filter(|ns| !ns.is_empty())
-            .unwrap_or_else(|| "default".into());
-        let secrets = pod
-            .and_then(|p| p.spec.as_ref())
-            .and_then(|s| s.image_pull_secrets.clone())
-            .unwrap_or_default();
-        (namespace, secrets)
     }
 }
 

@@ -30,6 +30,8 @@ pub mod backoff;
 pub mod config;
 pub mod credentials;
 pub mod cri;
+pub mod cri_log;
+pub mod duration;
 pub mod eviction;
 pub mod gc;
 pub mod heap;

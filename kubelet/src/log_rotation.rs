@@ -6,47 +6,55 @@ use std::path::{Path, PathBuf};
 
 use ferrolet_proto::cri::ContainerState;
 
-use crate::kubelet::Kubelet;
+use crate::cri::Cri;
+use crate::types::RuntimePod;
 
-impl Kubelet {
-    /// Rotates every running container's log that has outgrown the limit.
-    pub async fn rotate_logs(&self) {
-        let max_size = self.config.container_log_max_size;
-        let max_files = self.config.container_log_max_files.max(2) as usize;
-        for pod in self.pleg.all() {
-            for c in pod
-                .containers
-                .iter()
-                .filter(|c| c.state == ContainerState::ContainerRunning && !c.log_path.is_empty())
-            {
-                let path = PathBuf::from(&c.log_path);
-                let Ok(meta) = tokio::fs::metadata(&path).await else {
-                    continue;
-                };
-                if meta.len() < max_size {
-                    continue;
-                }
-                if let Err(e) = self.rotate(&c.id, &path, max_files).await {
-                    tracing::warn!(container = %c.id, path = %path.display(), error = %e, "rotating a container log");
-                }
+/// The limits of `containerLogMaxSize` and `containerLogMaxFiles`.
+#[derive(Clone, Copy, Debug)]
+pub struct LogLimits {
+    /// Bytes a log may reach before it is rotated.
+    pub max_size: u64,
+    /// Files kept per container, the live one included (at least 2).
+    pub max_files: usize,
+}
+
+/// Rotates every running container's log (of `pods`, the runtime's view) that has outgrown
+/// the limit.
+pub async fn rotate_logs(cri: &Cri, pods: &[RuntimePod], limits: LogLimits) {
+    let max_files = limits.max_files.max(2);
+    for pod in pods {
+        for c in pod
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::ContainerRunning && !c.log_path.is_empty())
+        {
+            let path = PathBuf::from(&c.log_path);
+            let Ok(meta) = tokio::fs::metadata(&path).await else {
+                continue;
+            };
+            if meta.len() < limits.max_size {
+                continue;
+            }
+            if let Err(e) = rotate(cri, &c.id, &path, max_files).await {
+                tracing::warn!(container = %c.id, path = %path.display(), error = %e, "rotating a container log");
             }
         }
     }
+}
 
-    async fn rotate(&self, id: &str, path: &Path, max_files: usize) -> Result<(), String> {
-        let rotated = PathBuf::from(format!("{}.{}", path.display(), stamp()));
-        tokio::fs::rename(path, &rotated)
-            .await
-            .map_err(|e| format!("renaming to {}: {e}", rotated.display()))?;
-        if let Err(e) = self.cri.reopen_container_log(id).await {
-            // Put it back so the runtime keeps writing where the kubelet reads.
-            let _ = tokio::fs::rename(&rotated, path).await;
-            return Err(format!("ReopenContainerLog: {e}"));
-        }
-        tracing::info!(container = id, rotated = %rotated.display(), "container log rotated");
-        remove_oldest(path, max_files - 1).await;
-        Ok(())
+async fn rotate(cri: &Cri, id: &str, path: &Path, max_files: usize) -> Result<(), String> {
+    let rotated = PathBuf::from(format!("{}.{}", path.display(), stamp()));
+    tokio::fs::rename(path, &rotated)
+        .await
+        .map_err(|e| format!("renaming to {}: {e}", rotated.display()))?;
+    if let Err(e) = cri.reopen_container_log(id).await {
+        // Put it back so the runtime keeps writing where the kubelet reads.
+        let _ = tokio::fs::rename(&rotated, path).await;
+        return Err(format!("ReopenContainerLog: {e}"));
     }
+    tracing::info!(container = id, rotated = %rotated.display(), "container log rotated");
+    remove_oldest(path, max_files - 1).await;
+    Ok(())
 }
 
 /// Keeps the newest `keep` rotated files of a log.

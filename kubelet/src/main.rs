@@ -105,10 +105,10 @@ async fn run(config: Config) -> Result<()> {
     let view: Arc<dyn server::NodeView> = kubelet.clone();
     // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`).
     let extra = server::ExtraRoutes::new();
-    let extra = ferrolet::metrics::add_routes(extra);
+    let extra = ferrolet::server::metrics::add_routes(extra);
     let extra = extra.route(
-        ferrolet::stats::http::SUMMARY_PATH,
-        ferrolet::stats::http::endpoint(kubelet.clone()),
+        ferrolet::server::stats::SUMMARY_PATH,
+        ferrolet::server::stats::endpoint(kubelet.clone()),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

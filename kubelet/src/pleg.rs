@@ -28,27 +28,14 @@ use events::Listed;
 pub use events::{PodLifecycleEvent, PodLifecycleEventType};
 pub use source::{BoxFut, EventStream, RuntimeSource, TERMINATION_MESSAGE_POLICY, fill_container};
 
+pub use crate::metrics::RelistStats;
+
 /// How long without a successful relist makes the PLEG unhealthy (Go's `RelistThreshold`).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Status calls a relist makes at once.
 const STATUS_CONCURRENCY: usize = 16;
 /// Longest wait between attempts to subscribe to runtime events after a broken stream.
 const MAX_RESUBSCRIBE: Duration = Duration::from_secs(30);
-
-/// Relist timings, kept for metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RelistStats {
-    /// When the last successful relist started.
-    pub last_relist: Option<Instant>,
-    /// How long it took.
-    pub last_duration: Option<Duration>,
-    /// Time between the starts of the last two successful relists.
-    pub last_interval: Option<Duration>,
-    /// Whether runtime events are being received.
-    pub evented: bool,
-    /// Successful relists so far.
-    pub relists: u64,
-}
 
 /// One pod in the cache.
 #[derive(Debug)]

@@ -21,12 +21,13 @@ use std::time::Instant;
 use ferrolet_proto::cri::ContainerState;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
-use crate::kubelet::{Kubelet, grace_period, uid_of};
+use crate::kubelet::Kubelet;
 use crate::lifecycle::{self, HookTarget};
 use crate::podspec::{self, ContainerContext};
 use crate::prober::{ProbeKind, ProbeResult};
 use crate::status::{self, StatusContext, Waiting};
 use crate::types::{Pod, RuntimeContainer, RuntimePod};
+use crate::types::{grace_period, uid_of};
 
 /// Why a sync pass stopped early.
 #[derive(Debug, thiserror::Error)]

@@ -131,3 +131,26 @@ pub struct RuntimePod {
     /// Every container of every sandbox, newest first.
     pub containers: Vec<RuntimeContainer>,
 }
+
+/// A pod's UID (static pods always have one).
+pub fn uid_of(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+/// `namespace/name`.
+pub fn pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The pod's termination grace period (default 30 s).
+pub fn grace_period(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0)
+}

@@ -10,6 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::kubelet::Kubelet;
 use crate::server::NodeView;
+use crate::server::stats::SummarySource;
+use crate::stats::StatsError;
+use crate::stats::types::Summary;
 use crate::types::Pod;
 
 /// PLEG not relisting for this long makes the node unhealthy (the Go kubelet's threshold).
@@ -93,5 +96,14 @@ impl NodeView for Kubelet {
         instances
             .get(usize::from(previous))
             .map(|c| PathBuf::from(&c.log_path))
+    }
+}
+
+impl SummarySource for Kubelet {
+    fn summary(
+        &self,
+        cpu_and_memory_only: bool,
+    ) -> futures::future::BoxFuture<'_, Result<Summary, StatsError>> {
+        Box::pin(self.stats_summary(cpu_and_memory_only))
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_yaml_ng::{Mapping, Value};
 
-use super::duration::parse_duration;
 use super::{Config, ConfigError, LogFormat, serving};
+use crate::duration::parse_duration;
 use crate::manifest::quantity::parse_quantity;
 
 /// The only group/version and kind accepted.

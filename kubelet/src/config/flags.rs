@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::duration::parse_duration_flag;
+use crate::duration::parse_duration_flag;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -205,7 +205,7 @@ mod tests {
     #[test]
     fn help_shows_every_default() {
         use crate::config::Config;
-        use crate::config::duration::parse_duration;
+        use crate::duration::parse_duration;
         use clap::CommandFactory;
 
         let help = Flags::command().render_long_help().to_string();

@@ -1,7 +1,6 @@
 //! The kubelet's settings: a KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, the
 //! Go kubelet's field names and defaults) overridden by flags, checked once at start-up.
 
-pub mod duration;
 mod file;
 mod flags;
 mod serving;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_yaml_ng::Value;
 
 use super::signals::{Signal, Threshold, ThresholdValue};
-use crate::config::duration::parse_duration;
+use crate::duration::parse_duration;
 use crate::manifest::quantity::parse_quantity;
 
 /// The Go kubelet's Linux default `evictionHard`.

@@ -333,13 +333,13 @@ impl EvictionManager {
         let by = rank::rank_by(threshold.signal, dedicated_image_fs);
         let mut ranked: Vec<&Pod> = active_pods.iter().collect();
         rank::rank(&mut ranked, by, &stats);
-        let names: Vec<String> = ranked.iter().map(|p| crate::kubelet::pod_name(p)).collect();
+        let names: Vec<String> = ranked.iter().map(|p| crate::types::pod_name(p)).collect();
         tracing::info!(pods = ?names, "Eviction manager: pods ranked for eviction");
         for pod in ranked {
             let grace = if threshold.is_hard() {
                 IMMEDIATE_GRACE_PERIOD
             } else {
-                let own = crate::kubelet::grace_period(pod);
+                let own = crate::types::grace_period(pod);
                 self.max_pod_grace_period.min(own).max(1)
             };
             let message =
@@ -466,7 +466,7 @@ impl EvictionManager {
         message: &str,
         terminator: &dyn PodTerminator,
     ) -> bool {
-        let name = crate::kubelet::pod_name(pod);
+        let name = crate::types::pod_name(pod);
         // Static and mirror pods are not re-admitted after an eviction, so they are never
         // evicted, nor are pods of system-critical priority.
         if crate::podspec::resources::is_critical_pod(pod) {

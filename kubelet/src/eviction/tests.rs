@@ -14,6 +14,7 @@ use super::signals::*;
 use super::*;
 use crate::stats::pods::time_from_ns;
 use crate::stats::types::*;
+use crate::types::Pod;
 
 const GI: i64 = 1 << 30;
 const MI: i64 = 1 << 20;

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
-use crate::config::duration::parse_duration_flag;
-use crate::kubelet::Kubelet;
+use crate::cri::Cri;
+use crate::duration::parse_duration_flag;
+use crate::pleg::Pleg;
 use containers::{ContainerGcPolicy, PodStates};
 use images::{ImageCalls, ImageGcManager, ImageGcPolicy};
 
@@ -206,10 +207,27 @@ impl Drop for GcHandle {
     }
 }
 
-/// Starts container and image GC for `kubelet`, each on its period (the first pass at once).
-pub fn spawn(kubelet: Arc<Kubelet>) -> GcHandle {
+/// What garbage collection works with: the runtime, the settings, and two narrow views of
+/// the kubelet.
+pub struct GcContext {
+    /// The runtime.
+    pub cri: Cri,
+    /// The settings.
+    pub policy: GcPolicy,
+    /// The CRI timeout for image calls.
+    pub runtime_request_timeout: Duration,
+    /// Where pods' log directories are (`/var/log/pods`).
+    pub pod_logs_dir: std::path::PathBuf,
+    /// Whether a pod UID is still known to the kubelet (a pod being killed still is).
+    pub is_known: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    /// The runtime's pods as last listed, for the images in use.
+    pub runtime: Arc<Pleg>,
+}
+
+/// Starts container and image GC, each on its period (the first pass at once).
+pub fn spawn(ctx: GcContext) -> GcHandle {
     let sources_ready = Arc::new(AtomicBool::new(false));
-    let task = tokio::spawn(run(kubelet, sources_ready.clone()));
+    let task = tokio::spawn(run(ctx, sources_ready.clone()));
     GcHandle {
         sources_ready,
         task,
@@ -218,7 +236,7 @@ pub fn spawn(kubelet: Arc<Kubelet>) -> GcHandle {
 
 /// The kubelet's pods as the container GC sees them.
 struct KubeletPods<'a> {
-    kubelet: &'a Kubelet,
+    is_known: &'a (dyn Fn(&str) -> bool + Send + Sync),
     sources_ready: &'a AtomicBool,
 }
 
@@ -229,13 +247,13 @@ impl PodStates for KubeletPods<'_> {
 
     fn is_deleted(&self, uid: &str) -> bool {
         // A pod being killed stays known until its kill is done.
-        self.kubelet.pod_state(uid).is_none()
+        !(self.is_known)(uid)
     }
 }
 
-async fn run(kubelet: Arc<Kubelet>, sources_ready: Arc<AtomicBool>) {
-    let policy = kubelet.config.gc.clone();
-    let calls = ImageCalls::new(kubelet.cri.clone(), kubelet.config.runtime_request_timeout);
+async fn run(ctx: GcContext, sources_ready: Arc<AtomicBool>) {
+    let policy = ctx.policy.clone();
+    let calls = ImageCalls::new(ctx.cri.clone(), ctx.runtime_request_timeout);
     let mut images = ImageGcManager::new(policy.image_policy());
     let image_gc = policy.image_gc_enabled();
     if !image_gc {
@@ -257,7 +275,7 @@ async fn run(kubelet: Arc<Kubelet>, sources_ready: Arc<AtomicBool>) {
         tracing::debug!(error = %e, "image GC: the first detection failed; the first pass does it");
     }
     let pods = KubeletPods {
-        kubelet: &kubelet,
+        is_known: ctx.is_known.as_ref(),
         sources_ready: &sources_ready,
     };
     let mut image_gc_failed = false;
@@ -265,10 +283,10 @@ async fn run(kubelet: Arc<Kubelet>, sources_ready: Arc<AtomicBool>) {
         tokio::select! {
             _ = container_tick.tick() => {
                 let result = containers::collect(
-                    &kubelet.cri,
+                    &ctx.cri,
                     &policy.container_policy(),
                     &pods,
-                    &kubelet.config.pod_logs_dir,
+                    &ctx.pod_logs_dir,
                 )
                 .await;
                 match result {
@@ -306,7 +324,7 @@ async fn run(kubelet: Arc<Kubelet>, sources_ready: Arc<AtomicBool>) {
                 }
             }
             _ = observe_tick.tick(), if image_gc => {
-                let seen = kubelet.pleg.all();
+                let seen = ctx.runtime.all();
                 let refs = seen
                     .iter()
                     .flat_map(|p| &p.containers)

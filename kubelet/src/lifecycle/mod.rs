@@ -205,7 +205,7 @@ impl HookRunner {
     ) -> i64 {
         let started = Instant::now();
         let limit = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
-        let pod = crate::kubelet::pod_name(target.pod);
+        let pod = crate::types::pod_name(target.pod);
         let container = target.container.name.as_str();
         match tokio::time::timeout(limit, self.run(handler, target)).await {
             Ok(Ok(())) => tracing::debug!(%pod, container, "preStop hook completed"),

@@ -14,16 +14,12 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use hyper::header::{CONTENT_TYPE as CONTENT_TYPE_HEADER, HeaderValue};
-use hyper::{Method, Response, StatusCode};
 use k8s_openapi::api::core::v1::PodStatus;
 use registry::{
     Collector, Computed, CounterVec, DEF_BUCKETS, Desc, GaugeVec, HistogramVec, Stability,
     exponential_buckets,
 };
 
-use crate::pleg::RelistStats;
-use crate::server::{ApiRequest, Body, ExtraRoutes};
 use crate::types::{Pod, RuntimePod, labels};
 
 /// The Content-Type of the text format.
@@ -333,31 +329,6 @@ pub async fn render_async(probes_only: bool) -> String {
     }
 }
 
-/// Registers `/metrics` and `/metrics/probes` on the API servers' extra routes.
-pub fn add_routes(extra: ExtraRoutes) -> ExtraRoutes {
-    extra.route(
-        "/metrics",
-        |req: ApiRequest| async move { serve(&req).await },
-    )
-}
-
-/// The HTTP answer to a request under `/metrics`.
-pub async fn serve(req: &ApiRequest) -> Response<Body> {
-    if req.method != Method::GET && req.method != Method::HEAD {
-        return crate::server::text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
-    }
-    let probes_only = match req.path.trim_end_matches('/') {
-        "/metrics" => false,
-        "/metrics/probes" => true,
-        _ => return crate::server::text(StatusCode::NOT_FOUND, "404 page not found\n"),
-    };
-    let body = render_async(probes_only).await;
-    let mut resp = crate::server::text(StatusCode::OK, body);
-    resp.headers_mut()
-        .insert(CONTENT_TYPE_HEADER, HeaderValue::from_static(CONTENT_TYPE));
-    resp
-}
-
 // ---------------------------------------------------------------------------------------------
 // Recording.
 
@@ -453,6 +424,21 @@ fn count_running<'a>(pods: impl Iterator<Item = &'a RuntimePod>) -> (usize, [usi
         }
     }
     (running_pods, states)
+}
+
+/// The PLEG's relist timings, as it reports them for the relist metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelistStats {
+    /// When the last successful relist started.
+    pub last_relist: Option<Instant>,
+    /// How long it took.
+    pub last_duration: Option<Duration>,
+    /// Time between the starts of the last two successful relists.
+    pub last_interval: Option<Duration>,
+    /// Whether runtime events are being received.
+    pub evented: bool,
+    /// Successful relists so far.
+    pub relists: u64,
 }
 
 /// Notes why a pod's next worker pass runs: `known` false makes it a `create`, true an

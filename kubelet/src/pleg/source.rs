@@ -12,7 +12,7 @@ use ferrolet_proto::cri::{self, ContainerState};
 use futures::{Stream, StreamExt};
 
 use crate::cri::{Cri, CriError};
-use crate::server::cri_log::{RenderOptions, Renderer, tail_start};
+use crate::cri_log::{RenderOptions, Renderer, tail_start};
 use crate::types::{RuntimeContainer, RuntimePod, labels};
 
 /// A boxed future, as the trait's methods return.

@@ -374,14 +374,14 @@ impl Worker {
             Some(ProbeResult::Failure) => {
                 // An event-like line, as Go's Unhealthy event.
                 tracing::warn!(
-                    pod = %crate::kubelet::pod_name(&self.pod),
+                    pod = %crate::types::pod_name(&self.pod),
                     container,
                     reason = "Unhealthy",
                     "{kind} probe failed: {output}"
                 );
             }
             Some(r) => {
-                tracing::info!(pod = %crate::kubelet::pod_name(&self.pod), container, result = ?r, "{kind} probe result changed");
+                tracing::info!(pod = %crate::types::pod_name(&self.pod), container, result = ?r, "{kind} probe result changed");
             }
             None => {}
         }

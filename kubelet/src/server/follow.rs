@@ -1,5 +1,5 @@
 //! Streams a CRI log file to a client: from the start or the last N lines, rendered by
-//! [`super::cri_log`], and with `follow` on as the file grows (woken by inotify on the log's
+//! [`crate::cri_log`], and with `follow` on as the file grows (woken by inotify on the log's
 //! directory, or by polling where inotify is unavailable), across rotations (a new file at the
 //! same path), until the client goes, the byte limit is reached, or the container no longer
 //! runs and the file is drained.
@@ -16,7 +16,7 @@ use inotify::{Inotify, WatchMask};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
-use super::cri_log::{RenderOptions, Renderer, tail_start};
+use crate::cri_log::{RenderOptions, Renderer, tail_start};
 
 /// Whether the container writing the log still runs.
 pub type RunningCheck = Arc<dyn Fn() -> bool + Send + Sync>;

@@ -301,7 +301,7 @@ pub async fn container_logs(path: &str, query: &str, view: Arc<dyn NodeView>) ->
             .tail_lines
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         follow: q.follow,
-        render: super::cri_log::RenderOptions {
+        render: crate::cri_log::RenderOptions {
             timestamps: q.timestamps,
             since,
             limit_bytes: q.limit_bytes.map(|n| n.unsigned_abs()),

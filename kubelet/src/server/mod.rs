@@ -5,20 +5,22 @@
 //! - `/pods`: the desired pods with their statuses, a v1 PodList.
 //! - `/runningpods/`: what the runtime runs, as pods with just names, UIDs and containers.
 //! - `/containerLogs/{namespace}/{pod}/{container}`: a container's log ([`logs`]).
-//! - Paths other parts of the kubelet register ([`extra`]: `/stats/…`, `/metrics…`).
+//! - Paths registered as [`extra`] routes: `/stats/summary` ([`stats`]), `/metrics…`
+//!   ([`metrics`]).
 //!
-//! [`cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows. The
+//! [`crate::cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows. The
 //! secure API adds TLS ([`tls`], [`x509`]), authentication and authorization ([`auth`]) and
 //! `/configz` ([`configz`]).
 
 pub mod auth;
 pub mod configz;
-pub mod cri_log;
 pub mod extra;
 pub mod follow;
 pub mod logs;
+pub mod metrics;
 pub mod pods;
 pub mod secure;
+pub mod stats;
 pub mod tls;
 pub mod x509;
 

@@ -11,7 +11,6 @@
 
 pub mod cgroup;
 pub mod host;
-pub mod http;
 pub mod pods;
 pub mod rates;
 pub mod types;
@@ -33,7 +32,6 @@ use self::types::{
     SYSTEM_CONTAINER_KUBELET, SYSTEM_CONTAINER_PODS, Summary,
 };
 use crate::cri::Cri;
-use crate::kubelet::Kubelet;
 use crate::types::{Pod, RuntimePod};
 
 /// How long a directory's measured usage is reused: walking trees is the costly part of a
@@ -550,32 +548,6 @@ pub fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
         .unwrap_or_default()
-}
-
-impl Kubelet {
-    /// The Summary API of this node: the runtime's pods (from the PLEG's cache) with the
-    /// desired pods' specs.
-    pub async fn stats_summary(&self, cpu_and_memory_only: bool) -> Result<Summary, StatsError> {
-        let scope = if cpu_and_memory_only {
-            Scope::CpuAndMemory
-        } else {
-            Scope::Full
-        };
-        self.summary_of(scope).await
-    }
-
-    /// The summary of `scope`.
-    pub async fn summary_of(&self, scope: Scope) -> Result<Summary, StatsError> {
-        let input = if scope == Scope::Node {
-            SummaryInput::default()
-        } else {
-            SummaryInput {
-                runtime_pods: self.pleg.all(),
-                pods: self.pods().into_iter().map(|s| s.pod).collect(),
-            }
-        };
-        self.stats.summary(input, scope).await
-    }
 }
 
 #[cfg(test)]

@@ -11,12 +11,12 @@ use hyper::{HeaderMap, Method, StatusCode};
 
 use super::cgroup::{CgroupReading, Cgroupfs, MemoryReading, cgroup_of_process, parse_keyed};
 use super::host::{self, DiskUsage, FsInfo};
-use super::http::{SummarySource, cpu_and_memory_only, respond};
 use super::pods::{PodContext, Probe, pod_stats, stats_sandbox, time_from_ns};
 use super::rates::CpuRates;
 use super::types::*;
 use super::*;
 use crate::server::ApiRequest;
+use crate::server::stats::{SummarySource, cpu_and_memory_only, respond};
 use crate::types::{RuntimeContainer, RuntimeSandbox};
 
 /// A summary as the Go kubelet serves it (hand-written from stats/v1alpha1 types.go, fields

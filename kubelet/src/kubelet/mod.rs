@@ -1,11 +1,14 @@
 //! The kubelet: desired pods from the sources, the sync loop that hands work to the pod
-//! workers, housekeeping, and the pods' statuses as the API shows them.
+//! workers, housekeeping, and the pods' statuses as the API shows them. [`eviction`]: the
+//! eviction manager's loop over the kubelet's pods.
+
+mod eviction;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{Container, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::mpsc;
 
@@ -17,7 +20,7 @@ use crate::pod_workers::{PodWorkers, Work};
 use crate::podspec::NodeContext;
 use crate::source::PodConfig;
 use crate::status::Waiting;
-use crate::types::{Pod, PodOp, PodUpdate};
+use crate::types::{Pod, PodOp, PodUpdate, grace_period, pod_name, uid_of};
 
 /// How often every pod is synced even without events (the Go kubelet's resync).
 const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -55,11 +58,8 @@ pub struct Kubelet {
     pub runtime_name: String,
     pub(crate) pods: RwLock<BTreeMap<String, PodState>>,
     pub(crate) crash_backoff: Backoff,
-    pub(crate) pull_backoff: Backoff,
-    pub(crate) pull_lock: tokio::sync::Mutex<()>,
-    /// Image pull credentials: the node's Docker config files and pods' pull secrets.
-    pub credentials: crate::credentials::Credentials,
-    pub(crate) pull_errors: crate::images::PullErrors,
+    /// Image pulls: policy, credentials, back-off.
+    pub(crate) images: crate::images::ImageManager,
     /// The Summary API's provider (`/stats/summary`, the eviction signals).
     pub stats: Arc<crate::stats::StatsProvider>,
     /// Node-pressure eviction: signals, conditions, evicted pods.
@@ -99,6 +99,11 @@ impl Kubelet {
             },
         ));
         let eviction = crate::eviction::EvictionManager::new(&config.eviction);
+        let images = crate::images::ImageManager::new(
+            cri.clone(),
+            credentials,
+            config.serialize_image_pulls,
+        );
         Arc::new(Self {
             pleg: Arc::new(Pleg::new(cri.clone())),
             probes: crate::prober::Manager::new(cri.clone()),
@@ -110,10 +115,7 @@ impl Kubelet {
             runtime_name,
             pods: RwLock::new(BTreeMap::new()),
             crash_backoff: Backoff::crash_loop(),
-            pull_backoff: Backoff::image_pull(),
-            pull_lock: tokio::sync::Mutex::new(()),
-            credentials,
-            pull_errors: Default::default(),
+            images,
             stats,
             eviction,
         })
@@ -138,12 +140,64 @@ impl Kubelet {
             .cloned()
     }
 
+    /// The image id to create a container of pod `uid` from, or why it must wait.
+    pub async fn ensure_image(&self, uid: &str, container: &Container) -> Result<String, Waiting> {
+        let pull = self
+            .pod_state(uid)
+            .map(|s| crate::images::PullFor::pod(&s.pod))
+            .unwrap_or_else(|| crate::images::PullFor {
+                uid: uid.to_string(),
+                namespace: "default".into(),
+                pull_secrets: Vec::new(),
+            });
+        let known = |uid: &str| self.knows(uid);
+        self.images.ensure_image(&pull, container, &known).await
+    }
+
+    /// Whether pod `uid` is desired or still being killed.
+    pub fn knows(&self, uid: &str) -> bool {
+        self.pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(uid)
+    }
+
     /// Changes a desired pod's state.
     pub(crate) fn update_state(&self, uid: &str, f: impl FnOnce(&mut PodState)) {
         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
         if let Some(state) = pods.get_mut(uid) {
             f(state);
         }
+    }
+
+    /// The Summary API of this node: the runtime's pods (from the PLEG's cache) with the
+    /// desired pods' specs.
+    pub async fn stats_summary(
+        &self,
+        cpu_and_memory_only: bool,
+    ) -> Result<crate::stats::types::Summary, crate::stats::StatsError> {
+        let scope = if cpu_and_memory_only {
+            crate::stats::Scope::CpuAndMemory
+        } else {
+            crate::stats::Scope::Full
+        };
+        self.summary_of(scope).await
+    }
+
+    /// The summary of `scope`.
+    pub async fn summary_of(
+        &self,
+        scope: crate::stats::Scope,
+    ) -> Result<crate::stats::types::Summary, crate::stats::StatsError> {
+        let input = if scope == crate::stats::Scope::Node {
+            crate::stats::SummaryInput::default()
+        } else {
+            crate::stats::SummaryInput {
+                runtime_pods: self.pleg.all(),
+                pods: self.pods().into_iter().map(|s| s.pod).collect(),
+            }
+        };
+        self.stats.summary(input, scope).await
     }
 
     /// The sync loop: sources → pod workers; PLEG events and the periodic resync → syncs;
@@ -156,7 +210,15 @@ impl Kubelet {
         });
         let (pleg_tx, mut pleg_rx) = mpsc::channel::<PodLifecycleEvent>(1024);
         self.pleg.clone().spawn(RELIST_PERIOD, pleg_tx);
-        let gc = crate::gc::spawn(self.clone());
+        let known = Arc::downgrade(&self);
+        let gc = crate::gc::spawn(crate::gc::GcContext {
+            cri: self.cri.clone(),
+            policy: self.config.gc.clone(),
+            runtime_request_timeout: self.config.runtime_request_timeout,
+            pod_logs_dir: self.config.pod_logs_dir.clone(),
+            is_known: Arc::new(move |uid| known.upgrade().is_some_and(|k| k.knows(uid))),
+            runtime: self.pleg.clone(),
+        });
         self.spawn_eviction_manager();
         let mut config = PodConfig::new();
         let mut resync =
@@ -197,12 +259,16 @@ impl Kubelet {
                     }
                 }
                 _ = log_rotation.tick() => {
-                    self.rotate_logs().await;
+                    let limits = crate::log_rotation::LogLimits {
+                        max_size: self.config.container_log_max_size,
+                        max_files: self.config.container_log_max_files as usize,
+                    };
+                    crate::log_rotation::rotate_logs(&self.cri, &self.pleg.all(), limits).await;
                 }
                 _ = housekeeping.tick() => {
                     let now = std::time::Instant::now();
                     self.crash_backoff.gc(now);
-                    self.pull_backoff.gc(now);
+                    self.images.gc_backoff(now);
                     // Until every source has spoken, a running pod may just not be listed yet.
                     if config.seen_all(&self.sources()) {
                         gc.set_sources_ready();
@@ -316,27 +382,4 @@ impl Kubelet {
             }
         }
     }
-}
-
-/// A pod's UID (static pods always have one).
-pub fn uid_of(pod: &Pod) -> String {
-    pod.metadata.uid.clone().unwrap_or_default()
-}
-
-/// `namespace/name`.
-pub fn pod_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-/// The pod's termination grace period (default 30 s).
-pub fn grace_period(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(30)
-        .max(0)
 }
