@@ -82,6 +82,7 @@ impl Backoff {
     /// The time left of the window counted from `event` (when the container last finished),
     /// judged at `now`; `None` when the key may go ahead (Go's `IsInBackOffSince`, which the Go
     /// kubelet uses with the container's finish time).
+    #[cfg(test)]
     pub fn in_backoff_since_event(
         &self,
         key: &str,
@@ -120,6 +121,7 @@ impl Backoff {
     }
 
     /// The current window of `key` (zero when it has none), as Go's `Get`, for messages.
+    #[cfg(test)]
     pub fn current(&self, key: &str) -> Duration {
         self.entries()
             .get(key)
@@ -146,11 +148,13 @@ impl Backoff {
     }
 
     /// How many keys are tracked.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries().len()
     }
 
     /// Whether no key is tracked.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -131,17 +131,6 @@ impl Cri {
         )
     }
 
-    /// Status.
-    pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
-        call!(
-            self,
-            runtime,
-            status,
-            "Status",
-            cri::StatusRequest { verbose: false }
-        )
-    }
-
     /// RunPodSandbox; returns the sandbox id.
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
         let req = cri::RunPodSandboxRequest {
@@ -418,40 +407,5 @@ impl Cri {
                 .sort_by_key(|c| std::cmp::Reverse(c.created_at));
         }
         Ok(pods.into_values().collect())
-    }
-
-    /// Fills in what only the per-object status calls know: the sandbox's IPs, containers'
-    /// times, exit codes and reasons.
-    pub async fn fill_statuses(&self, pod: &mut RuntimePod) -> Result<(), CriError> {
-        if let Some(sb) = pod.sandboxes.first_mut() {
-            match self.pod_sandbox_status(&sb.id).await {
-                Ok(status) => {
-                    let net = status.network.unwrap_or_default();
-                    sb.ip = net.ip;
-                    sb.additional_ips = net.additional_ips.into_iter().map(|ip| ip.ip).collect();
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        for c in &mut pod.containers {
-            match self.container_status(&c.id).await {
-                Ok(s) => {
-                    c.state = ContainerState::try_from(s.state).unwrap_or(c.state);
-                    c.started_at = s.started_at;
-                    c.finished_at = s.finished_at;
-                    c.exit_code = s.exit_code;
-                    c.reason = s.reason;
-                    c.message = s.message;
-                    c.log_path = s.log_path;
-                    if !s.image_ref.is_empty() {
-                        c.image_ref = s.image_ref;
-                    }
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
     }
 }

@@ -26,11 +26,12 @@ use crate::cri::{Cri, CriError};
 use crate::types::RuntimePod;
 use events::Listed;
 pub use events::{PodLifecycleEvent, PodLifecycleEventType};
-pub use source::{BoxFut, EventStream, RuntimeSource, TERMINATION_MESSAGE_POLICY, fill_container};
+pub use source::{BoxFut, RuntimeSource, fill_container};
 
 pub use crate::metrics::RelistStats;
 
 /// How long without a successful relist makes the PLEG unhealthy (Go's `RelistThreshold`).
+#[cfg(test)]
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Status calls a relist makes at once.
 const STATUS_CONCURRENCY: usize = 16;
@@ -116,6 +117,7 @@ impl Pleg {
     }
 
     /// The cached runtime pod with when the runtime last confirmed it.
+    #[cfg(test)]
     pub fn get_with_time(&self, uid: &str) -> Option<(RuntimePod, Instant)> {
         self.state()
             .records
@@ -143,6 +145,7 @@ impl Pleg {
     }
 
     /// Whether relists succeed often enough (Go's PLEG health check, 3 minutes).
+    #[cfg(test)]
     pub fn healthy(&self) -> Result<(), String> {
         match self.last_relist() {
             None => Err("pleg has yet to be successful".into()),

@@ -70,10 +70,6 @@ impl NodeView for Kubelet {
         }
     }
 
-    fn node_conditions(&self) -> Vec<k8s_openapi::api::core::v1::NodeCondition> {
-        self.eviction.conditions()
-    }
-
     fn container_log_path(
         &self,
         namespace: &str,

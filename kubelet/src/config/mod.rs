@@ -10,7 +10,6 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-pub use file::{API_VERSION, KIND};
 pub use flags::{Flags, LogFormat};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
 

@@ -137,6 +137,7 @@ impl DockerKeyring {
     }
 
     /// The credentials to try for `image`, in order, as CRI `AuthConfig`s.
+    #[cfg(test)]
     pub fn lookup(&self, image: &str) -> Vec<cri::AuthConfig> {
         self.matches(image).iter().map(Match::auth_config).collect()
     }
@@ -170,6 +171,7 @@ impl Keyring {
 
     /// The credentials to try for `image`, in order, as CRI `AuthConfig`s; empty means pull
     /// anonymously.
+    #[cfg(test)]
     pub fn lookup(&self, image: &str) -> Vec<cri::AuthConfig> {
         self.matches(image).iter().map(Match::auth_config).collect()
     }

@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{LocalObjectReference, Secret};
 
-pub use docker_config::{ConfigError, Credential, DockerConfig};
+pub use docker_config::ConfigError;
 pub use files::{FileKeyring, SearchPaths};
-pub use keyring::{DockerKeyring, Keyring, Match, Source};
+pub use keyring::{DockerKeyring, Keyring, Source};
 
 /// Secret type of a `config.json`-format pull secret.
 pub const SECRET_TYPE_DOCKER_CONFIG_JSON: &str = "kubernetes.io/dockerconfigjson";

@@ -9,7 +9,6 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::NodeCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::config::EvictionConfig;
@@ -50,6 +49,7 @@ pub struct Reclaim {
 /// One signal as last observed, with the threshold on it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg(test)]
 pub struct SignalReport {
     /// The signal (`nodefs.available`).
     pub signal: String,
@@ -161,13 +161,15 @@ impl EvictionManager {
     }
 
     /// Whether the node is under `condition` now.
+    #[cfg(test)]
     pub fn has_condition(&self, condition: Condition) -> bool {
         self.state().node_conditions.contains(&condition)
     }
 
     /// The node's MemoryPressure, DiskPressure and PIDPressure conditions as the Go kubelet
     /// reports them on its Node; empty until the first pass.
-    pub fn conditions(&self) -> Vec<NodeCondition> {
+    #[cfg(test)]
+    pub fn conditions(&self) -> Vec<k8s_openapi::api::core::v1::NodeCondition> {
         let state = self.state();
         let Some(heartbeat) = state.heartbeat.clone() else {
             return Vec::new();
@@ -177,7 +179,7 @@ impl EvictionManager {
             .map(|c| {
                 let pressure = state.node_conditions.contains(c);
                 let (reason, message) = c.reason_and_message(pressure);
-                NodeCondition {
+                k8s_openapi::api::core::v1::NodeCondition {
                     type_: c.name().to_string(),
                     status: if pressure { "True" } else { "False" }.to_string(),
                     reason: Some(reason.to_string()),
@@ -190,6 +192,7 @@ impl EvictionManager {
     }
 
     /// The signals as last observed, with their hard thresholds.
+    #[cfg(test)]
     pub fn signals(&self) -> Vec<SignalReport> {
         let state = self.state();
         state
@@ -221,6 +224,7 @@ impl EvictionManager {
     /// Whether a new pod may start under the current pressure (Go's `Admit`): critical pods
     /// always; under memory pressure alone, pods other than BestEffort and those tolerating
     /// the memory-pressure taint; under any other pressure none. The refusal's message.
+    #[cfg(test)]
     pub fn admit(&self, pod: &Pod) -> Result<(), String> {
         let conditions = self.state().node_conditions.clone();
         if conditions.is_empty() || crate::podspec::resources::is_critical_pod(pod) {
@@ -228,7 +232,7 @@ impl EvictionManager {
         }
         if conditions == [Condition::MemoryPressure] {
             let best_effort =
-                crate::podspec::qos_class(pod) == crate::podspec::QosClass::BestEffort;
+                crate::podspec::qos::qos_class(pod) == crate::podspec::qos::QosClass::BestEffort;
             let tolerates = pod
                 .spec
                 .iter()
@@ -255,6 +259,7 @@ impl EvictionManager {
     /// One pass over `summary`: updates the pressure conditions and, when a threshold is
     /// met past its grace period, evicts at most one of `active_pods`. Returns the UID of the
     /// pod evicted.
+    #[cfg(test)]
     pub async fn synchronize(
         &self,
         summary: &Summary,

@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{
 
 pub use config::EvictionConfig;
 pub use manager::{EvictionManager, PodTerminator, REASON};
-pub use signals::{Condition, Signal, Threshold, ThresholdValue};
 
 /// How often the manager looks (the Go kubelet's `evictionMonitoringPeriod`).
 pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);

@@ -78,6 +78,8 @@ impl Resource {
 }
 
 /// A node condition driven by signals.
+// The variants are the Kubernetes condition names, each ending in `Pressure`.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Condition {
     /// `MemoryPressure`.

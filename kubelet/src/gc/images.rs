@@ -127,6 +127,7 @@ impl ImageGcManager {
     }
 
     /// The record of an image.
+    #[cfg(test)]
     pub fn record(&self, id: &str) -> Option<Record> {
         self.records.get(id).copied()
     }

@@ -8,5 +8,5 @@ pub mod quantity;
 mod static_pod;
 pub mod validate;
 
-pub use parse::{ManifestError, parse};
-pub use static_pod::{DEFAULT_NAMESPACE, now_rfc3339_nano, static_pod};
+pub use parse::parse;
+pub use static_pod::{now_rfc3339_nano, static_pod};

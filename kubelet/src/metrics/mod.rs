@@ -33,11 +33,11 @@ pub const OP_UPDATE: &str = "update";
 pub const OP_SYNC: &str = "sync";
 
 /// `probe_type` of liveness probes (Go's `probeType.String()`).
+#[cfg(test)]
 pub const PROBE_LIVENESS: &str = "Liveness";
 /// `probe_type` of readiness probes.
+#[cfg(test)]
 pub const PROBE_READINESS: &str = "Readiness";
-/// `probe_type` of startup probes.
-pub const PROBE_STARTUP: &str = "Startup";
 /// `result` of a probe that passed.
 pub const RESULT_SUCCESSFUL: &str = "successful";
 /// `result` of a probe that failed.

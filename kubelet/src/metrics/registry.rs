@@ -17,8 +17,6 @@ pub enum Stability {
     Alpha,
     /// `[BETA] `.
     Beta,
-    /// `[STABLE] `.
-    Stable,
     /// No prefix (process metrics, which come from the Prometheus client in Go).
     None,
 }
@@ -28,7 +26,6 @@ impl Stability {
         match self {
             Stability::Alpha => "[ALPHA] ",
             Stability::Beta => "[BETA] ",
-            Stability::Stable => "[STABLE] ",
             Stability::None => "",
         }
     }
@@ -190,6 +187,7 @@ impl<T> Series<T> {
     }
 
     /// The series with these label values, if there is one.
+    #[cfg(test)]
     fn find(&self, values: &[&str]) -> Option<Arc<T>> {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&series_key(values)).map(|(_, s)| s.clone())
@@ -203,13 +201,6 @@ impl<T> Series<T> {
             .is_some()
     }
 
-    fn retain(&self, mut keep: impl FnMut(&[String]) -> bool) {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, (values, _)| keep(values));
-    }
-
     /// Every series, sorted by label values (stable output).
     fn snapshot(&self) -> Vec<Labelled<T>> {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -218,6 +209,7 @@ impl<T> Series<T> {
         all
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -261,6 +253,7 @@ impl CounterVec {
     }
 
     /// The value of a series (0 when absent).
+    #[cfg(test)]
     pub fn get(&self, values: &[&str]) -> f64 {
         self.series.find(values).map_or(0.0, |s| s.get())
     }
@@ -270,19 +263,10 @@ impl CounterVec {
         self.series.remove(values)
     }
 
-    /// Keeps only the series whose label values pass `keep`.
-    pub fn retain(&self, keep: impl FnMut(&[String]) -> bool) {
-        self.series.retain(keep);
-    }
-
     /// How many series there are.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.series.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -325,6 +309,7 @@ impl GaugeVec {
     }
 
     /// The value of a series (0 when absent).
+    #[cfg(test)]
     pub fn get(&self, values: &[&str]) -> f64 {
         self.series.find(values).map_or(0.0, |s| s.get())
     }
@@ -404,11 +389,6 @@ impl HistogramVec {
     /// Drops a series; whether it existed.
     pub fn remove(&self, values: &[&str]) -> bool {
         self.series.remove(values)
-    }
-
-    /// Keeps only the series whose label values pass `keep`.
-    pub fn retain(&self, keep: impl FnMut(&[String]) -> bool) {
-        self.series.retain(keep);
     }
 }
 

@@ -7,6 +7,7 @@ use ferrolet_proto::cri::{self, ContainerState};
 use tonic::Status;
 
 use super::PodLifecycleEventType::*;
+use super::source::EventStream;
 use super::*;
 use crate::types::{RuntimeContainer, RuntimeSandbox};
 

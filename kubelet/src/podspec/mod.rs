@@ -29,10 +29,9 @@ use k8s_openapi::api::core::v1::PodSpec;
 use crate::types::Pod;
 
 pub use container::container_config;
-pub use dns::{hostname_and_domain, pod_dns_config, pod_hostname};
+pub use dns::hostname_and_domain;
 pub use env::container_env;
 pub use hash::container_hash;
-pub use qos::{QosClass, qos_class};
 pub use sandbox::sandbox_config;
 
 /// Node-wide inputs.
@@ -64,7 +63,7 @@ pub struct ContainerContext<'a> {
     pub pod_ips: &'a [String],
     /// The new instance's restart count (also its CRI attempt).
     pub restart_count: u32,
-    /// Mounts, from [`crate::volume::container_mounts`].
+    /// Mounts, from [`crate::volume::container_mounts_with`].
     pub mounts: Vec<cri::Mount>,
     /// The image ref or id to create from.
     pub image: &'a str,
@@ -88,15 +87,6 @@ pub enum SpecError {
         /// `resolvConf`.
         path: PathBuf,
         /// The read error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A log directory could not be made.
-    #[error("creating log directory {}: {source}", path.display())]
-    LogDir {
-        /// The directory.
-        path: PathBuf,
-        /// The error.
         #[source]
         source: std::io::Error,
     },
@@ -151,70 +141,8 @@ pub(crate) fn host_network(spec: &PodSpec) -> bool {
 }
 
 /// `<podLogsDir>/<namespace>_<name>_<uid>`: the sandbox's log directory.
-pub fn pod_log_dir(pod: &Pod, node: &NodeContext) -> Result<PathBuf, SpecError> {
-    let id = identity(pod)?;
-    Ok(pod_log_dir_of(&node.pod_logs_dir, &id))
-}
-
-/// [`pod_log_dir`] from its parts.
 pub(crate) fn pod_log_dir_of(pod_logs_dir: &Path, id: &Identity<'_>) -> PathBuf {
     pod_logs_dir.join(format!("{}_{}_{}", id.namespace, id.name, id.uid))
-}
-
-/// `<pod log dir>/<container>`: where a container's `<restartCount>.log` files go.
-pub fn container_log_dir(
-    pod: &Pod,
-    node: &NodeContext,
-    container: &str,
-) -> Result<PathBuf, SpecError> {
-    Ok(pod_log_dir(pod, node)?.join(container))
-}
-
-/// Creates a log directory (0755, parents included), as the Go kubelet does before
-/// RunPodSandbox (the pod's) and CreateContainer (the container's): runtimes open the log
-/// file in it but do not make it.
-pub async fn ensure_log_dir(path: &Path) -> Result<(), SpecError> {
-    let mut builder = tokio::fs::DirBuilder::new();
-    builder.recursive(true).mode(0o755);
-    builder
-        .create(path)
-        .await
-        .map_err(|source| SpecError::LogDir {
-            path: path.to_path_buf(),
-            source,
-        })
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-    use std::os::unix::fs::PermissionsExt;
-
-    use super::testutil::{node, pod};
-    use super::*;
-
-    #[tokio::test]
-    async fn log_dirs() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut n = node();
-        n.pod_logs_dir = tmp.path().join("pods");
-        let p =
-            pod("metadata: {name: web, namespace: prod, uid: u1}\nspec: {containers: [{name: c}]}");
-        let dir = container_log_dir(&p, &n, "c").unwrap();
-        assert_eq!(dir, tmp.path().join("pods/prod_web_u1/c"));
-        assert_eq!(
-            pod_log_dir(&p, &n).unwrap(),
-            tmp.path().join("pods/prod_web_u1")
-        );
-        ensure_log_dir(&dir).await.unwrap();
-        ensure_log_dir(&dir).await.unwrap();
-        let meta = std::fs::metadata(&dir).unwrap();
-        assert!(meta.is_dir());
-        assert_eq!(meta.permissions().mode() & 0o700, 0o700);
-        let no_uid = pod("metadata: {name: web}\nspec: {containers: [{name: c}]}");
-        assert!(pod_log_dir(&no_uid, &n).is_err());
-    }
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub enum QosClass {
 
 impl QosClass {
     /// The API's spelling (`status.qosClass`).
+    #[cfg(test)]
     pub fn as_str(self) -> &'static str {
         match self {
             QosClass::Guaranteed => "Guaranteed",

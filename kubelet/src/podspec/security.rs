@@ -179,6 +179,7 @@ pub fn effective_security_context(pod: &Pod, container: &Container) -> SecurityC
 
 /// Whether the container must not run as root (`runAsNonRoot`, container over pod); the
 /// caller checks it against the user the image would run as.
+#[cfg(test)]
 pub fn run_as_non_root(pod: &Pod, container: &Container) -> bool {
     effective_security_context(pod, container)
         .run_as_non_root
@@ -186,6 +187,7 @@ pub fn run_as_non_root(pod: &Pod, container: &Container) -> bool {
 }
 
 /// The uid the pod spec sets for the container (`runAsUser`, container over pod), if any.
+#[cfg(test)]
 pub fn run_as_user(pod: &Pod, container: &Container) -> Option<i64> {
     effective_security_context(pod, container).run_as_user
 }

@@ -10,7 +10,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::cri::{Cri, CriError};
 use crate::pleg::BoxFut;
-use crate::types::Pod;
 
 /// How often a probe whose handler errors is run again before the round is given up (Go's
 /// `maxProbeRetries`).
@@ -48,8 +47,6 @@ pub enum CheckError {
 /// The container instance a probe runs against.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
-    /// Its pod.
-    pub pod: &'a Pod,
     /// Its spec.
     pub container: &'a Container,
     /// The CRI container id.
@@ -87,11 +84,6 @@ impl Probes {
             tracing::error!(error = %e, "building the HTTP probe client; httpGet probes will fail");
         }
         Self { cri, http }
-    }
-
-    /// The HTTP client probes (and lifecycle hooks) use.
-    pub fn http_client(&self) -> Result<reqwest::Client, String> {
-        self.http.clone()
     }
 
     /// An httpGet probe's run.
@@ -329,10 +321,8 @@ mod tests {
 
     #[tokio::test]
     async fn errors_are_retried_up_to_three_runs() {
-        let pod = Pod::default();
         let c = container();
         let target = Target {
-            pod: &pod,
             container: &c,
             container_id: "id",
             pod_ip: "10.0.0.1",

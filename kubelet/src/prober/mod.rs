@@ -164,6 +164,7 @@ impl Manager {
     }
 
     /// A manager running probes through `checker` on the current runtime.
+    #[cfg(test)]
     pub fn with_checker(checker: Arc<dyn Checker>) -> Arc<Self> {
         Self::on(tokio::runtime::Handle::current(), checker)
     }

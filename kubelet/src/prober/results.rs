@@ -98,11 +98,13 @@ impl Results {
     }
 
     /// How many results are cached.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.map().len()
     }
 
     /// Whether nothing is cached.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.map().is_empty()
     }

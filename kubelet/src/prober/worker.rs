@@ -334,7 +334,6 @@ impl Worker {
                 .map(|req| (pod_ip.clone(), req));
         }
         let target = Target {
-            pod: &self.pod,
             container: &self.container,
             container_id: &container_id,
             pod_ip: &pod_ip,

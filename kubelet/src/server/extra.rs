@@ -13,10 +13,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use hyper::{HeaderMap, Method, Response};
+use hyper::{Method, Response};
 
 use super::Body;
-use super::auth::User;
 
 /// A request handed to an [`Endpoint`].
 #[derive(Clone, Debug)]
@@ -27,10 +26,6 @@ pub struct ApiRequest {
     pub path: String,
     /// The raw query string (without `?`), "" when none.
     pub query: String,
-    /// The request headers (`Accept` for content negotiation, …).
-    pub headers: HeaderMap,
-    /// The authenticated caller; none on the read-only port.
-    pub user: Option<User>,
 }
 
 /// Answers the requests of one registered path.
@@ -89,6 +84,7 @@ impl ExtraRoutes {
     }
 
     /// Whether no endpoint is registered.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.routes.is_empty()
     }
@@ -115,8 +111,6 @@ mod tests {
             method: Method::GET,
             path: path.into(),
             query: String::new(),
-            headers: HeaderMap::new(),
-            user: None,
         }
     }
 

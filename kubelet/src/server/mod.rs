@@ -55,11 +55,6 @@ pub trait NodeView: Send + Sync + 'static {
     fn running_pods(&self) -> Vec<Pod>;
     /// Whether the kubelet is healthy; the reason when not.
     fn healthy(&self) -> Result<(), String>;
-    /// The node's pressure conditions (MemoryPressure, DiskPressure, PIDPressure), as the
-    /// eviction manager last saw them; none before it has looked.
-    fn node_conditions(&self) -> Vec<k8s_openapi::api::core::v1::NodeCondition> {
-        Vec::new()
-    }
     /// The log file of a container's current instance (or the one before it, `previous`).
     fn container_log_path(
         &self,
@@ -165,15 +160,6 @@ pub(crate) enum Routes {
     Healthz,
 }
 
-/// Serves the read-only API on `addr` until `shutdown` completes.
-pub async fn serve_read_only(
-    addr: SocketAddr,
-    view: Arc<dyn NodeView>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    serve_read_only_with(addr, view, ExtraRoutes::new(), shutdown).await
-}
-
 /// Serves the read-only API, with the `extra` endpoints, on `addr` until `shutdown`
 /// completes.
 pub async fn serve_read_only_with(
@@ -188,6 +174,7 @@ pub async fn serve_read_only_with(
 }
 
 /// Serves the read-only API on a bound listener (tests bind port 0).
+#[cfg(test)]
 pub async fn serve_read_only_on(
     listener: TcpListener,
     view: Arc<dyn NodeView>,
@@ -280,20 +267,18 @@ async fn route(
     if routes == Routes::ReadOnly
         && let Some(endpoint) = extra.find(req.uri().path())
     {
-        return endpoint.serve(api_request(&req, None)).await;
+        return endpoint.serve(api_request(&req)).await;
     }
     let query = req.uri().query().unwrap_or_default();
     common_route(req.method(), req.uri().path(), query, view, routes).await
 }
 
 /// What an [`Endpoint`] sees of `req`.
-pub(crate) fn api_request(req: &Request<Incoming>, user: Option<auth::User>) -> ApiRequest {
+pub(crate) fn api_request(req: &Request<Incoming>) -> ApiRequest {
     ApiRequest {
         method: req.method().clone(),
         path: req.uri().path().to_string(),
         query: req.uri().query().unwrap_or_default().to_string(),
-        headers: req.headers().clone(),
-        user,
     }
 }
 

@@ -119,11 +119,13 @@ impl SecureServer {
     }
 
     /// The bound address.
+    #[cfg(test)]
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
     }
 
     /// The serving certificate and key in use.
+    #[cfg(test)]
     pub fn serving_files(&self) -> &ServingFiles {
         &self.files
     }
@@ -289,13 +291,12 @@ async fn handle(
         return text(StatusCode::FORBIDDEN, message);
     }
     tracing::trace!(user = %user.name, method = %req.method(), path = req.uri().path(), "kubelet API request");
-    route(req, user, shared, view, extra).await
+    route(req, shared, view, extra).await
 }
 
 /// The endpoint of an authorized request.
 async fn route(
     req: Request<Incoming>,
-    user: auth::User,
     shared: &Shared,
     view: Arc<dyn NodeView>,
     extra: &ExtraRoutes,
@@ -317,7 +318,7 @@ async fn route(
         );
     }
     if let Some(endpoint) = extra.find(path) {
-        return endpoint.serve(api_request(&req, Some(user))).await;
+        return endpoint.serve(api_request(&req)).await;
     }
     if PLUGGED.iter().any(|p| is_subpath(path, p)) {
         return text(

@@ -54,6 +54,7 @@ impl FileSource {
     }
 
     /// The manifests skipped at the latest listing, and why.
+    #[cfg(test)]
     pub fn problems(&self) -> Problems {
         self.problems.clone()
     }

@@ -94,6 +94,7 @@ impl PodConfig {
     }
 
     /// Every source's pods (by source, then UID).
+    #[cfg(test)]
     pub fn pods(&self) -> Vec<Pod> {
         self.sources
             .values()

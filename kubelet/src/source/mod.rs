@@ -13,9 +13,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-pub use file::{FileSource, spawn_file_source};
+pub use file::spawn_file_source;
 pub use merge::PodConfig;
-pub use url::{UrlSource, spawn_url_source};
+pub use url::spawn_url_source;
 
 use crate::manifest::{self, validate};
 use crate::types::{Pod, labels};
@@ -47,6 +47,7 @@ pub struct Problems(Arc<Mutex<Vec<Problem>>>);
 
 impl Problems {
     /// The problems of the latest listing.
+    #[cfg(test)]
     pub fn current(&self) -> Vec<Problem> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

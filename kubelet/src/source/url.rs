@@ -77,6 +77,7 @@ impl UrlSource {
     }
 
     /// The latest poll's problems (request failures, skipped pods).
+    #[cfg(test)]
     pub fn problems(&self) -> Problems {
         self.problems.clone()
     }

@@ -59,6 +59,7 @@ impl Cgroupfs {
     }
 
     /// A tree laid out as v1 (one dir per controller) or v2 under `root` (tests).
+    #[cfg(test)]
     pub fn at(root: impl Into<PathBuf>, unified: bool) -> Self {
         Self {
             root: root.into(),
@@ -81,6 +82,7 @@ impl Cgroupfs {
     }
 
     /// Whether the cgroup exists (in the memory hierarchy on v1).
+    #[cfg(test)]
     pub fn exists(&self, cgroup: &str) -> bool {
         self.dir("memory", cgroup).is_dir()
     }

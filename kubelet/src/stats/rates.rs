@@ -60,15 +60,11 @@ impl CpuRates {
     }
 
     /// How many keys are remembered.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.last
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
-    }
-
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

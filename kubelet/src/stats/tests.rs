@@ -7,7 +7,7 @@ use std::sync::Arc;
 use ferrolet_proto::cri;
 use futures::future::BoxFuture;
 use http_body_util::BodyExt;
-use hyper::{HeaderMap, Method, StatusCode};
+use hyper::{Method, StatusCode};
 
 use super::cgroup::{CgroupReading, Cgroupfs, MemoryReading, cgroup_of_process, parse_keyed};
 use super::host::{self, DiskUsage, FsInfo};
@@ -793,8 +793,6 @@ fn request(method: Method, path: &str, query: &str) -> ApiRequest {
         method,
         path: path.into(),
         query: query.into(),
-        headers: HeaderMap::new(),
-        user: None,
     }
 }
 

@@ -7,10 +7,6 @@ use serde::{Deserialize, Serialize};
 
 /// Name of the system container of the kubelet itself.
 pub const SYSTEM_CONTAINER_KUBELET: &str = "kubelet";
-/// Name of the system container of the container runtime.
-pub const SYSTEM_CONTAINER_RUNTIME: &str = "runtime";
-/// Name of the system container of everything else on the node.
-pub const SYSTEM_CONTAINER_MISC: &str = "misc";
 /// Name of the system container holding every pod (`<cgroupRoot>/kubepods`).
 pub const SYSTEM_CONTAINER_PODS: &str = "pods";
 

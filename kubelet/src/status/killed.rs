@@ -14,6 +14,7 @@ pub struct KillNotes {
 
 impl KillNotes {
     /// No notes.
+    #[cfg(test)]
     pub fn new() -> Self {
         Self::default()
     }

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Volume;
 
 use crate::types::Pod;
 
-pub use mounts::{MountContext, container_mounts, container_mounts_with};
+pub use mounts::{MountContext, container_mounts_with};
 
 /// Why a pod's volumes or mounts could not be made or removed.
 #[derive(Debug, thiserror::Error)]

@@ -43,6 +43,7 @@ pub struct MountContext<'a> {
 /// CRI mounts for a container, knowing only the primary pod IP: the hosts file gets no
 /// subdomain entry and `subPathExpr` sees no environment (use [`container_mounts_with`] for
 /// those).
+#[cfg(test)]
 pub async fn container_mounts(
     root_dir: &Path,
     pod: &Pod,
@@ -50,7 +51,7 @@ pub async fn container_mounts(
     volumes: &PodVolumes,
     pod_ip: &str,
 ) -> Result<Vec<cri::Mount>, VolumeError> {
-    let hostname = crate::podspec::pod_hostname(pod).map_err(|e| VolumeError::Invalid {
+    let hostname = crate::podspec::dns::pod_hostname(pod).map_err(|e| VolumeError::Invalid {
         volume: "etc-hosts".into(),
         reason: e.to_string(),
     })?;

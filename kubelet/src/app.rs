@@ -1,0 +1,197 @@
+//! The kubelet process: flags and configuration, logging, the async runtime, then the
+//! runtime connection, the pod sources, the kubelet's loop and its API servers, until a
+//! signal. The binary (`main.rs`) only calls [`main`], so everything else in this crate is
+//! crate-private and the compiler reports what nothing uses.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::sync::mpsc;
+
+use crate::config::{Config, ConfigError, Flags};
+use crate::cri::Cri;
+use crate::kubelet::Kubelet;
+use crate::podspec::NodeContext;
+use crate::{logging, node, server, source};
+
+/// Why the kubelet could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The flags or the configuration file are wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Logging could not be set up.
+    #[error("{0}")]
+    Logging(String),
+    /// The async runtime could not start.
+    #[error("starting the async runtime")]
+    Runtime(#[source] std::io::Error),
+    /// The root directory could not be made.
+    #[error("creating {}", path.display())]
+    RootDir {
+        /// `--root-dir`.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The kubelet API could not start (certificate, port).
+    #[error("starting the kubelet API")]
+    Api(#[source] server::secure::SecureError),
+}
+
+/// Runs the kubelet with the process's arguments until a termination signal.
+pub fn main() -> Result<(), AppError> {
+    crate::heap::tune();
+    let flags = Flags::parse();
+    let (config, warnings) = Config::load(&flags)?;
+    logging::init(config.verbosity, config.log_format.is_json()).map_err(AppError::Logging)?;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        // Blocking work here is short file and mount I/O, but a hundred pods make it come in
+        // bursts: uncapped, a burst leaves ~70 threads behind, and steady small work keeps
+        // waking them in turn, so none ever reaches its idle timeout (each holds its stack).
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()
+        .map_err(AppError::Runtime)?;
+    runtime.block_on(run(config))
+}
+
+/// Connects to the runtime, retrying while it is not up yet (it may start after us).
+async fn connect(config: &Config) -> Cri {
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match Cri::connect(
+            &config.container_runtime_endpoint,
+            &config.image_service_endpoint,
+            config.runtime_request_timeout,
+        )
+        .await
+        {
+            Ok(cri) => match cri.version().await {
+                Ok(v) => {
+                    tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "connected to the container runtime");
+                    return cri;
+                }
+                Err(e) => tracing::warn!(error = %e, "the container runtime does not answer yet"),
+            },
+            Err(e) => tracing::warn!(error = %e, "the container runtime is not up yet"),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn run(config: Config) -> Result<(), AppError> {
+    tokio::fs::create_dir_all(&config.root_dir)
+        .await
+        .map_err(|source| AppError::RootDir {
+            path: config.root_dir.clone(),
+            source,
+        })?;
+    // Before the runtime is up, so a bad certificate or a taken port fails the start at once.
+    let secure = if config.enable_server {
+        let server = server::secure::SecureServer::bind(&config).await;
+        Some(server.map_err(AppError::Api)?)
+    } else {
+        None
+    };
+    let cri = connect(&config).await;
+    let node = NodeContext {
+        node_name: config.node_name.clone(),
+        host_ip: node::host_ip().to_string(),
+        cluster_dns: config.cluster_dns.clone(),
+        cluster_domain: config.cluster_domain.clone(),
+        resolv_conf: config.resolv_conf.clone(),
+        pod_logs_dir: config.pod_logs_dir.clone(),
+        cgroup_root: config.cgroup_root.clone(),
+        memory_capacity: node::memory_capacity(),
+    };
+    tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
+    let kubelet = Kubelet::new(config.clone(), node, cri).await;
+    tokio::spawn(crate::heap::release_free_pages());
+    let (tx, rx) = mpsc::channel(64);
+    if let Some(dir) = &config.static_pod_path {
+        source::spawn_file_source(
+            dir.clone(),
+            config.node_name.clone(),
+            config.file_check_frequency,
+            tx.clone(),
+        );
+    }
+    if let Some(url) = &config.static_pod_url {
+        source::spawn_url_source(
+            url.clone(),
+            config.static_pod_url_header.clone(),
+            config.node_name.clone(),
+            config.http_check_frequency,
+            tx.clone(),
+        );
+    }
+    let view: Arc<dyn server::NodeView> = kubelet.clone();
+    // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`).
+    let extra = server::ExtraRoutes::new();
+    let extra = crate::server::metrics::add_routes(extra);
+    let extra = extra.route(
+        crate::server::stats::SUMMARY_PATH,
+        crate::server::stats::endpoint(kubelet.clone()),
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    if config.healthz_port > 0 {
+        let addr = SocketAddr::new(config.healthz_bind_address, config.healthz_port);
+        let (view, stop) = (view.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = server::serve_healthz(addr, view, stop).await {
+                tracing::error!(%addr, error = %e, "healthz server");
+            }
+        });
+    }
+    if config.read_only_port > 0 {
+        let addr = SocketAddr::new(config.address, config.read_only_port);
+        let (view, extra, stop) = (view.clone(), extra.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = server::serve_read_only_with(addr, view, extra, stop).await {
+                tracing::error!(%addr, error = %e, "read-only API server");
+            }
+        });
+    }
+    if let Some(secure) = secure {
+        let (view, extra, stop) = (view.clone(), extra.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = secure.serve(view, extra, stop).await {
+                tracing::error!(error = %e, "kubelet API server");
+            }
+        });
+    }
+    // The sources hold the senders; the loop ends when they all stop, or on a signal.
+    drop(tx);
+    tokio::select! {
+        () = kubelet.clone().run(rx) => {}
+        () = termination_signal() => tracing::info!("stopping (pods keep running)"),
+    }
+    let _ = stop_tx.send(true);
+    Ok(())
+}
+
+async fn termination_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
