@@ -13,7 +13,8 @@
 //! - [`status`]: the API PodStatus from the runtime's view.
 //! - [`server`]: the read-only HTTP API and healthz.
 //! - [`kubelet`]: desired pods, the sync loop, housekeeping; [`pod_workers`]: one task per pod.
-//! - [`sync_pod`]: SyncPod/KillPod, the Kubernetes semantics; [`images`]: pull policies.
+//! - [`pod_actions`]: what one sync does (pure); [`sync_pod`]: SyncPod/KillPod, carrying it
+//!   out; [`images`]: pull policies.
 //! - [`credentials`]: image pull credentials (Docker config files, pull secrets), the keyring.
 //! - [`view`]: what the HTTP API reads from the kubelet.
 //! - [`gc`]: container, sandbox and image garbage collection.
@@ -42,6 +43,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod node;
 pub mod pleg;
+pub mod pod_actions;
 pub mod pod_workers;
 pub mod podspec;
 pub mod prober;
