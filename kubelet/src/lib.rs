@@ -13,7 +13,8 @@
 //! - [`status`]: the API PodStatus from the runtime's view.
 //! - [`server`]: the read-only HTTP API and healthz.
 //! - [`kubelet`]: desired pods, the sync loop, housekeeping; [`pod_workers`]: one task per pod.
-//! - [`sync_pod`]: SyncPod/KillPod, the Kubernetes semantics; [`images`]: pull policies.
+//! - [`pod_actions`]: what one sync does (pure); [`sync_pod`]: SyncPod/KillPod, carrying it
+//!   out; [`images`]: pull policies.
 //! - [`credentials`]: image pull credentials (Docker config files, pull secrets), the keyring.
 //! - [`view`]: what the HTTP API reads from the kubelet.
 //! - [`gc`]: container, sandbox and image garbage collection.
@@ -45,6 +46,7 @@ pub(crate) mod manifest;
 pub(crate) mod metrics;
 pub(crate) mod node;
 pub(crate) mod pleg;
+pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;
 pub(crate) mod podspec;
 pub(crate) mod prober;

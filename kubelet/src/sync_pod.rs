@@ -1,17 +1,13 @@
 //! SyncPod and KillPod: the Kubernetes semantics of driving one pod to its desired state
-//! through CRI (the Go kubelet's `computePodActions` + `SyncPod`).
+//! through CRI (the Go kubelet's `SyncPod`; what to do is decided by
+//! [`compute_pod_actions`](crate::pod_actions::compute_pod_actions)).
 //!
-//! One pass: make the sandbox when there is none ready (killing what was left of the old one),
-//! then the init containers strictly in order, each to success before the next (sidecars, init
-//! containers with `restartPolicy: Always`, start and keep running), then the app containers,
-//! restarting exited ones per `restartPolicy` with crash-loop back-off and replacing those
-//! whose spec hash changed. Anything that must wait is recorded as a waiting reason; the next
-//! PLEG event or resync picks the pod up again.
+//! One pass: read the pod back from the runtime, decide, then carry the actions out in order:
+//! volumes, the sandbox (a new one when none is ready, after killing what was left of the
+//! old one), kills, image pulls, CreateContainer/StartContainer and hooks. Anything that must
+//! wait is recorded as a waiting reason; the next PLEG event or resync picks the pod up again.
 //!
-//! Probes and hooks: a running container whose liveness or startup probe failed is killed
-//! (with the probe's own grace period when it has one) and restarted per `restartPolicy`; a
-//! sidecar with a startup probe holds the next init container back until it has started.
-//! `postStart` runs right after StartContainer and its failure kills the container
+//! Hooks: `postStart` runs right after StartContainer and its failure kills the container
 //! (`PostStartHookError`); every kill runs the container's `preStop` hook first, within the
 //! grace period, and notes why the kubelet killed it for the instance's terminated state.
 
@@ -23,11 +19,13 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use crate::kubelet::Kubelet;
 use crate::lifecycle::{self, HookTarget};
+use crate::pod_actions::{
+    self, ContainerAction, PodActions, PodInputs, ProbeVerdicts, RunActions, SandboxAction,
+};
 use crate::podspec::{self, ContainerContext};
-use crate::prober::{ProbeKind, ProbeResult};
+use crate::prober::ProbeKind;
 use crate::status::{self, StatusContext, Waiting};
-use crate::types::{Pod, RuntimeContainer, RuntimePod};
-use crate::types::{grace_period, uid_of};
+use crate::types::{Pod, RuntimePod, grace_period, uid_of};
 
 /// Why a sync pass stopped early.
 #[derive(Debug, thiserror::Error)]
@@ -67,22 +65,6 @@ struct Kill<'a> {
     note: Option<String>,
 }
 
-/// A probe's verdict that the container must go.
-struct ProbeKill {
-    message: String,
-    grace: i64,
-}
-
-/// What the pass decided for one container.
-enum Step {
-    /// Nothing to do (running, or done and not to be restarted).
-    Keep,
-    /// Start a new instance with this restart count.
-    Start(u32),
-    /// Wait: the container may not start yet.
-    Wait(Waiting),
-}
-
 impl Kubelet {
     /// Drives a pod to its desired state and records its status.
     pub async fn sync_pod(&self, pod: &Pod) -> Result<(), SyncError> {
@@ -100,6 +82,7 @@ impl Kubelet {
         result
     }
 
+    /// One pass: gather the inputs, decide, carry the actions out.
     async fn sync_pod_once(
         &self,
         pod: &Pod,
@@ -108,249 +91,152 @@ impl Kubelet {
     ) -> Result<(), SyncError> {
         let spec = pod.spec.clone().unwrap_or_default();
         let runtime = self.pleg.refresh(uid).await?.unwrap_or_default();
-        if self.pod_is_finished(pod, &spec, &runtime) {
-            // A finished pod keeps its containers (for logs and status) but not its sandbox.
-            for sb in runtime.sandboxes.iter().filter(|s| s.ready) {
-                self.cri.stop_pod_sandbox(&sb.id).await?;
+        let probes = self.probe_verdicts(&runtime);
+        let input = PodInputs {
+            uid,
+            spec: &spec,
+            grace: grace_period(pod),
+            runtime: &runtime,
+            backoff: &self.crash_backoff,
+            probes: &probes,
+        };
+        let actions = match pod_actions::compute_pod_actions(&input, Instant::now()) {
+            PodActions::Finished { stop_sandboxes } => {
+                // A finished pod keeps its containers (for logs and status) but not its sandbox.
+                for id in &stop_sandboxes {
+                    self.cri.stop_pod_sandbox(id).await?;
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+            PodActions::Run(actions) => actions,
+        };
         let volumes = match crate::volume::setup(&self.config.root_dir, pod).await {
             Ok(v) => v,
             Err(e) => {
                 // As the Go kubelet: the pod waits in ContainerCreating, the reason says why.
                 tracing::warn!(error = %e, "FailedMount");
-                let w = Waiting {
-                    reason: "ContainerCreating".into(),
-                    message: e.to_string(),
-                };
-                for c in spec
-                    .containers
-                    .iter()
-                    .chain(spec.init_containers.iter().flatten())
-                {
-                    waiting.insert(c.name.clone(), w.clone());
-                }
+                mark_all(&spec, waiting, "ContainerCreating", &e.to_string());
                 return Ok(());
             }
         };
-        let sandbox = runtime.sandboxes.first().filter(|s| s.ready).cloned();
-        let attempt = match &sandbox {
-            Some(sb) => sb.attempt,
-            None => runtime
-                .sandboxes
-                .first()
-                .map(|s| s.attempt + 1)
-                .unwrap_or(0),
-        };
-        let sandbox_config = podspec::sandbox_config(pod, &self.node, attempt)?;
-        let (sandbox_id, pod_ips, fresh) = match sandbox {
-            Some(sb) => {
-                let mut ips = vec![sb.ip];
-                ips.extend(sb.additional_ips);
-                (sb.id, ips, false)
-            }
-            None => {
-                // Whatever ran in an old sandbox goes with it (at once: no hooks).
-                self.kill_runtime_pod(&runtime, None, 0).await;
-                for c in spec
-                    .containers
-                    .iter()
-                    .chain(spec.init_containers.iter().flatten())
-                {
-                    waiting.insert(
-                        c.name.clone(),
-                        Waiting {
-                            reason: "ContainerCreating".into(),
-                            message: String::new(),
-                        },
-                    );
-                }
-                let id = self.cri.run_pod_sandbox(sandbox_config.clone()).await?;
-                let status = self.cri.pod_sandbox_status(&id).await?;
-                let net = status.network.unwrap_or_default();
-                let mut ips = vec![net.ip];
-                ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
-                waiting.clear();
-                (id, ips, true)
-            }
-        };
+        let sandbox_config = podspec::sandbox_config(pod, &self.node, actions.attempt)?;
+        let (sandbox_id, pod_ips) = self
+            .ensure_sandbox(&actions, &runtime, &spec, &sandbox_config, waiting)
+            .await?;
         let target = SandboxTarget {
             id: &sandbox_id,
             config: &sandbox_config,
             pod_ips: &pod_ips,
             volumes: &volumes,
         };
-        // Containers of this sandbox only: a new sandbox starts everyone afresh.
-        let mine: Vec<&RuntimeContainer> = if fresh {
-            Vec::new()
-        } else {
-            runtime
-                .containers
-                .iter()
-                .filter(|c| c.sandbox_id == sandbox_id)
-                .collect()
-        };
-        let restart_policy = spec
-            .restart_policy
-            .clone()
-            .unwrap_or_else(|| "Always".into());
-
-        // Init containers, in order.
-        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let newest = newest(&mine, &c.name);
-            let step = match newest {
-                Some(rc) if rc.state == ContainerState::ContainerRunning => {
-                    if sidecar {
-                        if let Some(kill) = self.probe_kill(pod, c, rc, true) {
-                            let primary = pod_ips.first().map(String::as_str).unwrap_or("");
-                            self.kill_container(pod, kill.into_kill(c, rc, primary))
-                                .await;
-                            self.restart_step(uid, c, rc, "Always")
-                        } else if !self.sidecar_started(c, rc) {
-                            // Go: the next init container waits for the sidecar to start.
-                            for later in spec.init_containers.iter().flatten().skip(i + 1) {
-                                waiting.insert(later.name.clone(), pod_initializing());
-                            }
-                            self.mark_app_containers(&spec, waiting);
-                            return Ok(());
-                        } else {
-                            Step::Keep
-                        }
-                    } else {
-                        // A regular init container still running: wait for it.
-                        for later in spec.init_containers.iter().flatten().skip(i + 1) {
-                            waiting.insert(later.name.clone(), pod_initializing());
-                        }
-                        self.mark_app_containers(&spec, waiting);
-                        return Ok(());
-                    }
-                }
-                Some(rc)
-                    if rc.state == ContainerState::ContainerExited
-                        && rc.exit_code == 0
-                        && !sidecar =>
-                {
-                    Step::Keep
-                }
-                Some(rc) => {
-                    let policy = if sidecar {
-                        "Always"
-                    } else {
-                        init_policy(&restart_policy)
-                    };
-                    self.restart_step(uid, c, rc, policy)
-                }
-                None => Step::Start(restart_count_from(&runtime, &c.name)),
-            };
-            match step {
-                Step::Keep => continue,
-                Step::Start(count) => {
-                    self.start_container(pod, c, &target, count, waiting).await;
-                    if !sidecar {
-                        self.mark_app_containers(&spec, waiting);
-                        return Ok(());
-                    }
-                }
-                Step::Wait(w) => {
-                    waiting.insert(c.name.clone(), w);
-                    self.mark_app_containers(&spec, waiting);
-                    return Ok(());
-                }
-            }
+        for step in &actions.steps {
+            self.carry_out(pod, &spec, step, &target, waiting).await;
         }
-
-        // App containers.
-        for c in &spec.containers {
-            let hash = podspec::container_hash(c);
-            let step = match newest(&mine, &c.name) {
-                Some(rc) if rc.state == ContainerState::ContainerRunning => {
-                    let primary = pod_ips.first().map(String::as_str).unwrap_or("");
-                    if !rc.hash.is_empty() && rc.hash != hash {
-                        let kill = Kill {
-                            spec: Some(c),
-                            id: &rc.id,
-                            pod_ip: primary,
-                            grace: grace_period(pod),
-                            note: Some(format!(
-                                "Container {} definition changed, will be restarted",
-                                c.name
-                            )),
-                        };
-                        self.kill_container(pod, kill).await;
-                        Step::Start(rc.attempt + 1)
-                    } else if let Some(mut kill) = self.probe_kill(pod, c, rc, false) {
-                        // Go: killed and, unless the pod never restarts, started again.
-                        let restart = restart_policy != "Never";
-                        if restart {
-                            kill.message.push_str(", will be restarted");
-                        }
-                        self.kill_container(pod, kill.into_kill(c, rc, primary))
-                            .await;
-                        if restart {
-                            self.restart_step(uid, c, rc, "Always")
-                        } else {
-                            Step::Keep
-                        }
-                    } else {
-                        Step::Keep
-                    }
-                }
-                Some(rc) if rc.state == ContainerState::ContainerCreated => {
-                    // Created but never started (a crash between the two): start a fresh one.
-                    let _ = self.cri.remove_container(&rc.id).await;
-                    Step::Start(rc.attempt + 1)
-                }
-                Some(rc) => self.restart_step(uid, c, rc, &restart_policy),
-                None => Step::Start(restart_count_from(&runtime, &c.name)),
-            };
-            match step {
-                Step::Keep => {}
-                Step::Start(count) => {
-                    self.start_container(pod, c, &target, count, waiting).await;
-                }
-                Step::Wait(w) => {
-                    waiting.insert(c.name.clone(), w);
-                }
+        if let Some(later) = &actions.initializing {
+            for name in later {
+                waiting.insert(name.clone(), pod_actions::pod_initializing());
             }
+            mark_app_containers(&spec, waiting);
         }
         Ok(())
     }
 
-    /// Decides whether an exited container runs again, honouring the back-off.
-    fn restart_step(&self, uid: &str, c: &Container, rc: &RuntimeContainer, policy: &str) -> Step {
-        let restart = match policy {
-            "Never" => false,
-            "OnFailure" => rc.exit_code != 0,
-            _ => true,
-        };
-        if !restart {
-            return Step::Keep;
+    /// The liveness and startup results of the pod's running instances.
+    fn probe_verdicts(&self, runtime: &RuntimePod) -> ProbeVerdicts {
+        let mut verdicts = ProbeVerdicts::default();
+        let running = runtime
+            .containers
+            .iter()
+            .filter(|c| c.state == ContainerState::ContainerRunning);
+        for rc in running {
+            for kind in [ProbeKind::Liveness, ProbeKind::Startup] {
+                if let Some(result) = self.probes.result(kind, &rc.id) {
+                    verdicts.set(kind, &rc.id, result);
+                }
+            }
         }
-        let key = format!("{uid}/{}", c.name);
-        let now = Instant::now();
-        // Only a container that ran long enough counts as not crash-looping (Go: 10 min).
-        if let Some(left) = self.crash_backoff.in_backoff(&key, now) {
-            return Step::Wait(Waiting {
-                reason: "CrashLoopBackOff".into(),
-                message: format!(
-                    "back-off {}s restarting failed container={} pod={}",
-                    left.as_secs().max(1),
-                    c.name,
-                    uid
-                ),
-            });
-        }
-        self.crash_backoff.next(&key, now);
-        Step::Start(rc.attempt + 1)
+        verdicts
     }
 
-    fn mark_app_containers(&self, spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>) {
-        for c in &spec.containers {
-            waiting
-                .entry(c.name.clone())
-                .or_insert_with(pod_initializing);
+    /// The sandbox the containers go into (its id and IPs, primary first): the ready one, or
+    /// a new one after whatever ran in the old one is gone (at once: no hooks).
+    async fn ensure_sandbox(
+        &self,
+        actions: &RunActions,
+        runtime: &RuntimePod,
+        spec: &PodSpec,
+        sandbox_config: &ferrolet_proto::cri::PodSandboxConfig,
+        waiting: &mut BTreeMap<String, Waiting>,
+    ) -> Result<(String, Vec<String>), SyncError> {
+        let reason = match &actions.sandbox {
+            SandboxAction::Keep { id, ips } => return Ok((id.clone(), ips.clone())),
+            SandboxAction::Create(reason) => reason,
+        };
+        tracing::debug!(?reason, attempt = actions.attempt, "making a sandbox");
+        self.kill_runtime_pod(runtime, None, 0).await;
+        mark_all(spec, waiting, "ContainerCreating", "");
+        let id = self.cri.run_pod_sandbox(sandbox_config.clone()).await?;
+        let status = self.cri.pod_sandbox_status(&id).await?;
+        let net = status.network.unwrap_or_default();
+        let mut ips = vec![net.ip];
+        ips.extend(net.additional_ips.into_iter().map(|i| i.ip));
+        waiting.clear();
+        Ok((id, ips))
+    }
+
+    /// Carries out one container step.
+    async fn carry_out(
+        &self,
+        pod: &Pod,
+        spec: &PodSpec,
+        step: &ContainerAction,
+        target: &SandboxTarget<'_>,
+        waiting: &mut BTreeMap<String, Waiting>,
+    ) {
+        let at = match step {
+            ContainerAction::Kill { container, .. }
+            | ContainerAction::Remove { container, .. }
+            | ContainerAction::Start { container, .. }
+            | ContainerAction::Wait { container, .. } => *container,
+        };
+        // The steps come from this spec, so the container is always there.
+        let Some(c) = at.spec(spec) else {
+            tracing::warn!(?at, "a step for a container the spec does not have");
+            return;
+        };
+        match step {
+            ContainerAction::Kill {
+                id, grace, message, ..
+            } => {
+                let kill = Kill {
+                    spec: Some(c),
+                    id,
+                    pod_ip: target.pod_ips.first().map(String::as_str).unwrap_or(""),
+                    grace: *grace,
+                    note: Some(message.clone()),
+                };
+                self.kill_container(pod, kill).await;
+            }
+            ContainerAction::Remove { id, .. } => {
+                let _ = self.cri.remove_container(id).await;
+            }
+            ContainerAction::Start {
+                restart_count,
+                backoff,
+                ..
+            } => {
+                if *backoff {
+                    // Only a container that ran long enough counts as not crash-looping (Go:
+                    // 10 min); the window opens as the restart happens.
+                    let key = pod_actions::backoff_key(&uid_of(pod), &c.name);
+                    self.crash_backoff.next(&key, Instant::now());
+                }
+                self.start_container(pod, c, target, *restart_count, waiting)
+                    .await;
+            }
+            ContainerAction::Wait { waiting: w, .. } => {
+                waiting.insert(c.name.clone(), w.clone());
+            }
         }
     }
 
@@ -363,70 +249,16 @@ impl Kubelet {
         restart_count: u32,
         waiting: &mut BTreeMap<String, Waiting>,
     ) {
-        let SandboxTarget {
-            id: sandbox_id,
-            config: sandbox_config,
-            pod_ips,
-            volumes,
-        } = *target;
-        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
-        let uid = uid_of(pod);
-        let image = match self.ensure_image(&uid, c).await {
-            Ok(image) => image,
+        let config = match self.container_config(pod, c, target, restart_count).await {
+            Ok(config) => config,
             Err(w) => {
                 waiting.insert(c.name.clone(), w);
                 return;
             }
         };
-        let fail = |reason: &str, message: String| Waiting {
-            reason: reason.into(),
-            message,
-        };
-        let mounts = match self.container_mounts(pod, c, volumes, pod_ips).await {
-            Ok(m) => m,
-            Err(e) => {
-                waiting.insert(c.name.clone(), fail("CreateContainerConfigError", e));
-                return;
-            }
-        };
-        let ctx = ContainerContext {
-            pod_ip,
-            pod_ips,
-            restart_count,
-            mounts,
-            image: &image,
-        };
-        let config = match podspec::container_config(pod, c, &self.node, &ctx) {
-            Ok(config) => config,
-            Err(e) => {
-                waiting.insert(
-                    c.name.clone(),
-                    fail("CreateContainerConfigError", e.to_string()),
-                );
-                return;
-            }
-        };
-        if let Some(msg) = self.run_as_non_root_violation(pod, c, &image).await {
-            waiting.insert(c.name.clone(), fail("CreateContainerConfigError", msg));
-            return;
-        }
-        // The runtime writes the log; the kubelet owns its directory (as the Go kubelet does).
-        if !sandbox_config.log_directory.is_empty() {
-            let dir = std::path::Path::new(&sandbox_config.log_directory).join(&c.name);
-            if let Err(e) = tokio::fs::create_dir_all(&dir).await {
-                waiting.insert(
-                    c.name.clone(),
-                    fail(
-                        "CreateContainerError",
-                        format!("creating log dir {}: {e}", dir.display()),
-                    ),
-                );
-                return;
-            }
-        }
         let id = match self
             .cri
-            .create_container(sandbox_id, config, sandbox_config.clone())
+            .create_container(target.id, config, target.config.clone())
             .await
         {
             Ok(id) => id,
@@ -440,69 +272,81 @@ impl Kubelet {
             return;
         }
         tracing::info!(container = %c.name, id, restart_count, "container started");
-        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
-            let target = HookTarget {
-                pod,
-                container: c,
-                container_id: &id,
-                pod_ip,
-            };
-            if let Err(e) = self.hooks.run(hook, target).await {
-                // An event-like line, as Go's FailedPostStartHook event.
-                tracing::warn!(container = %c.name, id, reason = "FailedPostStartHook", "{e}");
-                let kill = Kill {
-                    spec: Some(c),
-                    id: &id,
-                    pod_ip,
-                    grace: grace_period(pod),
-                    note: Some("FailedPostStartHook".into()),
-                };
-                self.kill_container(pod, kill).await;
-                waiting.insert(c.name.clone(), fail("PostStartHookError", e.message));
-                return;
-            }
+        let pod_ip = target.pod_ips.first().map(String::as_str).unwrap_or("");
+        if let Some(w) = self.post_start(pod, c, &id, pod_ip).await {
+            waiting.insert(c.name.clone(), w);
+            return;
         }
         waiting.remove(&c.name);
     }
 
-    /// Whether a running container's liveness or startup probe has failed (Go's
-    /// `computePodActions`); the kill's message and grace period (the probe's own
-    /// `terminationGracePeriodSeconds` when set).
-    fn probe_kill(
+    /// Everything CreateContainer needs, up to the container's log directory; what stops it
+    /// as the container's waiting reason.
+    async fn container_config(
         &self,
         pod: &Pod,
         c: &Container,
-        rc: &RuntimeContainer,
-        sidecar: bool,
-    ) -> Option<ProbeKill> {
-        let failed = |kind| self.probes.result(kind, &rc.id) == Some(ProbeResult::Failure);
-        let (kind, what) = if failed(ProbeKind::Liveness) {
-            (ProbeKind::Liveness, "liveness")
-        } else if failed(ProbeKind::Startup) {
-            (ProbeKind::Startup, "startup")
-        } else {
-            return None;
+        target: &SandboxTarget<'_>,
+        restart_count: u32,
+    ) -> Result<ferrolet_proto::cri::ContainerConfig, Waiting> {
+        let pod_ips = target.pod_ips;
+        let image = self.ensure_image(&uid_of(pod), c).await?;
+        let mounts = self
+            .container_mounts(pod, c, target.volumes, pod_ips)
+            .await
+            .map_err(|e| fail("CreateContainerConfigError", e))?;
+        let ctx = ContainerContext {
+            pod_ip: pod_ips.first().map(String::as_str).unwrap_or(""),
+            pod_ips,
+            restart_count,
+            mounts,
+            image: &image,
         };
-        let who = if sidecar {
-            "Init container"
-        } else {
-            "Container"
-        };
-        let grace = kind
-            .probe_of(c)
-            .and_then(|p| p.termination_grace_period_seconds)
-            .map(|g| g.max(0))
-            .unwrap_or_else(|| grace_period(pod));
-        Some(ProbeKill {
-            message: format!("{who} {} failed {what} probe", c.name),
-            grace,
-        })
+        let config = podspec::container_config(pod, c, &self.node, &ctx)
+            .map_err(|e| fail("CreateContainerConfigError", e.to_string()))?;
+        if let Some(msg) = self.run_as_non_root_violation(pod, c, &image).await {
+            return Err(fail("CreateContainerConfigError", msg));
+        }
+        // The runtime writes the log; the kubelet owns its directory (as the Go kubelet does).
+        let log_directory = &target.config.log_directory;
+        if !log_directory.is_empty() {
+            let dir = std::path::Path::new(log_directory).join(&c.name);
+            if let Err(e) = tokio::fs::create_dir_all(&dir).await {
+                let message = format!("creating log dir {}: {e}", dir.display());
+                return Err(fail("CreateContainerError", message));
+            }
+        }
+        Ok(config)
     }
 
-    /// Whether a running sidecar has started: it has no startup probe, or it passed.
-    fn sidecar_started(&self, c: &Container, rc: &RuntimeContainer) -> bool {
-        c.startup_probe.is_none()
-            || self.probes.result(ProbeKind::Startup, &rc.id) == Some(ProbeResult::Success)
+    /// Runs a started container's postStart hook; on failure kills the container and returns
+    /// its waiting reason.
+    async fn post_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        pod_ip: &str,
+    ) -> Option<Waiting> {
+        let hook = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref())?;
+        let target = HookTarget {
+            pod,
+            container: c,
+            container_id: id,
+            pod_ip,
+        };
+        let e = self.hooks.run(hook, target).await.err()?;
+        // An event-like line, as Go's FailedPostStartHook event.
+        tracing::warn!(container = %c.name, id, reason = "FailedPostStartHook", "{e}");
+        let kill = Kill {
+            spec: Some(c),
+            id,
+            pod_ip,
+            grace: grace_period(pod),
+            note: Some("FailedPostStartHook".into()),
+        };
+        self.kill_container(pod, kill).await;
+        Some(fail("PostStartHookError", e.message))
     }
 
     /// Kills one container instance as Go's `killContainer`: notes why (for its terminated
@@ -695,42 +539,6 @@ impl Kubelet {
         tracing::info!("pod killed");
     }
 
-    /// Whether the pod is done for good: restartPolicy Never with every container exited, or
-    /// OnFailure with every container exited 0.
-    fn pod_is_finished(&self, _pod: &Pod, spec: &PodSpec, runtime: &RuntimePod) -> bool {
-        let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-        if policy == "Always" || spec.containers.is_empty() {
-            return false;
-        }
-        let Some(sb) = runtime.sandboxes.first() else {
-            return false;
-        };
-        let mine: Vec<&RuntimeContainer> = runtime
-            .containers
-            .iter()
-            .filter(|c| c.sandbox_id == sb.id)
-            .collect();
-        // A failed init container under Never ends the pod too.
-        if policy == "Never" {
-            for c in spec.init_containers.iter().flatten() {
-                if let Some(rc) = newest(&mine, &c.name)
-                    && rc.state == ContainerState::ContainerExited
-                    && rc.exit_code != 0
-                {
-                    return true;
-                }
-            }
-        }
-        spec.containers
-            .iter()
-            .all(|c| match newest(&mine, &c.name) {
-                Some(rc) if rc.state == ContainerState::ContainerExited => {
-                    policy == "Never" || rc.exit_code == 0
-                }
-                _ => false,
-            })
-    }
-
     /// Computes and stores the pod's status from the freshest runtime view.
     async fn record_status(&self, pod: &Pod, uid: &str, waiting: BTreeMap<String, Waiting>) {
         let runtime = match self.pleg.refresh(uid).await {
@@ -797,54 +605,30 @@ impl Kubelet {
     }
 }
 
-impl ProbeKill {
-    /// The kill of `rc` this verdict asks for.
-    fn into_kill<'a>(
-        self,
-        c: &'a Container,
-        rc: &'a RuntimeContainer,
-        pod_ip: &'a str,
-    ) -> Kill<'a> {
-        Kill {
-            spec: Some(c),
-            id: &rc.id,
-            pod_ip,
-            grace: self.grace,
-            note: Some(self.message),
-        }
-    }
-}
-
-fn newest<'a>(mine: &[&'a RuntimeContainer], name: &str) -> Option<&'a RuntimeContainer> {
-    mine.iter()
-        .copied()
-        .filter(|c| c.name == name)
-        .max_by_key(|c| c.created_at)
-}
-
-/// The restart count a new instance gets: one more than the newest instance's, in any sandbox.
-fn restart_count_from(runtime: &RuntimePod, name: &str) -> u32 {
-    runtime
+/// Every container (app containers, then init containers) waits for `reason`.
+fn mark_all(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>, reason: &str, message: &str) {
+    let w = fail(reason, message.to_string());
+    for c in spec
         .containers
         .iter()
-        .filter(|c| c.name == name)
-        .map(|c| c.attempt + 1)
-        .max()
-        .unwrap_or(0)
-}
-
-/// Init containers are restarted on failure unless the pod is Never.
-fn init_policy(pod_policy: &str) -> &'static str {
-    if pod_policy == "Never" {
-        "Never"
-    } else {
-        "OnFailure"
+        .chain(spec.init_containers.iter().flatten())
+    {
+        waiting.insert(c.name.clone(), w.clone());
     }
 }
 
-fn pod_initializing() -> Waiting {
+/// App containers without a reason of their own wait for the init containers.
+fn mark_app_containers(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>) {
+    for c in &spec.containers {
+        waiting
+            .entry(c.name.clone())
+            .or_insert_with(pod_actions::pod_initializing);
+    }
+}
+
+fn fail(reason: &str, message: String) -> Waiting {
     Waiting {
-        reason: "PodInitializing".into(),
-        message: String::new(),
+        reason: reason.into(),
+        message,
     }
 }
