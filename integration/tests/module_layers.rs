@@ -57,6 +57,7 @@ const KUBELET: Rule = Rule {
             "assembly",
             &["config", "kubelet", "sync_pod", "view", "server"],
         ),
+        ("process", &["app"]),
     ],
 };
 
