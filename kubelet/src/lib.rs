@@ -1,31 +1,20 @@
 //! `ferrolet`: a kubelet that drives pods to their desired state through CRI.
 //!
-//! Module map:
-//! - [`types`]: pod updates, the runtime's view of a pod, the Go kubelet's label keys.
-//! - [`config`]: KubeletConfiguration + flags.
-//! - [`manifest`]: manifests: parsing, static-pod identity, defaults, validation.
-//! - [`source`]: pod sources (directory, URL) and their merge into one update stream.
-//! - [`cri`]: the CRI client (timeouts; the runtime's pods read back by label).
-//! - [`podspec`]: a pod as CRI sandbox and container configs.
-//! - [`volume`]: emptyDir and hostPath volumes, container mounts.
-//! - [`pleg`]: the pod lifecycle event generator and the runtime pod cache.
-//! - [`backoff`]: crash-loop and image-pull back-off.
-//! - [`status`]: the API PodStatus from the runtime's view.
-//! - [`server`]: the read-only HTTP API and healthz.
-//! - [`kubelet`]: desired pods, the sync loop, housekeeping; [`pod_workers`]: one task per pod.
-//! - [`pod_actions`]: what one sync does (pure); [`sync_pod`]: SyncPod/KillPod, carrying it
-//!   out; [`images`]: pull policies.
-//! - [`credentials`]: image pull credentials (Docker config files, pull secrets), the keyring.
-//! - [`view`]: what the HTTP API reads from the kubelet.
-//! - [`gc`]: container, sandbox and image garbage collection.
-//! - [`metrics`]: the Prometheus metrics served as `/metrics`.
-//! - [`stats`]: the Summary API (`/stats/summary`); [`eviction`]: node-pressure signals,
-//!   conditions and evictions.
-//! - [`prober`]: liveness, readiness and startup probes; [`lifecycle`]: postStart and preStop
-//!   hooks.
-//! - [`log_rotation`]: container logs rotated by size through ReopenContainerLog.
-//! - [`node`], [`logging`]: node facts, log set-up; [`heap`]: the allocator's tuning and
-//!   the return of free pages.
+//! Module map, by layer (a module imports only its own layer or lower ones; see
+//! ARCHITECTURE.md and `integration/tests/module_layers.rs`):
+//! - process: [`app`], the only public module (the binary calls [`app::main`]).
+//! - assembly: `config` (KubeletConfiguration + flags, assembling the managers' own config
+//!   types), `kubelet` (desired pods, the sync loop, housekeeping), `sync_pod` (SyncPod and
+//!   KillPod carrying out the actions), `view` (the kubelet as the servers see it), `server`
+//!   (read-only, healthz and secure HTTP APIs, `/stats/summary`, `/metrics`).
+//! - managers: `pod_actions` (what one sync does, pure), `pod_workers` (one task per pod),
+//!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
+//!   Summary API), `eviction`, `log_rotation`.
+//! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
+//! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
+//!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
+//! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
+//!   recorder), `node`, `logging`, `heap`.
 
 pub mod app;
 pub(crate) mod backoff;
