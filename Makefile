@@ -15,6 +15,15 @@ test: env lint
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 
+## unit: every test that needs neither root nor containerd nor the registries: the crates'
+# unit tests, the CNI library and CLI against fake plugins, the registry client against its
+# in-test fakes, the module layers and the test-image builder. Under 2 minutes after a build.
+unit:
+	$(CARGO) test --workspace --lib --bins
+	$(CARGO) test -p ferrolet-cni --tests
+	$(CARGO) test -p ferrolet-cri --test registry fake_
+	$(CARGO) test -p ferrolet-integration --test module_layers --test testimages
+
 ## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config
 env:
 	@scripts/env.sh up
