@@ -404,7 +404,7 @@ async fn runtime_events_trigger_a_relist_at_once() {
         .unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn periodic_relists_without_runtime_events() {
     let (fake, pleg) = setup();
     let pleg = Arc::new(pleg);

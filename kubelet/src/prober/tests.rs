@@ -91,7 +91,7 @@ async fn until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn readiness_follows_the_probe_and_updates_are_sent() {
     let checker = Arc::new(Scripted::default());
     checker.healthy.store(true, Ordering::SeqCst);
@@ -148,7 +148,7 @@ async fn readiness_follows_the_probe_and_updates_are_sent() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_liveness_failure_is_sent_once_and_probing_holds() {
     let checker = Arc::new(Scripted::default());
     let manager = Manager::with_checker(checker.clone());
@@ -191,7 +191,7 @@ async fn a_liveness_failure_is_sent_once_and_probing_holds() {
     manager.remove_pod("uid-1");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn started_waits_for_the_startup_probe() {
     let checker = Arc::new(Scripted::default());
     checker.healthy.store(true, Ordering::SeqCst);
