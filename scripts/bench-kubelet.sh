@@ -18,6 +18,9 @@
 #   BENCH_PROBE_PODS=100  BENCH_EXEC_PROBE_PODS=10   pods of the probe runs
 #   BENCH_RUNTIMES="ferrolet-cri containerd-cri"   which runtimes, in order
 #   BIN=target/release    where the binaries are
+#   BENCH_KUBELET_BASELINE=PATH   another ferrolet binary (an older build): on ferrolet-cri it
+#                         runs right after this one, and the two are compared (ratio = this
+#                         build / the baseline)
 set -euo pipefail
 
 ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +33,7 @@ PODS=${BENCH_PODS:-1,30,100}
 IDLE_S=${BENCH_IDLE_S:-30}
 RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri}
 PROBES=${BENCH_PROBES-network exec}
+BASELINE=${BENCH_KUBELET_BASELINE:-}
 PROBE_PODS=${BENCH_PROBE_PODS:-100}
 EXEC_PROBE_PODS=${BENCH_EXEC_PROBE_PODS:-10}
 PID_DIR=/run/ferrolet/env
@@ -222,6 +226,16 @@ for runtime in $RUNTIMES; do
     ferrolet-cri)
       start_cri
       bench ferrolet-cri "unix://$CRI_SOCK"
+      if [ -n "$BASELINE" ]; then
+        [ -x "$BASELINE" ] || die "BENCH_KUBELET_BASELINE=$BASELINE is not an executable"
+        new_kubelet=$KUBELET
+        KUBELET=$BASELINE
+        bench baseline "unix://$CRI_SOCK"
+        KUBELET=$new_kubelet
+        if [ -s "$OUT/ferrolet-cri.json" ] && [ -s "$OUT/baseline.json" ]; then
+          "$BENCH" compare "$OUT/ferrolet-cri.json" "$OUT/baseline.json" | tee "$OUT/compare-baseline.txt"
+        fi
+      fi
       for mode in $PROBES; do
         bench_probes "$mode" "unix://$CRI_SOCK"
       done

@@ -942,7 +942,11 @@ fn round_of(r: &Report, n: u32) -> Option<&Round> {
 /// One table row: a measure of both reports (`-` where one lacks it).
 fn row(out: &mut String, name: &str, a: Option<f64>, b: Option<f64>, unit: &str, digits: usize) {
     let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.digits$} {unit}"));
-    let _ = writeln!(out, "{name:<34}{:>16}{:>16}", cell(a), cell(b));
+    let ratio = match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".to_string(),
+    };
+    let _ = writeln!(out, "{name:<34}{:>16}{:>16}{ratio:>10}", cell(a), cell(b));
 }
 
 /// Whether a measure meets its goal, for one report.
@@ -961,7 +965,11 @@ fn render_compare(a: &Report, b: &Report) -> String {
         "ferrolet static-pod start latency: {} ({}) vs {} ({})",
         a.label, a.runtime, b.label, b.runtime
     );
-    let _ = writeln!(out, "{:<34}{:>16}{:>16}", "", a.label, b.label);
+    let _ = writeln!(
+        out,
+        "{:<34}{:>16}{:>16}{:>10}",
+        "", a.label, b.label, "ratio"
+    );
     let mut counts: Vec<u32> = a.rounds.iter().chain(&b.rounds).map(|r| r.pods).collect();
     counts.sort_unstable();
     counts.dedup();
