@@ -168,7 +168,7 @@ mod tests {
         Box::new(p)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn newest_pending_work_wins_and_kills_end_the_worker() {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = seen.clone();
