@@ -1052,9 +1052,10 @@ async fn sample_rss(pids: &[u32]) -> Option<u64> {
 
 /// CPU seconds `pids` have used so far (0 for those that cannot be read).
 fn cpu_seconds(pids: &[u32]) -> f64 {
-    // SAFETY: sysconf has no preconditions; it only reads a system constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let hz = if hz > 0 { hz as f64 } else { 100.0 };
+    let hz = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(hz)) if hz > 0 => hz as f64,
+        _ => 100.0,
+    };
     pids.iter()
         .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
         .filter_map(|s| parse_stat_ticks(&s))

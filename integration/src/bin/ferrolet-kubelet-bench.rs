@@ -592,9 +592,10 @@ impl Bench {
         } else {
             None
         };
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let hz = if hz > 0 { hz as f64 } else { 100.0 };
+        let hz = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+            Ok(Some(hz)) if hz > 0 => hz as f64,
+            _ => 100.0,
+        };
         let ticks = after.ticks.saturating_sub(before.ticks) as f64;
         Ok(Idle {
             pods,

@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use nix::unistd::{SysconfVar, sysconf};
+
 /// What `/proc/self` says about this process.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProcessStats {
@@ -24,11 +26,9 @@ pub struct ProcessStats {
 pub fn read() -> ProcessStats {
     let proc_dir = Path::new("/proc/self");
     let mut stats = ProcessStats::default();
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    // SAFETY: as above.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let (ticks, page) = (ticks.max(1) as f64, page.max(1) as f64);
+    // Unknown or nonsense values read as 1, so figures stay finite rather than divide by 0.
+    let value = |var| sysconf(var).ok().flatten().unwrap_or(1).max(1) as f64;
+    let (ticks, page) = (value(SysconfVar::CLK_TCK), value(SysconfVar::PAGE_SIZE));
     if let Ok(text) = std::fs::read_to_string(proc_dir.join("stat"))
         && let Some(fields) = parse_stat(&text)
     {

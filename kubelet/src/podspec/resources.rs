@@ -386,9 +386,10 @@ pub fn pod_memory_limit(pod: &Pod) -> Option<i128> {
 
 /// Online cpus (Go's machine info `NumCores`).
 fn online_cpus() -> i64 {
-    // SAFETY: sysconf has no preconditions; it only reads a system value.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    if n > 0 { n } else { 1 }
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN) {
+        Ok(Some(n)) if n > 0 => n,
+        _ => 1,
+    }
 }
 
 /// Size of the root filesystem in bytes; one statvfs, done only when a container reads an

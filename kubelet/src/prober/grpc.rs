@@ -1,58 +1,22 @@
 //! gRPC probes, as the Go kubelet's `probe/grpc`: `grpc.health.v1.Health/Check` on the pod
 //! IP and the probe's port, plaintext, with the probe's service name; `SERVING` is success,
-//! any other status or error a failure. The two health messages are declared here with prost's
-//! derive (no generated code, no build step).
+//! any other status or error a failure. The messages and the client are `tonic-health`'s.
 
 use std::time::Duration;
 
-use tonic::codegen::http::uri::PathAndQuery;
+use tonic::codegen::Service;
 use tonic::transport::Endpoint;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 use super::check::{Outcome, join_host_port};
 use super::http::KUBE_VERSION;
 
-/// The health check's method path.
-pub const CHECK_PATH: &str = "/grpc.health.v1.Health/Check";
-
-/// `grpc.health.v1.HealthCheckRequest`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct HealthCheckRequest {
-    /// The service asked about ("" for the server as a whole).
-    #[prost(string, tag = "1")]
-    pub service: String,
-}
-
-/// `grpc.health.v1.HealthCheckResponse`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct HealthCheckResponse {
-    /// A [`ServingStatus`].
-    #[prost(enumeration = "ServingStatus", tag = "1")]
-    pub status: i32,
-}
-
-/// `grpc.health.v1.HealthCheckResponse.ServingStatus`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
-#[repr(i32)]
-pub enum ServingStatus {
-    /// UNKNOWN.
-    Unknown = 0,
-    /// SERVING.
-    Serving = 1,
-    /// NOT_SERVING.
-    NotServing = 2,
-    /// SERVICE_UNKNOWN (only the Watch call sends it).
-    ServiceUnknown = 3,
-}
-
 /// The proto name of a status value, as Go prints it (`%d` for values the enum lacks).
 pub fn status_name(value: i32) -> String {
-    match ServingStatus::try_from(value) {
-        Ok(ServingStatus::Unknown) => "UNKNOWN".into(),
-        Ok(ServingStatus::Serving) => "SERVING".into(),
-        Ok(ServingStatus::NotServing) => "NOT_SERVING".into(),
-        Ok(ServingStatus::ServiceUnknown) => "SERVICE_UNKNOWN".into(),
-        Err(_) => value.to_string(),
-    }
+    ServingStatus::try_from(value)
+        .map_or_else(|_| value.to_string(), |s| s.as_str_name().to_string())
 }
 
 /// Asks the health service at `host:port` about `service`, connecting and calling within
@@ -73,7 +37,7 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> (
         }
     };
     let started = tokio::time::Instant::now();
-    let channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
+    let mut channel = match tokio::time::timeout(timeout, endpoint.connect()).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
             return (
@@ -94,7 +58,6 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> (
         }
     };
     let left = timeout.saturating_sub(started.elapsed());
-    let mut grpc = tonic::client::Grpc::new(channel);
     let request = HealthCheckRequest {
         service: service.to_string(),
     };
@@ -102,15 +65,13 @@ pub async fn probe(host: &str, port: u16, service: &str, timeout: Duration) -> (
     // racing the bound below; one deadline, one message.
     let request = tonic::Request::new(request);
     let call = async {
-        grpc.ready()
+        // Readied here, not by the client (which words the error as an Unknown status), so a
+        // channel that cannot take the call reads as Unavailable. The slot it reserves moves
+        // with the channel into the client.
+        std::future::poll_fn(|cx| channel.poll_ready(cx))
             .await
             .map_err(|e| tonic::Status::unavailable(format!("service was not ready: {e}")))?;
-        grpc.unary(
-            request,
-            PathAndQuery::from_static(CHECK_PATH),
-            tonic_prost::ProstCodec::<HealthCheckRequest, HealthCheckResponse>::default(),
-        )
-        .await
+        HealthClient::new(channel).check(request).await
     };
     let timed_out = || {
         (

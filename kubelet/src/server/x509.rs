@@ -1,14 +1,26 @@
-//! Just enough of X.509 (DER) for the secure API: a certificate's subject (common name and
+//! The two things the secure API reads out of a certificate: its subject (common name and
 //! organizations: the user and groups of a client certificate) and its validity window.
-//! Chains and signatures are webpki's business (rustls); this only reads fields out of
-//! certificates that are checked elsewhere or are our own.
+//! `x509-parser` reads the DER; chains and signatures are webpki's business (rustls), so this
+//! only reads fields out of certificates that are checked elsewhere or are our own.
 
-use k8s_openapi::chrono::NaiveDate;
+use x509_parser::asn1_rs::{Any, FromDer, Sequence, Tag};
+use x509_parser::certificate::{X509Certificate, X509CertificateParser};
+use x509_parser::nom::Parser;
+use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
 
 /// A certificate that cannot be read.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("malformed certificate: {0}")]
-pub struct X509Error(&'static str);
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum X509Error {
+    /// The DER is not a certificate.
+    #[error("malformed certificate: {0}")]
+    Der(#[from] x509_parser::error::X509Error),
+    /// The DER ends inside an element.
+    #[error("malformed certificate: truncated element")]
+    Truncated,
+    /// A name value that is not text.
+    #[error("malformed certificate: {0}")]
+    Name(&'static str),
+}
 
 /// The parts of a subject name the kubelet uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,102 +40,29 @@ pub struct Validity {
     pub not_after: i64,
 }
 
-const SEQUENCE: u8 = 0x30;
-const SET: u8 = 0x31;
-const OID: u8 = 0x06;
-const UTC_TIME: u8 = 0x17;
-const GENERALIZED_TIME: u8 = 0x18;
-/// `[0] EXPLICIT` (the TBSCertificate's version).
-const CONTEXT_0: u8 = 0xa0;
-
-/// id-at-commonName, 2.5.4.3.
-const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
-/// id-at-organizationName, 2.5.4.10.
-const OID_O: &[u8] = &[0x55, 0x04, 0x0a];
-
-/// Reads DER elements one after another.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
+/// Parses `der`; bytes after the certificate are ignored, as before the parser was a crate.
+fn parse(der: &[u8]) -> Result<X509Certificate<'_>, X509Error> {
+    // Extensions are not looked at here, so they are not parsed past their framing: a
+    // certificate rustls accepted is not refused for an extension this crate reads strictly.
+    let mut parser = X509CertificateParser::new().with_deep_parse_extensions(false);
+    match parser.parse(der) {
+        Ok((_, cert)) => Ok(cert),
+        Err(x509_parser::nom::Err::Incomplete(_)) => Err(X509Error::Truncated),
+        Err(x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e)) => Err(e.into()),
     }
-
-    /// The next element: its tag and contents.
-    fn next(&mut self) -> Result<(u8, &'a [u8]), X509Error> {
-        let [tag, first, rest @ ..] = self.0 else {
-            return Err(X509Error("truncated element"));
-        };
-        if tag & 0x1f == 0x1f {
-            return Err(X509Error("multi-byte tags are not used in certificates"));
-        }
-        let (len, rest) = if first & 0x80 == 0 {
-            (usize::from(*first), rest)
-        } else {
-            let n = usize::from(first & 0x7f);
-            if n == 0 || n > 4 || rest.len() < n {
-                return Err(X509Error("bad length"));
-            }
-            let len = rest[..n]
-                .iter()
-                .fold(0usize, |acc, b| (acc << 8) | usize::from(*b));
-            (len, &rest[n..])
-        };
-        if rest.len() < len {
-            return Err(X509Error("element longer than its container"));
-        }
-        let (contents, rest) = rest.split_at(len);
-        self.0 = rest;
-        Ok((*tag, contents))
-    }
-
-    /// The next element, which must have `tag`.
-    fn expect(&mut self, tag: u8, what: &'static str) -> Result<&'a [u8], X509Error> {
-        match self.next()? {
-            (t, contents) if t == tag => Ok(contents),
-            _ => Err(X509Error(what)),
-        }
-    }
-
-    /// The next element if it has `tag`.
-    fn optional(&mut self, tag: u8) -> Result<Option<&'a [u8]>, X509Error> {
-        if self.0.first() == Some(&tag) {
-            self.next().map(|(_, c)| Some(c))
-        } else {
-            Ok(None)
-        }
-    }
-}
-
-/// The TBSCertificate's fields up to the subject: (validity, subject) contents.
-fn tbs_fields(der: &[u8]) -> Result<(&[u8], &[u8]), X509Error> {
-    let cert = Reader(der).expect(SEQUENCE, "not a certificate")?;
-    let mut tbs = Reader(Reader(cert).expect(SEQUENCE, "no TBSCertificate")?);
-    tbs.optional(CONTEXT_0)?;
-    tbs.next()?; // serialNumber
-    tbs.expect(SEQUENCE, "no signature algorithm")?;
-    tbs.expect(SEQUENCE, "no issuer")?;
-    let validity = tbs.expect(SEQUENCE, "no validity")?;
-    let subject = tbs.expect(SEQUENCE, "no subject")?;
-    Ok((validity, subject))
 }
 
 /// The subject's common name and organizations.
 pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
-    let (_, name) = tbs_fields(der)?;
+    let cert = parse(der)?;
     let mut out = Subject::default();
-    let mut rdns = Reader(name);
-    while !rdns.is_empty() {
-        let mut set = Reader(rdns.expect(SET, "a name part is not a SET")?);
-        while !set.is_empty() {
-            let mut attr = Reader(set.expect(SEQUENCE, "a name attribute is not a SEQUENCE")?);
-            let oid = attr.expect(OID, "a name attribute has no type")?;
-            let (tag, value) = attr.next()?;
-            if oid == OID_CN {
-                out.common_name = Some(directory_string(tag, value)?);
-            } else if oid == OID_O {
-                out.organizations.push(directory_string(tag, value)?);
-            }
+    for attr in cert.subject().iter().flat_map(|rdn| rdn.iter()) {
+        let value = attr.attr_value();
+        if attr.attr_type() == &OID_X509_COMMON_NAME {
+            out.common_name = Some(directory_string(value.tag().0, value.data)?);
+        } else if attr.attr_type() == &OID_X509_ORGANIZATION_NAME {
+            out.organizations
+                .push(directory_string(value.tag().0, value.data)?);
         }
     }
     Ok(out)
@@ -131,62 +70,81 @@ pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
 
 /// The validity window.
 pub fn validity(der: &[u8]) -> Result<Validity, X509Error> {
-    let (validity, _) = tbs_fields(der)?;
-    let mut r = Reader(validity);
-    let (t1, v1) = r.next()?;
-    let (t2, v2) = r.next()?;
+    let cert = parse(der)?;
+    require_zulu_times(der, &cert)?;
+    let v = cert.validity();
     Ok(Validity {
-        not_before: time(t1, v1)?,
-        not_after: time(t2, v2)?,
+        not_before: v.not_before.timestamp(),
+        not_after: v.not_after.timestamp(),
     })
 }
 
-/// A DirectoryString (or IA5String) as text.
-fn directory_string(tag: u8, value: &[u8]) -> Result<String, X509Error> {
+/// Refuses validity times with a UTC offset or without seconds. `x509-parser` (asn1-rs)
+/// reads `YYMMDDHHMMSS+hhmm` as well; RFC 5280 (4.1.2.5) allows only `…SSZ`, and the kubelet
+/// refused anything else before it used the crate, so it still does.
+fn require_zulu_times(der: &[u8], cert: &X509Certificate<'_>) -> Result<(), X509Error> {
+    // The Validity SEQUENCE lies between the issuer and the subject, whose raw bytes are
+    // slices of `der`.
+    let offset = |part: &[u8]| (part.as_ptr() as usize).checked_sub(der.as_ptr() as usize);
+    let issuer = cert.issuer().as_raw();
+    let start = offset(issuer).and_then(|o| o.checked_add(issuer.len()));
+    let end = offset(cert.subject().as_raw());
+    let raw = match (start, end) {
+        (Some(s), Some(e)) => der.get(s..e),
+        _ => None,
+    }
+    .ok_or(X509Error::Name("no validity between issuer and subject"))?;
+    let (_, seq) = Sequence::from_der(raw).map_err(|_| bad_date())?;
+    let mut rest: &[u8] = &seq.content;
+    for _ in 0..2 {
+        let (more, time) = Any::from_der(rest).map_err(|_| bad_date())?;
+        zulu(&time)?;
+        rest = more;
+    }
+    Ok(())
+}
+
+fn bad_date() -> X509Error {
+    X509Error::Der(x509_parser::error::X509Error::InvalidDate)
+}
+
+/// One validity time in the only form RFC 5280 allows: `YYMMDDHHMMSSZ` (UTCTime) or
+/// `YYYYMMDDHHMMSSZ` (GeneralizedTime).
+fn zulu(time: &Any<'_>) -> Result<(), X509Error> {
+    let digits = match time.tag() {
+        Tag::UtcTime => 12,
+        Tag::GeneralizedTime => 14,
+        _ => return Err(bad_date()),
+    };
+    if time.data.len() != digits + 1 || time.data.last() != Some(&b'Z') {
+        return Err(X509Error::Name("a time is not in UTC (…Z) with seconds"));
+    }
+    Ok(())
+}
+
+/// A DirectoryString (or IA5String) as text. `x509-parser`'s `as_str` reads only the
+/// ASCII-compatible types; Go also reads TeletexString and BMPString, so this does too.
+fn directory_string(tag: u32, value: &[u8]) -> Result<String, X509Error> {
     match tag {
         // UTF8String, PrintableString, IA5String: ASCII is UTF-8.
         0x0c | 0x13 | 0x16 => String::from_utf8(value.to_vec())
-            .map_err(|_| X509Error("a name value is not valid UTF-8")),
+            .map_err(|_| X509Error::Name("a name value is not valid UTF-8")),
         // TeletexString: read as Latin-1, as Go does.
         0x14 => Ok(value.iter().map(|b| char::from(*b)).collect()),
         // BMPString: UCS-2, big-endian.
         0x1e => {
             if !value.len().is_multiple_of(2) {
-                return Err(X509Error("odd-length BMPString"));
+                return Err(X509Error::Name("odd-length BMPString"));
             }
             let units: Vec<u16> = value
                 .chunks_exact(2)
                 .map(|c| u16::from_be_bytes([c[0], c[1]]))
                 .collect();
-            String::from_utf16(&units).map_err(|_| X509Error("a BMPString is not valid UCS-2"))
+            String::from_utf16(&units)
+                .map_err(|_| X509Error::Name("a BMPString is not valid UCS-2"))
         }
-        _ => Err(X509Error("unsupported string type in a name")),
+        _ => Err(X509Error::Name("unsupported string type in a name")),
     }
-}
-
-/// UTCTime (`YYMMDDHHMMSSZ`, years 1950–2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) as
-/// Unix seconds.
-fn time(tag: u8, value: &[u8]) -> Result<i64, X509Error> {
-    let text = std::str::from_utf8(value).map_err(|_| X509Error("a time is not ASCII"))?;
-    let digits = text
-        .strip_suffix('Z')
-        .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or(X509Error("a time is not in UTC (…Z)"))?;
-    let num = |s: &str| s.parse::<u32>().map_err(|_| X509Error("bad time digits"));
-    let (year, rest) = match (tag, digits.len()) {
-        (UTC_TIME, 12) => {
-            let yy = num(&digits[..2])?;
-            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &digits[2..])
-        }
-        (GENERALIZED_TIME, 14) => (num(&digits[..4])?, &digits[4..]),
-        _ => return Err(X509Error("bad time")),
-    };
-    let field = |i: usize| num(&rest[i..i + 2]);
-    let year = i32::try_from(year).map_err(|_| X509Error("bad year"))?;
-    NaiveDate::from_ymd_opt(year, field(0)?, field(2)?)
-        .and_then(|d| d.and_hms_opt(field(4).ok()?, field(6).ok()?, field(8).ok()?))
-        .map(|t| t.and_utc().timestamp())
-        .ok_or(X509Error("a time out of range"))
 }
 
 #[cfg(test)]
@@ -266,6 +224,21 @@ AiEA7YFHb0EFHyJnwKRaAuxZW19GNc3m/+CdBqe0+hkjwcw=
         assert!(directory_string(0x04, b"x").is_err());
     }
 
+    /// A UTCTime (`tag` 0x17) or GeneralizedTime (0x18) read as [`validity`] reads a
+    /// certificate's: its form checked, then its value, as Unix seconds.
+    fn time(tag: u8, value: &[u8]) -> Result<i64, X509Error> {
+        let mut der = vec![tag, u8::try_from(value.len()).unwrap()];
+        der.extend_from_slice(value);
+        let (_, any) = Any::from_der(&der).map_err(|_| bad_date())?;
+        zulu(&any)?;
+        x509_parser::time::ASN1Time::from_der(&der)
+            .map(|(_, t)| t.timestamp())
+            .map_err(|_| bad_date())
+    }
+
+    const UTC_TIME: u8 = 0x17;
+    const GENERALIZED_TIME: u8 = 0x18;
+
     #[test]
     fn times() {
         assert_eq!(time(UTC_TIME, b"700101000000Z").unwrap(), 0);
@@ -285,5 +258,30 @@ AiEA7YFHb0EFHyJnwKRaAuxZW19GNc3m/+CdBqe0+hkjwcw=
         assert!(subject(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]).is_err());
         assert!(subject(&[0x30, 0x80]).is_err());
         assert!(validity(b"not DER at all").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_a_certificate_or_an_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let _ = subject(&bytes);
+            let _ = validity(&bytes);
+        }
+
+        #[test]
+        fn a_damaged_certificate_is_read_or_refused(
+            edits in proptest::collection::vec((0usize..1000, proptest::prelude::any::<u8>()), 1..8),
+            cut in proptest::option::of(0usize..1000),
+        ) {
+            let mut bytes = der(OPENSSL_CERT);
+            for (at, byte) in edits {
+                let at = at % bytes.len();
+                bytes[at] = byte;
+            }
+            if let Some(cut) = cut {
+                bytes.truncate(cut);
+            }
+            let _ = subject(&bytes);
+            let _ = validity(&bytes);
+        }
     }
 }

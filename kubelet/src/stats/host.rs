@@ -6,6 +6,8 @@ use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use nix::unistd::{SysconfVar, sysconf};
+
 use super::cgroup::{CgroupReading, Cgroupfs, MemoryReading};
 use super::types::InterfaceStats;
 
@@ -38,9 +40,12 @@ pub fn node_reading(cgroups: &Cgroupfs, timestamp_ns: i64) -> CgroupReading {
 }
 
 fn clock_ticks() -> u64 {
-    // SAFETY: sysconf has no preconditions; it only reads a system value.
-    let n = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    u64::try_from(n).ok().filter(|n| *n > 0).unwrap_or(100)
+    sysconf(SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(100)
 }
 
 /// Busy CPU time of the node from `/proc/stat`'s `cpu` line (user, nice, system, irq,

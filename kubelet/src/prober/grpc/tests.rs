@@ -1,68 +1,44 @@
-//! gRPC probes against a minimal grpc.health.v1 server on a loopback port.
+//! gRPC probes against a grpc.health.v1 server (tonic-health's, over a test service) on a
+//! loopback port.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::convert::Infallible;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::task::{Context, Poll};
 
-use tonic::codegen::http;
+use tonic_health::pb::HealthCheckResponse;
+use tonic_health::pb::health_server::{Health as HealthService, HealthServer};
 
 use super::*;
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
 /// The health service: answers with the shared status; service `missing` is NotFound,
 /// `unimplemented` Unimplemented, `slow` never answers in time.
-#[derive(Clone)]
 struct Health(Arc<AtomicI32>);
 
-impl tonic::server::NamedService for Health {
-    const NAME: &'static str = "grpc.health.v1.Health";
-}
-
-struct Check(Arc<AtomicI32>);
-
-impl tonic::server::UnaryService<HealthCheckRequest> for Check {
-    type Response = HealthCheckResponse;
-    type Future = BoxFuture<Result<tonic::Response<HealthCheckResponse>, tonic::Status>>;
-
-    fn call(&mut self, req: tonic::Request<HealthCheckRequest>) -> Self::Future {
+#[tonic::async_trait]
+impl HealthService for Health {
+    async fn check(
+        &self,
+        req: tonic::Request<HealthCheckRequest>,
+    ) -> Result<tonic::Response<HealthCheckResponse>, tonic::Status> {
         let status = self.0.load(Ordering::SeqCst);
-        Box::pin(async move {
-            match req.into_inner().service.as_str() {
-                "missing" => Err(tonic::Status::not_found("unknown service")),
-                "unimplemented" => Err(tonic::Status::unimplemented("no health here")),
-                "slow" => {
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                    Ok(tonic::Response::new(HealthCheckResponse { status }))
-                }
-                _ => Ok(tonic::Response::new(HealthCheckResponse { status })),
+        match req.into_inner().service.as_str() {
+            "missing" => Err(tonic::Status::not_found("unknown service")),
+            "unimplemented" => Err(tonic::Status::unimplemented("no health here")),
+            "slow" => {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok(tonic::Response::new(HealthCheckResponse { status }))
             }
-        })
-    }
-}
-
-impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Health {
-    type Response = http::Response<tonic::body::Body>;
-    type Error = Infallible;
-    type Future = BoxFuture<Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
+            _ => Ok(tonic::Response::new(HealthCheckResponse { status })),
+        }
     }
 
-    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-        let status = self.0.clone();
-        Box::pin(async move {
-            if req.uri().path() != CHECK_PATH {
-                return Ok(tonic::Status::unimplemented("").into_http());
-            }
-            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-            Ok(grpc.unary(Check(status), req).await)
-        })
+    type WatchStream = futures::stream::Empty<Result<HealthCheckResponse, tonic::Status>>;
+
+    async fn watch(
+        &self,
+        _: tonic::Request<HealthCheckRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("probes only check"))
     }
 }
 
@@ -71,7 +47,7 @@ async fn serve() -> (u16, Arc<AtomicI32>) {
     let status = Arc::new(AtomicI32::new(ServingStatus::Serving as i32));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let svc = Health(status.clone());
+    let svc = HealthServer::new(Health(status.clone()));
     tokio::spawn(async move {
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
         let _ = tonic::transport::Server::builder()

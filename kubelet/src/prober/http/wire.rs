@@ -5,13 +5,22 @@
 //! `Location`, and at most [`MAX_BODY`] bytes of a length-delimited, chunked or
 //! close-delimited body; then the connection is reset rather than closed, so neither side
 //! keeps it in TIME_WAIT ([`dial`]). HTTPS probes stay on the shared client.
+//!
+//! Kept over hyper 1's `client::conn::http1` (the same dialer, request, redirect rule, body
+//! limit and verdict, the connection driven in the probe's own task) because it is cheaper:
+//! `cargo bench -p ferrolet --bench probe_http -- 5000 9` (one process, loopback server,
+//! alternating rounds, median of 9 rounds of 5000 probes, 2 shared cores, 2026-11-25):
+//!
+//! | client | µs/probe | allocations/probe | bytes allocated/probe |
+//! | --- | --- | --- | --- |
+//! | this module | 95.8 | 10 | 1557 |
+//! | hyper `client::conn::http1` | 106.6 | 22 | 26442 |
 
 use std::time::Duration;
 
 use reqwest::Url;
 use reqwest::header::HeaderMap;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{HttpGet, MAX_BODY, MAX_REDIRECTS, go_io_error, verdict};
 use crate::prober::check::{Outcome, join_host_port};
@@ -155,8 +164,9 @@ fn request(url: &Url, headers: &HeaderMap) -> Vec<u8> {
     out
 }
 
-/// Reads an answer's head and up to [`MAX_BODY`] bytes of its body.
-async fn read_answer(stream: &mut TcpStream) -> Result<Answer, WireError> {
+/// Reads an answer's head and up to [`MAX_BODY`] bytes of its body (from any reader, so
+/// the parser can be tested on bytes alone).
+async fn read_answer<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Answer, WireError> {
     let mut buf = Vec::new();
     let head_end = loop {
         if let Some(end) = find(&buf, b"\r\n\r\n") {
@@ -216,7 +226,10 @@ async fn read_answer(stream: &mut TcpStream) -> Result<Answer, WireError> {
 }
 
 /// A chunked body's data, up to [`MAX_BODY`] bytes; `pending` holds what was read already.
-async fn read_chunked(stream: &mut TcpStream, mut pending: Vec<u8>) -> Result<Vec<u8>, WireError> {
+async fn read_chunked<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    mut pending: Vec<u8>,
+) -> Result<Vec<u8>, WireError> {
     let mut body = Vec::new();
     loop {
         let line_end = loop {
@@ -260,7 +273,10 @@ async fn read_chunked(stream: &mut TcpStream, mut pending: Vec<u8>) -> Result<Ve
 
 /// Reads what has arrived into `buf`'s spare room (no buffer of its own: a probe's future
 /// stays small).
-async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, WireError> {
+async fn read_more<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<usize, WireError> {
     buf.reserve(READ_CHUNK);
     stream.read_buf(buf).await.map_err(WireError::Io)
 }
@@ -382,6 +398,98 @@ mod tests {
         let (port, _) = serve_once(HUGE_CHUNK.as_slice()).await;
         let a = exchange(&url(port, "/"), &HeaderMap::new()).await.unwrap();
         assert_eq!((a.status, a.body.len()), (200, MAX_BODY));
+    }
+
+    /// Parses `bytes` as an answer read off a connection.
+    fn parse(bytes: &[u8]) -> Result<Answer, WireError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut reader = bytes;
+        rt.block_on(read_answer(&mut reader))
+    }
+
+    #[test]
+    fn a_chunk_size_of_ffffffffffffffff_ends_at_the_body_limit() {
+        let mut raw =
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n".to_vec();
+        raw.extend(std::iter::repeat_n(b'x', MAX_BODY + 5));
+        let a = parse(&raw).unwrap();
+        assert_eq!((a.status, a.body.len()), (200, MAX_BODY));
+        // Cut short of the limit, it is an early EOF rather than an overflow.
+        raw.truncate(100);
+        assert_eq!(parse(&raw).unwrap_err().describe(), "EOF");
+    }
+
+    /// A chunk size line: hex of any width (overflowing ones included), maybe an extension.
+    fn chunk_size_line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<u64>().prop_map(|n| format!("{n:x}")),
+            (0usize..40).prop_map(|n| format!("{n:X};ext=1")),
+            Just("ffffffffffffffff".to_string()),
+            Just("10000000000000000".to_string()),
+            "[0-9a-fA-F;= xg-]{0,20}",
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_an_answer_or_an_error(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let _ = parse(&bytes);
+        }
+
+        #[test]
+        fn any_head_then_bytes_is_an_answer_or_an_error(
+            status in 0u16..1000,
+            headers in proptest::collection::vec(("[A-Za-z-]{1,20}", "[ -~]{0,30}"), 0..6),
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        ) {
+            let mut raw = format!("HTTP/1.1 {status:03} X\r\n").into_bytes();
+            for (name, value) in headers {
+                raw.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+            }
+            raw.extend_from_slice(b"\r\n");
+            raw.extend_from_slice(&body);
+            if let Ok(a) = parse(&raw) {
+                proptest::prop_assert!(a.body.len() <= MAX_BODY);
+            }
+        }
+
+        #[test]
+        fn any_chunked_body_is_read_to_the_limit_or_refused(
+            chunks in proptest::collection::vec((chunk_size_line(), proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), proptest::prelude::any::<bool>()), 0..8),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+        ) {
+            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for (size, data, crlf) in chunks {
+                raw.extend_from_slice(size.as_bytes());
+                raw.extend_from_slice(b"\r\n");
+                raw.extend_from_slice(&data);
+                if crlf {
+                    raw.extend_from_slice(b"\r\n");
+                }
+            }
+            raw.extend_from_slice(&tail);
+            if let Ok(a) = parse(&raw) {
+                proptest::prop_assert!(a.body.len() <= MAX_BODY);
+            }
+        }
+
+        #[test]
+        fn well_formed_chunks_are_read_back(
+            chunks in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 1..64), 0..8),
+        ) {
+            let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for data in &chunks {
+                raw.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                raw.extend_from_slice(data);
+                raw.extend_from_slice(b"\r\n");
+            }
+            raw.extend_from_slice(b"0\r\n\r\n");
+            let a = parse(&raw).unwrap();
+            proptest::prop_assert_eq!(a.body, chunks.concat());
+        }
     }
 
     #[test]
