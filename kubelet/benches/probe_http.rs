@@ -17,9 +17,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ferrolet::prober::check::Outcome;
-use ferrolet::prober::dial;
-use ferrolet::prober::http::{self, HttpGet, MAX_BODY};
+use ferrolet::bench_support::{HttpGet, MAX_BODY, Outcome, dial, http};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{Container, HTTPGetAction};

@@ -47,3 +47,11 @@ pub(crate) mod sync_pod;
 pub(crate) mod types;
 pub(crate) mod view;
 pub(crate) mod volume;
+
+/// What the benchmarks (`kubelet/benches`) drive directly, below the process; not an API.
+#[doc(hidden)]
+pub mod bench_support {
+    pub use crate::prober::check::Outcome;
+    pub use crate::prober::dial;
+    pub use crate::prober::http::{self, HttpGet, MAX_BODY};
+}
