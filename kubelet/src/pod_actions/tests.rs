@@ -892,6 +892,8 @@ fn all_cases() -> Vec<Case> {
 fn compute_pod_actions_table() {
     let cases = all_cases();
     assert!(cases.len() >= 30, "{} cases", cases.len());
+    // Shown with `--nocapture`: the issue asks for the count.
+    println!("compute_pod_actions: {} table cases", cases.len());
     check(cases);
 }
 
