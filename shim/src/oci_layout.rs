@@ -3,26 +3,19 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrolet_proto::containerd::Containerd;
-use ferrolet_proto::containerd::services::v1::CreateRequest as CreateLeaseRequest;
-use ferrolet_proto::containerd::services::v1::{
-    CreateImageRequest, DeleteRequest as DeleteLeaseRequest, Image, UpdateImageRequest,
-};
+use ferrolet_proto::containerd::services::v1::{CreateImageRequest, Image, UpdateImageRequest};
 use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tonic::Code;
 
-use crate::container::log::civil_from_days;
 use crate::content::{self, ContentError, Opened, Writer};
+use crate::lease::{Lease, LeaseError};
 
 /// Annotation that names a manifest's tag inside a layout's index.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
-/// containerd label that keeps a lease alive only until this time, so a crashed import
-/// cannot pin content forever.
-const LEASE_EXPIRE: &str = "containerd.io/gc.expire";
 
 /// Errors reading or importing a layout.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +40,10 @@ pub enum LayoutError {
     /// The content store refused a blob.
     #[error(transparent)]
     Content(#[from] ContentError),
-    /// containerd refused an image or lease call.
+    /// The import's lease could not be made or released.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    /// containerd refused an image call.
     #[error("containerd: {op} {name}: {status}")]
     Rpc {
         op: &'static str,
@@ -206,7 +202,7 @@ impl Layout {
             Err(e) => Err(e),
         };
         let released = lease.delete(cd).await;
-        result.and(released)
+        result.and(released.map_err(LayoutError::from))
     }
 
     /// Writes every blob of `image` into the content store, manifest last and labelled so
@@ -279,96 +275,9 @@ pub async fn put_image_labelled(
     }
 }
 
-/// A containerd lease that expires by itself if we never get to delete it.
-pub struct Lease {
-    /// The lease id, for the `containerd-lease` header.
-    pub id: String,
-}
-
-impl Lease {
-    /// Creates a lease `ferrolet-<purpose>-<unique>` that expires after an hour.
-    pub async fn create(cd: &Containerd, purpose: &str) -> Result<Self, LayoutError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        let id = format!(
-            "ferrolet-{purpose}-{}-{}",
-            now.as_nanos(),
-            std::process::id()
-        );
-        let expire = format_rfc3339(now + Duration::from_secs(3600));
-        let labels = HashMap::from([(LEASE_EXPIRE.to_string(), expire)]);
-        cd.leases()
-            .create(CreateLeaseRequest {
-                id: id.clone(),
-                labels,
-            })
-            .await
-            .map_err(|status| LayoutError::Rpc {
-                op: "create lease",
-                name: id.clone(),
-                status,
-            })?;
-        Ok(Self { id })
-    }
-
-    /// Deletes the lease, letting containerd collect whatever nothing else references at its
-    /// next garbage collection.
-    pub async fn delete(self, cd: &Containerd) -> Result<(), LayoutError> {
-        self.delete_with(cd, false).await
-    }
-
-    /// Deletes the lease; with `collect`, containerd garbage-collects before answering (after a
-    /// failure, so that what the lease held is gone when the caller returns).
-    pub async fn delete_with(self, cd: &Containerd, collect: bool) -> Result<(), LayoutError> {
-        match cd
-            .leases()
-            .delete(DeleteLeaseRequest {
-                id: self.id.clone(),
-                sync: collect,
-            })
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(status) => Err(LayoutError::Rpc {
-                op: "delete lease",
-                name: self.id,
-                status,
-            }),
-        }
-    }
-}
-
-/// Formats a time since the epoch as RFC 3339 UTC (what containerd's `gc.expire` expects).
-fn format_rfc3339(since_epoch: Duration) -> String {
-    let secs = since_epoch.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(format_rfc3339(Duration::ZERO), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            format_rfc3339(Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
-        );
-        assert_eq!(
-            format_rfc3339(Duration::from_secs(1_795_317_296)),
-            "2026-11-22T03:14:56Z"
-        );
-    }
 
     #[test]
     fn blob_paths_reject_bad_digests() {

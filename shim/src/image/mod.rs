@@ -1,6 +1,6 @@
 //! The CRI ImageService on containerd.
 //!
-//! - [`spec`]: the OCI documents we read (index, manifest, config).
+//! - the image config (`crate::image_config`): what a runtime reads of an image.
 //! - [`store`]: the in-memory image index CRI calls are answered from.
 //! - [`records`]: containerd's image records and content reads.
 //! - [`unpack`]: layers applied onto snapshots by chain id.
@@ -14,7 +14,6 @@ pub mod events;
 pub mod pause;
 pub mod pull;
 pub mod records;
-pub mod spec;
 pub mod store;
 pub mod unpack;
 
@@ -138,7 +137,7 @@ impl ImageService {
                     source,
                 })?
                 .to_string();
-            let lease = crate::oci_layout::Lease::create(&self.inner.cd, "import").await?;
+            let lease = crate::lease::Lease::create(&self.inner.cd, "import").await?;
             let result = async {
                 let leased = leased(&self.inner.cd, &lease.id)?;
                 let target = layout.import_content(&leased, &found).await?;

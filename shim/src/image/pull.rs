@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 use super::error::ImageError;
 use super::{ImageService, leased};
 use crate::content::{self, Opened, Writer};
-use crate::oci_layout::Lease;
+use crate::lease::Lease;
 use crate::reference::Reference;
 use crate::registry::{Credentials, Session};
 

@@ -12,8 +12,8 @@ use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use tonic::Code;
 
 use super::error::ImageError;
-use super::spec::ImageConfig;
 use super::store::{Image, Store};
+use crate::image_config::ImageConfig;
 use crate::oci_layout;
 use crate::registry::manifest::{
     Kind, Platform, kind_of, parse_index, parse_manifest, select_platform,

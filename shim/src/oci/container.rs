@@ -14,7 +14,7 @@ use super::user::{self, UserRequest};
 use super::{
     ContainerSpecInput, OciError, SandboxFiles, devices, mounts, node_hostname, seccomp, security,
 };
-use crate::image::spec::ContainerDefaults;
+use crate::image_config::ContainerDefaults;
 
 const SC: &str = "linux.security_context";
 
@@ -301,7 +301,7 @@ mod tests {
     use super::super::CgroupSupport;
     use super::super::cgroups::tests::{v1_without_hugetlb, v2};
     use super::*;
-    use crate::image::spec::ImageConfig;
+    use crate::image_config::ImageConfig;
     use crate::mount::EtcFiles;
 
     fn image(entrypoint: Option<&[&str]>, cmd: Option<&[&str]>) -> ContainerDefaults {

@@ -28,7 +28,7 @@ use super::cgroups::tests::{v1_with_hugetlb, v1_without_hugetlb, v1_without_swap
 use super::{
     CgroupSupport, ContainerSpecInput, SandboxFiles, SandboxSpecInput, container_spec, sandbox_spec,
 };
-use crate::image::spec::{ContainerDefaults, ImageConfig};
+use crate::image_config::{ContainerDefaults, ImageConfig};
 use crate::mount::EtcFiles;
 
 // ---------------------------------------------------------------------------------------------

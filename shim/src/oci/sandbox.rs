@@ -196,7 +196,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::image::spec::{ContainerDefaults, ImageConfig};
+    use crate::image_config::{ContainerDefaults, ImageConfig};
     use crate::sandbox::files::SandboxFiles;
 
     fn pause() -> ImageConfig {

@@ -1,5 +1,6 @@
 //! The image config, the part of an image a runtime reads (index and manifest documents are
-//! the registry module's `manifest`).
+//! the registry module's `manifest`). It sits below both the image service, which stores it,
+//! and `oci`, which builds container specs from it.
 
 use std::collections::BTreeMap;
 
