@@ -890,7 +890,10 @@ impl Stream for BlobStream {
                     if chunk.is_empty() {
                         continue;
                     }
-                    let next = this.position + chunk.len() as u64;
+                    // Saturating: an overflow is "longer than its size" as well.
+                    let next = this
+                        .position
+                        .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
                     if next > this.size {
                         let e = RegistryError::Protocol {
                             registry: this.registry.clone(),

@@ -11,6 +11,8 @@ pub mod client;
 pub mod error;
 pub mod hosts;
 pub mod manifest;
+#[cfg(test)]
+mod manifest_props;
 
 pub use auth::Credentials;
 pub use client::{BlobProgress, BlobStream, RegistryClient, Resolved, Session};
