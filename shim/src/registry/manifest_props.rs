@@ -55,7 +55,7 @@ fn size() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn descriptor() -> impl Strategy<Value = Value> {
+fn raw_descriptor() -> impl Strategy<Value = Value> {
     (media_type(), digest(), size())
         .prop_map(|(m, d, s)| json!({"mediaType": m, "digest": d, "size": s}))
 }
@@ -88,7 +88,7 @@ fn platform() -> impl Strategy<Value = Value> {
 }
 
 fn index_entry() -> impl Strategy<Value = Value> {
-    (descriptor(), proptest::option::of(platform())).prop_map(|(mut d, p)| {
+    (raw_descriptor(), proptest::option::of(platform())).prop_map(|(mut d, p)| {
         if let Some(p) = p {
             d["platform"] = p;
         }
@@ -101,9 +101,9 @@ fn document() -> impl Strategy<Value = Value> {
     (
         proptest::option::of(prop_oneof![Just(json!(2)), Just(json!(1)), junk()]),
         proptest::option::of(media_type()),
-        proptest::option::of(prop_oneof![descriptor(), junk()]),
+        proptest::option::of(prop_oneof![raw_descriptor(), junk()]),
         proptest::option::of(prop_oneof![
-            proptest::collection::vec(descriptor(), 0..4).prop_map(Value::from),
+            proptest::collection::vec(raw_descriptor(), 0..4).prop_map(Value::from),
             junk()
         ]),
         proptest::option::of(prop_oneof![
@@ -133,16 +133,16 @@ fn document() -> impl Strategy<Value = Value> {
 fn parse_all(content_type: Option<&str>, body: &[u8]) {
     let _ = detect_media_type(content_type, body);
     if let Ok(m) = parse_manifest(body) {
-        let _ = m.check_supported();
-        for l in &m.layers {
-            let _ = layer_compression(&l.media_type);
+        let _ = check_supported(&m);
+        for l in m.layers() {
+            let _ = layer_compression(l.media_type_str());
         }
     }
     if let Ok(entries) = parse_index(body) {
-        let _ = select_platform(&entries, &Platform::current());
+        let _ = select_platform(&entries, &current_platform());
         let _ = platforms_of(&entries);
         for e in &entries {
-            let _ = e.descriptor().validate();
+            let _ = e.validate();
         }
     }
 }
@@ -172,10 +172,10 @@ proptest! {
         layers in proptest::collection::vec(("[0-9a-f]{64}", 0i64..i64::MAX, media_type()), 0..6),
         docker in any::<bool>(),
     ) {
-        let config = Descriptor { media_type: OCI_CONFIG.into(), digest: format!("sha256:{}", config.0), size: config.1 };
+        let config = descriptor(OCI_CONFIG, &format!("sha256:{}", config.0), config.1 as u64).unwrap();
         let layers: Vec<Descriptor> = layers
             .into_iter()
-            .map(|(h, size, media_type)| Descriptor { media_type, digest: format!("sha256:{h}"), size })
+            .map(|(h, size, media_type)| descriptor(&media_type, &format!("sha256:{h}"), size as u64).unwrap())
             .collect();
         let media_type = if docker { DOCKER_MANIFEST } else { OCI_MANIFEST };
         let body = serde_json::to_vec(&json!({
@@ -184,21 +184,23 @@ proptest! {
         .unwrap();
         prop_assert_eq!(detect_media_type(None, &body).unwrap(), media_type);
         let parsed = parse_manifest(&body).unwrap();
-        prop_assert_eq!(parsed.config, config);
-        prop_assert_eq!(parsed.layers, layers);
+        prop_assert_eq!(parsed.config(), &config);
+        prop_assert_eq!(parsed.layers(), &layers);
     }
 
     #[test]
     fn a_selected_entry_matches_the_platform(entries in proptest::collection::vec(index_entry(), 0..8)) {
         let body = serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": entries})).unwrap();
-        let want = Platform { architecture: "amd64".into(), os: "linux".into(), variant: None };
+        let mut want = Platform::default();
+        want.set_architecture("amd64".into());
+        want.set_os("linux".into());
         if let Ok(entries) = parse_index(&body)
             && let Some(e) = select_platform(&entries, &want)
         {
-            let p = e.platform.as_ref().unwrap();
-            prop_assert_eq!(&p.os, "linux");
-            prop_assert_eq!(&p.architecture, "amd64");
-            prop_assert_eq!(kind_of(&e.media_type), Some(Kind::Manifest));
+            let p = e.platform().as_ref().unwrap();
+            prop_assert_eq!(p.os().to_string(), "linux");
+            prop_assert_eq!(p.architecture().to_string(), "amd64");
+            prop_assert_eq!(kind_of(e.media_type_str()), Some(Kind::Manifest));
         }
     }
 }

@@ -18,4 +18,4 @@ pub use auth::Credentials;
 pub use client::{BlobProgress, BlobStream, RegistryClient, Resolved, Session};
 pub use error::RegistryError;
 pub use hosts::{HostConfig, HostsConfig};
-pub use manifest::{Descriptor, Platform};
+pub use manifest::{Descriptor, DescriptorExt, Platform};
