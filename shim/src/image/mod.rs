@@ -129,7 +129,7 @@ impl ImageService {
                 (Some(n), _) => n.to_string(),
                 (None, Some(tag)) if tag.contains('/') || tag.contains(':') => tag.clone(),
                 (None, Some(tag)) => format!("ferrolet.local/import:{tag}"),
-                (None, None) => format!("ferrolet.local/import@{}", found.manifest.digest),
+                (None, None) => format!("ferrolet.local/import@{}", found.manifest.digest()),
             };
             let name = Reference::parse(&name)
                 .map_err(|source| ImageError::Reference {

@@ -4,6 +4,9 @@
 //! entry of an OCI index or Docker manifest list. Docker schema1 is refused outright, as
 //! containerd 1.6 deprecated it and registries have stopped serving it.
 
+use std::collections::HashMap;
+
+use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -54,6 +57,8 @@ pub trait DescriptorExt {
     fn size_i64(&self) -> i64;
     /// Checks the fields a registry controls before we put them in URLs or trust sizes.
     fn validate(&self) -> Result<(), String>;
+    /// containerd's descriptor of the same blob (annotations are not carried over).
+    fn to_containerd(&self) -> CdDescriptor;
 }
 
 impl DescriptorExt for Descriptor {
@@ -71,6 +76,15 @@ impl DescriptorExt for Descriptor {
 
     fn validate(&self) -> Result<(), String> {
         validate_digest(self.digest_str())
+    }
+
+    fn to_containerd(&self) -> CdDescriptor {
+        CdDescriptor {
+            media_type: self.media_type_str().to_string(),
+            digest: self.digest_str().to_string(),
+            size: self.size_i64(),
+            annotations: HashMap::new(),
+        }
     }
 }
 
