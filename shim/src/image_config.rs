@@ -1,87 +1,37 @@
 //! The image config, the part of an image a runtime reads (index and manifest documents are
-//! the registry module's `manifest`). It sits below both the image service, which stores it,
+//! the registry module's `manifest`): oci-spec's `ImageConfiguration` and `Config`, under the
+//! names the code has used for them. It sits below both the image service, which stores it,
 //! and `oci`, which builds container specs from it.
 
-use std::collections::BTreeMap;
+pub use oci_spec::image::{Config as ContainerDefaults, ImageConfiguration as ImageConfig};
 
-use serde::{Deserialize, Serialize};
-
-/// An image config (the parts a runtime uses).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct ImageConfig {
-    /// CPU architecture.
-    #[serde(default)]
-    pub architecture: String,
-    /// Operating system.
-    #[serde(default)]
-    pub os: String,
-    /// Defaults for containers run from the image.
-    #[serde(default)]
-    pub config: Option<ContainerDefaults>,
-    /// Layer diff ids.
-    pub rootfs: RootFs,
-}
-
-/// The image's defaults for its containers (Docker's `config` object).
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(rename_all = "PascalCase")]
-pub struct ContainerDefaults {
-    /// `user`, `uid`, `user:group` or `uid:gid`.
-    #[serde(default)]
-    pub user: Option<String>,
-    /// `KEY=value` pairs.
-    #[serde(default)]
-    pub env: Option<Vec<String>>,
-    /// Entrypoint.
-    #[serde(default)]
-    pub entrypoint: Option<Vec<String>>,
-    /// Default arguments.
-    #[serde(default)]
-    pub cmd: Option<Vec<String>>,
-    /// Working directory.
-    #[serde(default)]
-    pub working_dir: Option<String>,
-    /// Labels.
-    #[serde(default)]
-    pub labels: Option<BTreeMap<String, String>>,
-    /// Signal that stops the container.
-    #[serde(default)]
-    pub stop_signal: Option<String>,
-    /// Volumes the image declares.
-    #[serde(default)]
-    pub volumes: Option<BTreeMap<String, serde_json::Value>>,
-}
-
-/// Layer diff ids.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct RootFs {
-    /// Always `layers`.
-    #[serde(rename = "type", default)]
-    pub kind: String,
-    /// sha256 of each uncompressed layer tar, base first.
-    #[serde(default)]
-    pub diff_ids: Vec<String>,
-}
-
-impl ImageConfig {
-    /// The image's user, split into CRI's uid or username (the group part is dropped, as CRI
-    /// reports only the user).
-    pub fn user(&self) -> (Option<i64>, String) {
-        let user = self
-            .config
-            .as_ref()
-            .and_then(|c| c.user.as_deref())
-            .unwrap_or("");
-        let name = user.split(':').next().unwrap_or("");
-        match name.parse::<i64>() {
-            Ok(uid) => (Some(uid), String::new()),
-            Err(_) => (None, name.to_string()),
+/// Parses an image config. oci-spec insists on `architecture`, `os` and `rootfs.type`, which a
+/// runtime never needed: a config without them is read as if they were empty, as before.
+pub fn parse(bytes: &[u8]) -> Result<ImageConfig, serde_json::Error> {
+    let mut doc: serde_json::Value = serde_json::from_slice(bytes)?;
+    if let Some(obj) = doc.as_object_mut() {
+        obj.entry("architecture").or_insert("".into());
+        obj.entry("os").or_insert("".into());
+        if let Some(rootfs) = obj.get_mut("rootfs").and_then(|r| r.as_object_mut()) {
+            rootfs.entry("type").or_insert("".into());
+            rootfs.entry("diff_ids").or_insert(serde_json::json!([]));
         }
     }
+    serde_json::from_value(doc)
+}
 
-    /// Chain ids of the layers: the snapshot each layer becomes once applied on its parents.
-    pub fn chain_ids(&self) -> Vec<String> {
-        chain_ids(&self.rootfs.diff_ids)
+/// The image's user, split into CRI's uid or username (the group part is dropped, as CRI
+/// reports only the user).
+pub fn user(config: &ImageConfig) -> (Option<i64>, String) {
+    let user = config
+        .config()
+        .as_ref()
+        .and_then(|c| c.user().as_deref())
+        .unwrap_or("");
+    let name = user.split(':').next().unwrap_or("");
+    match name.parse::<i64>() {
+        Ok(uid) => (Some(uid), String::new()),
+        Err(_) => (None, name.to_string()),
     }
 }
 
@@ -108,18 +58,33 @@ mod tests {
 
     #[test]
     fn users_split_into_uid_or_name() {
-        let with = |u: &str| ImageConfig {
-            config: Some(ContainerDefaults {
-                user: Some(u.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let with = |u: &str| {
+            let mut defaults = ContainerDefaults::default();
+            defaults.set_user(Some(u.into()));
+            let mut config = ImageConfig::default();
+            config.set_config(Some(defaults));
+            config
         };
-        assert_eq!(with("1000").user(), (Some(1000), String::new()));
-        assert_eq!(with("1000:1000").user(), (Some(1000), String::new()));
-        assert_eq!(with("app").user(), (None, "app".into()));
-        assert_eq!(with("app:staff").user(), (None, "app".into()));
-        assert_eq!(ImageConfig::default().user(), (None, String::new()));
+        assert_eq!(user(&with("1000")), (Some(1000), String::new()));
+        assert_eq!(user(&with("1000:1000")), (Some(1000), String::new()));
+        assert_eq!(user(&with("app")), (None, "app".into()));
+        assert_eq!(user(&with("app:staff")), (None, "app".into()));
+        assert_eq!(user(&ImageConfig::default()), (None, String::new()));
+    }
+
+    #[test]
+    fn configs_without_platform_fields_parse() {
+        let c = parse(br#"{"rootfs":{"diff_ids":["sha256:aa"]},"config":{"Cmd":["sh"]}}"#).unwrap();
+        assert_eq!(c.rootfs().diff_ids(), &["sha256:aa".to_string()]);
+        assert_eq!(
+            c.config().as_ref().unwrap().cmd().as_deref(),
+            Some(&["sh".to_string()][..])
+        );
+        assert!(
+            parse(br#"{"architecture":"amd64"}"#).is_err(),
+            "rootfs stays required"
+        );
+        assert!(parse(b"[]").is_err());
     }
 
     #[test]

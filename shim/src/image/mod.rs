@@ -169,8 +169,8 @@ impl ImageService {
             .next()
             .cloned()
             .unwrap_or_else(|| image.id.clone());
-        let diff_ids = &image.config.rootfs.diff_ids;
-        let chain_ids = image.config.chain_ids();
+        let diff_ids = image.config.rootfs().diff_ids();
+        let chain_ids = crate::image_config::chain_ids(diff_ids);
         unpack::unpack(
             leased,
             &inner.opts.snapshotter,
@@ -313,7 +313,7 @@ async fn snapshotter_root(cd: &Containerd, snapshotter: &str) -> Result<String, 
 
 /// The CRI view of an image.
 pub fn to_cri(image: &Image) -> cri::Image {
-    let (uid, username) = image.config.user();
+    let (uid, username) = crate::image_config::user(&image.config);
     cri::Image {
         id: image.id.clone(),
         repo_tags: image.repo_tags(),

@@ -13,7 +13,7 @@ use tonic::Code;
 
 use super::error::ImageError;
 use super::store::{Image, Store};
-use crate::image_config::ImageConfig;
+use crate::image_config::{self, ImageConfig};
 use crate::oci_layout;
 use crate::registry::DescriptorExt;
 use crate::registry::manifest::{
@@ -101,7 +101,11 @@ pub async fn describe(
             }
         })?;
     let config_bytes = read_blob(cd, manifest.config().digest_str()).await?;
-    let config: ImageConfig = parse(&label, "config", &config_bytes)?;
+    let config: ImageConfig =
+        image_config::parse(&config_bytes).map_err(|e| ImageError::Malformed {
+            image: label.clone(),
+            reason: format!("config: {e}"),
+        })?;
     let config_json = parse(&label, "config", &config_bytes)?;
     // Sizes come from documents others wrote: saturate rather than overflow.
     size = manifest
@@ -110,7 +114,10 @@ pub async fn describe(
         .fold(size.saturating_add(manifest.config().size()), |sum, l| {
             sum.saturating_add(l.size())
         });
-    let chain_id = config.chain_ids().last().cloned().unwrap_or_default();
+    let chain_id = image_config::chain_ids(config.rootfs().diff_ids())
+        .last()
+        .cloned()
+        .unwrap_or_default();
     Ok(Image {
         id: manifest.config().digest_str().to_string(),
         references,

@@ -376,12 +376,12 @@ fn pod() -> Pod {
             dir,
             shm: None,
         },
-        image: ImageConfig {
-            config: Some(ContainerDefaults {
-                entrypoint: Some(vec!["/pause".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
+        image: {
+            let mut defaults = ContainerDefaults::default();
+            defaults.set_entrypoint(Some(vec!["/pause".into()]));
+            let mut image = ImageConfig::default();
+            image.set_config(Some(defaults));
+            image
         },
         _tmp: tmp,
     }

@@ -143,9 +143,9 @@ impl RuntimeInner {
         let stop_signal = oci::stop_signal(
             image
                 .config
-                .config
+                .config()
                 .as_ref()
-                .and_then(|c| c.stop_signal.as_deref()),
+                .and_then(|c| c.stop_signal().as_deref()),
         )?;
         let snapshot =
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id).await?;
