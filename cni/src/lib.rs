@@ -22,6 +22,8 @@ pub mod error;
 pub mod invoke;
 pub mod netns;
 pub mod result;
+#[cfg(test)]
+mod result_props;
 
 pub use cache::{CachedAttachment, ResultCache};
 pub use chain::{Cni, GcAttachment, RuntimeConf, VersionInfo};

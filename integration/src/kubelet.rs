@@ -1067,28 +1067,9 @@ pub fn rfc3339_seconds(ts: &str) -> Option<i64> {
     if !crate::cri::is_rfc3339(ts) {
         return None;
     }
-    let num = |r: std::ops::Range<usize>| ts.get(r)?.parse::<i64>().ok();
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    let offset = match ts.rfind(['+', '-']).filter(|&i| i >= 19) {
-        Some(i) => {
-            let sign = if ts.as_bytes()[i] == b'-' { -1 } else { 1 };
-            sign * (num(i + 1..i + 3)? * 3600 + num(i + 4..i + 6)? * 60)
-        }
-        None => 0,
-    };
-    Some(days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second - offset)
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    chrono::DateTime::parse_from_rfc3339(ts)
+        .ok()
+        .map(|t| t.timestamp())
 }
 
 fn pretty(v: &Value) -> String {

@@ -241,7 +241,7 @@ async fn layers_unpack_with_whiteouts_applied() {
     .await
     .unwrap();
     // Mount a read-only view of the top snapshot and look at the merged tree.
-    let chain = ferrolet_cri::image::spec::chain_ids(&b.diff_ids);
+    let chain = ferrolet_cri::image_config::chain_ids(&b.diff_ids);
     let mounts = node
         .ns
         .client

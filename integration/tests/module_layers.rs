@@ -61,6 +61,39 @@ const KUBELET: Rule = Rule {
     ],
 };
 
+const FERROLET_CRI: Rule = Rule {
+    src: "shim/src",
+    layers: &[
+        (
+            "foundations",
+            &[
+                "task",
+                "content",
+                "lease",
+                "store",
+                "mount",
+                "image_config",
+                "reference",
+            ],
+        ),
+        (
+            "domain",
+            &[
+                "oci",
+                "sandbox",
+                "container",
+                "stats",
+                "archive",
+                "oci_layout",
+                "config",
+                "registry",
+            ],
+        ),
+        ("services", &["runtime", "image"]),
+        ("process", &["server", "cli", "logging"]),
+    ],
+};
+
 /// One import: where it is written and what it names.
 #[derive(Clone, Debug)]
 struct Import {
@@ -349,6 +382,12 @@ fn violations(rule: &Rule) -> Vec<String> {
 #[test]
 fn kubelet_modules_follow_the_layers_without_cycles() {
     let problems = violations(&KUBELET);
+    assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn ferrolet_cri_modules_follow_the_layers_without_cycles() {
+    let problems = violations(&FERROLET_CRI);
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }
 

@@ -6,13 +6,14 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use std::collections::HashMap;
+
+use oci_spec::image::{Descriptor, ImageIndexBuilder, ImageManifestBuilder, MediaType};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::oci_layout::REF_NAME;
-use crate::registry::manifest::{
-    OCI_CONFIG, OCI_INDEX, OCI_LAYER_GZIP, OCI_LAYER_TAR, OCI_MANIFEST,
-};
+use crate::registry::manifest::{OCI_CONFIG, OCI_LAYER_GZIP, OCI_LAYER_TAR, descriptor};
 
 /// Why an archive cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,19 @@ pub enum ArchiveError {
         #[source]
         source: serde_json::Error,
     },
+    /// A document of the new layout could not be built.
+    #[error("building the OCI layout: {0}")]
+    Build(String),
+}
+
+fn build_error(e: impl std::fmt::Display) -> ArchiveError {
+    ArchiveError::Build(e.to_string())
+}
+
+/// Compact JSON with the keys in sorted order, as the layouts we wrote before oci-spec's
+/// types were used, so the same archive keeps giving the same manifest digest.
+fn sorted_json(doc: &impl Serialize) -> Result<String, ArchiveError> {
+    Ok(serde_json::to_value(doc).map_err(build_error)?.to_string())
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
@@ -43,6 +57,8 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> ArchiveError + '_ {
     }
 }
 
+/// One image of `docker save`'s `manifest.json`: a Docker archive format that oci-spec does
+/// not model (it is not a registry or layout document), so it stays ours.
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct DockerEntry {
@@ -86,16 +102,16 @@ pub fn to_layout(archive: &Path, dir: &Path) -> Result<PathBuf, ArchiveError> {
             let gzip = starts_with_gzip_magic(&path)?;
             let (digest, size) = add_blob(&path, &blobs)?;
             let media_type = if gzip { OCI_LAYER_GZIP } else { OCI_LAYER_TAR };
-            layers
-                .push(serde_json::json!({"mediaType": media_type, "digest": digest, "size": size}));
+            layers.push(descriptor(media_type, &digest, size).map_err(ArchiveError::Build)?);
         }
-        let manifest = serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": OCI_MANIFEST,
-            "config": {"mediaType": OCI_CONFIG, "digest": config.0, "size": config.1},
-            "layers": layers,
-        })
-        .to_string();
+        let manifest = ImageManifestBuilder::default()
+            .schema_version(2u32)
+            .media_type(MediaType::ImageManifest)
+            .config(descriptor(OCI_CONFIG, &config.0, config.1).map_err(ArchiveError::Build)?)
+            .layers(layers)
+            .build()
+            .map_err(build_error)?;
+        let manifest = sorted_json(&manifest)?;
         let digest = format!(
             "sha256:{}",
             hex::encode(Sha256::digest(manifest.as_bytes()))
@@ -107,20 +123,24 @@ pub fn to_layout(archive: &Path, dir: &Path) -> Result<PathBuf, ArchiveError> {
         } else {
             entry.repo_tags.into_iter().map(Some).collect()
         };
+        let size = u64::try_from(manifest.len()).map_err(build_error)?;
         for tag in tags {
-            let mut desc = serde_json::json!({
-                "mediaType": OCI_MANIFEST, "digest": digest, "size": manifest.len(),
-            });
+            let mut desc: Descriptor = descriptor(MediaType::ImageManifest.as_ref(), &digest, size)
+                .map_err(ArchiveError::Build)?;
             if let Some(tag) = tag {
-                desc["annotations"] = serde_json::json!({ REF_NAME: tag });
+                desc.set_annotations(Some(HashMap::from([(REF_NAME.to_string(), tag)])));
             }
             index.push(desc);
         }
     }
-    let index_json =
-        serde_json::json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": index});
+    let index_json = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(index)
+        .build()
+        .map_err(build_error)?;
     let path = layout.join("index.json");
-    std::fs::write(&path, index_json.to_string()).map_err(io_at(&path))?;
+    std::fs::write(&path, sorted_json(&index_json)?).map_err(io_at(&path))?;
     let path = layout.join("oci-layout");
     std::fs::write(&path, r#"{"imageLayoutVersion":"1.0.0"}"#).map_err(io_at(&path))?;
     Ok(layout)
@@ -144,4 +164,72 @@ fn add_blob(src: &Path, blobs: &Path) -> Result<(String, u64), ArchiveError> {
         std::fs::rename(src, &dest).map_err(io_at(&dest))?;
     }
     Ok((format!("sha256:{hex}"), size))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn tar_with(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in files {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, *data).unwrap();
+        }
+        b.into_inner().unwrap()
+    }
+
+    fn sha(data: &[u8]) -> String {
+        format!("sha256:{}", hex::encode(Sha256::digest(data)))
+    }
+
+    #[test]
+    fn docker_archives_become_the_same_layout_bytes_as_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = br#"{"architecture":"amd64","os":"linux"}"#;
+        let layer = tar_with(&[("hello", b"hi")]);
+        let manifest_json = serde_json::json!([
+            {"Config": "c.json", "RepoTags": ["x:1", "y:2"], "Layers": ["l/layer.tar"]}
+        ])
+        .to_string();
+        let archive = tar_with(&[
+            ("manifest.json", manifest_json.as_bytes()),
+            ("c.json", config),
+            ("l/layer.tar", &layer),
+        ]);
+        let path = dir.path().join("a.tar");
+        std::fs::write(&path, archive).unwrap();
+        let layout = to_layout(&path, dir.path()).unwrap();
+
+        // What the hand-built JSON of earlier versions wrote, byte for byte.
+        let want_manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": OCI_CONFIG, "digest": sha(config), "size": config.len()},
+            "layers": [{"mediaType": OCI_LAYER_TAR, "digest": sha(&layer), "size": layer.len()}],
+        })
+        .to_string();
+        let manifest_digest = sha(want_manifest.as_bytes());
+        let got = std::fs::read(layout.join("blobs/sha256").join(&manifest_digest[7..])).unwrap();
+        assert_eq!(String::from_utf8(got).unwrap(), want_manifest);
+        let desc = |tag: &str| {
+            serde_json::json!({
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest_digest, "size": want_manifest.len(),
+                "annotations": {REF_NAME: tag},
+            })
+        };
+        let want_index = serde_json::json!({
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [desc("x:1"), desc("y:2")],
+        })
+        .to_string();
+        let got = std::fs::read_to_string(layout.join("index.json")).unwrap();
+        assert_eq!(got, want_index);
+    }
 }

@@ -1,24 +1,37 @@
 //! `ferrolet-cri`: a CRI v1 runtime and image service on containerd.
 //!
-//! Module map:
-//! - [`config`]: the TOML config and its defaults; flags override it.
-//! - [`cli`]: the command line, and how flags, the config file and defaults combine.
+//! Module map, top down. A module imports from its own group or the groups below, never
+//! from above, and there are no import cycles (inside a group the imports go one way).
+//!
+//! Top:
 //! - [`server`]: the gRPC server on a unix socket, graceful shutdown.
-//! - [`runtime`]: the CRI RuntimeService: shared state, task-exit events, recovery, stats, Status.
-//! - [`sandbox`]: pod sandboxes: lifecycle, pod network (netns + CNI), shared files.
-//! - [`container`]: containers: lifecycle, status, FIFO IO, CRI log files, exec.
+//! - [`cli`]: the command line, and how flags, the config file and defaults combine.
+//! - [`logging`]: text or JSON logs with per-call spans.
+//!
+//! Services, one per CRI service, each RPC in a file named for its object and kind:
+//! - [`runtime`]: the CRI RuntimeService: shared state, the sandbox and container calls
+//!   (`runtime::{sandbox,container}_{lifecycle,status}`), task-exit events, recovery, stats,
+//!   Status.
+//! - [`image`]: the CRI ImageService: pull, list, status, remove, fs info, the pause image.
+//!
+//! Domain, what the services work on:
 //! - [`oci`]: OCI runtime specs for pause and application containers.
+//! - [`sandbox`]: what a pod sandbox is; the files it shares; its network (netns + CNI).
+//! - [`container`]: what a container is; its FIFO IO, CRI log file, exec.
+//! - [`stats`]: container and pod stats from containerd's task metrics.
+//! - [`archive`]: OCI and Docker image archives, as OCI layouts.
+//! - [`oci_layout`]: OCI image layouts: reading them, importing their images.
+//! - [`config`]: the TOML config and its defaults; flags override it.
+//! - [`registry`]: the registry v2 client: hosts and mirrors, auth, manifests, blobs.
+//!
+//! Foundations:
 //! - [`task`]: containerd plumbing: snapshots, container records, tasks.
+//! - [`content`]: verified blob writes into containerd's content store.
+//! - [`lease`]: containerd leases that expire by themselves.
 //! - [`store`]: in-memory indexes and the records kept under `root`.
 //! - [`mount`]: reading an image's /etc from snapshot mounts; tmpfs mounts.
-//! - [`stats`]: container and pod stats from containerd's task metrics.
-//! - [`image`]: the CRI ImageService: pull, list, status, remove, fs info, the pause image.
+//! - [`image_config`]: the image config a runtime reads; chain ids.
 //! - [`reference`]: image reference parsing and normalization, as Kubernetes users expect.
-//! - [`registry`]: the registry v2 client: hosts and mirrors, auth, manifests, blobs.
-//! - [`content`]: verified blob writes into containerd's content store.
-//! - [`oci_layout`]: OCI image layouts, and leases.
-//! - [`archive`]: OCI and Docker image archives, as OCI layouts.
-//! - [`logging`]: text or JSON logs with per-call spans.
 
 pub mod archive;
 pub mod cli;
@@ -26,6 +39,8 @@ pub mod config;
 pub mod container;
 pub mod content;
 pub mod image;
+pub mod image_config;
+pub mod lease;
 pub mod logging;
 pub mod mount;
 pub mod oci;

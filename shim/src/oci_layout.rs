@@ -3,26 +3,21 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrolet_proto::containerd::Containerd;
-use ferrolet_proto::containerd::services::v1::CreateRequest as CreateLeaseRequest;
-use ferrolet_proto::containerd::services::v1::{
-    CreateImageRequest, DeleteRequest as DeleteLeaseRequest, Image, UpdateImageRequest,
-};
+use ferrolet_proto::containerd::services::v1::{CreateImageRequest, Image, UpdateImageRequest};
 use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
+use oci_spec::image::{Descriptor, ImageIndex, ImageManifest};
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 use tonic::Code;
 
-use crate::container::log::civil_from_days;
 use crate::content::{self, ContentError, Opened, Writer};
+use crate::lease::{Lease, LeaseError};
+use crate::registry::DescriptorExt;
 
 /// Annotation that names a manifest's tag inside a layout's index.
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
-/// containerd label that keeps a lease alive only until this time, so a crashed import
-/// cannot pin content forever.
-const LEASE_EXPIRE: &str = "containerd.io/gc.expire";
 
 /// Errors reading or importing a layout.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +42,10 @@ pub enum LayoutError {
     /// The content store refused a blob.
     #[error(transparent)]
     Content(#[from] ContentError),
-    /// containerd refused an image or lease call.
+    /// The import's lease could not be made or released.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    /// containerd refused an image call.
     #[error("containerd: {op} {name}: {status}")]
     Rpc {
         op: &'static str,
@@ -55,43 +53,6 @@ pub enum LayoutError {
         #[source]
         status: tonic::Status,
     },
-}
-
-/// An OCI content descriptor.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Descriptor {
-    /// Media type of the referenced blob.
-    pub media_type: String,
-    /// `sha256:<hex>`.
-    pub digest: String,
-    /// Size in bytes.
-    pub size: i64,
-    /// Free-form annotations (the tag lives here in an index).
-    #[serde(default)]
-    pub annotations: HashMap<String, String>,
-}
-
-impl Descriptor {
-    fn to_containerd(&self) -> CdDescriptor {
-        CdDescriptor {
-            media_type: self.media_type.clone(),
-            digest: self.digest.clone(),
-            size: self.size,
-            annotations: HashMap::new(),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct Index {
-    manifests: Vec<Descriptor>,
-}
-
-#[derive(Deserialize)]
-struct Manifest {
-    config: Descriptor,
-    layers: Vec<Descriptor>,
 }
 
 /// An image found in a layout: the tag it carries and its manifest.
@@ -136,23 +97,34 @@ impl Layout {
             })
     }
 
+    /// Reads an index or manifest. oci-spec's types insist on `schemaVersion`, which we never
+    /// needed to read a layout: a document without one is taken as version 2.
     async fn read_json<T: for<'de> Deserialize<'de>>(&self, path: &Path) -> Result<T, LayoutError> {
         let bytes = self.read(path).await?;
-        serde_json::from_slice(&bytes).map_err(|source| LayoutError::Json {
+        let json = |source| LayoutError::Json {
             path: path.to_path_buf(),
             source,
-        })
+        };
+        let mut doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(json)?;
+        if let Some(doc) = doc.as_object_mut() {
+            doc.entry("schemaVersion").or_insert(2.into());
+        }
+        serde_json::from_value(doc).map_err(json)
     }
 
     /// The images listed in `index.json`.
     pub async fn images(&self) -> Result<Vec<LayoutImage>, LayoutError> {
-        let index: Index = self.read_json(&self.dir.join("index.json")).await?;
+        let index: ImageIndex = self.read_json(&self.dir.join("index.json")).await?;
         Ok(index
-            .manifests
-            .into_iter()
+            .manifests()
+            .iter()
             .map(|m| LayoutImage {
-                tag: m.annotations.get(REF_NAME).cloned(),
-                manifest: m,
+                tag: m
+                    .annotations()
+                    .as_ref()
+                    .and_then(|a| a.get(REF_NAME))
+                    .cloned(),
+                manifest: m.clone(),
             })
             .collect())
     }
@@ -164,9 +136,10 @@ impl Layout {
         desc: &Descriptor,
         labels: HashMap<String, String>,
     ) -> Result<(), LayoutError> {
-        let path = self.blob_path(&desc.digest)?;
-        let reference = format!("ferrolet-import-{}", desc.digest);
-        let mut writer = match Writer::open(cd, &reference, &desc.digest, desc.size).await? {
+        let digest = desc.digest_str();
+        let path = self.blob_path(digest)?;
+        let reference = format!("ferrolet-import-{digest}");
+        let mut writer = match Writer::open(cd, &reference, digest, desc.size_i64()).await? {
             Opened::Exists => return Ok(()),
             Opened::Writing(w) => w,
         };
@@ -206,7 +179,7 @@ impl Layout {
             Err(e) => Err(e),
         };
         let released = lease.delete(cd).await;
-        result.and(released)
+        result.and(released.map_err(LayoutError::from))
     }
 
     /// Writes every blob of `image` into the content store, manifest last and labelled so
@@ -217,23 +190,24 @@ impl Layout {
         cd: &Containerd,
         image: &LayoutImage,
     ) -> Result<CdDescriptor, LayoutError> {
-        let manifest_path = self.blob_path(&image.manifest.digest)?;
-        let manifest: Manifest = self.read_json(&manifest_path).await?;
+        let manifest_path = self.blob_path(image.manifest.digest_str())?;
+        let manifest: ImageManifest = self.read_json(&manifest_path).await?;
         let mut gc_refs = HashMap::new();
         gc_refs.insert(
             "containerd.io/gc.ref.content.config".to_string(),
-            manifest.config.digest.clone(),
+            manifest.config().digest_str().to_string(),
         );
-        self.copy_blob(cd, &manifest.config, HashMap::new()).await?;
-        for (i, layer) in manifest.layers.iter().enumerate() {
+        self.copy_blob(cd, manifest.config(), HashMap::new())
+            .await?;
+        for (i, layer) in manifest.layers().iter().enumerate() {
             gc_refs.insert(
                 format!("containerd.io/gc.ref.content.l.{i}"),
-                layer.digest.clone(),
+                layer.digest_str().to_string(),
             );
             self.copy_blob(cd, layer, HashMap::new()).await?;
         }
         let manifest_bytes = self.read(&manifest_path).await?;
-        content::write_bytes(cd, &image.manifest.digest, &manifest_bytes, gc_refs).await?;
+        content::write_bytes(cd, image.manifest.digest_str(), &manifest_bytes, gc_refs).await?;
         Ok(image.manifest.to_containerd())
     }
 }
@@ -279,95 +253,39 @@ pub async fn put_image_labelled(
     }
 }
 
-/// A containerd lease that expires by itself if we never get to delete it.
-pub struct Lease {
-    /// The lease id, for the `containerd-lease` header.
-    pub id: String,
-}
-
-impl Lease {
-    /// Creates a lease `ferrolet-<purpose>-<unique>` that expires after an hour.
-    pub async fn create(cd: &Containerd, purpose: &str) -> Result<Self, LayoutError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO);
-        let id = format!(
-            "ferrolet-{purpose}-{}-{}",
-            now.as_nanos(),
-            std::process::id()
-        );
-        let expire = format_rfc3339(now + Duration::from_secs(3600));
-        let labels = HashMap::from([(LEASE_EXPIRE.to_string(), expire)]);
-        cd.leases()
-            .create(CreateLeaseRequest {
-                id: id.clone(),
-                labels,
-            })
-            .await
-            .map_err(|status| LayoutError::Rpc {
-                op: "create lease",
-                name: id.clone(),
-                status,
-            })?;
-        Ok(Self { id })
-    }
-
-    /// Deletes the lease, letting containerd collect whatever nothing else references at its
-    /// next garbage collection.
-    pub async fn delete(self, cd: &Containerd) -> Result<(), LayoutError> {
-        self.delete_with(cd, false).await
-    }
-
-    /// Deletes the lease; with `collect`, containerd garbage-collects before answering (after a
-    /// failure, so that what the lease held is gone when the caller returns).
-    pub async fn delete_with(self, cd: &Containerd, collect: bool) -> Result<(), LayoutError> {
-        match cd
-            .leases()
-            .delete(DeleteLeaseRequest {
-                id: self.id.clone(),
-                sync: collect,
-            })
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
-            Err(status) => Err(LayoutError::Rpc {
-                op: "delete lease",
-                name: self.id,
-                status,
-            }),
-        }
-    }
-}
-
-/// Formats a time since the epoch as RFC 3339 UTC (what containerd's `gc.expire` expects).
-fn format_rfc3339(since_epoch: Duration) -> String {
-    let secs = since_epoch.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(format_rfc3339(Duration::ZERO), "1970-01-01T00:00:00Z");
+    #[tokio::test]
+    async fn images_are_read_from_the_index_with_their_tags() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let index = serde_json::json!({
+            "manifests": [
+                {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": d('a'),
+                 "size": 7, "annotations": {REF_NAME: "v1"}},
+                {"mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                 "digest": d('b'), "size": 8},
+            ]
+        });
+        std::fs::write(dir.path().join("index.json"), index.to_string()).unwrap();
+        let images = Layout::new(dir.path()).images().await.unwrap();
+        assert_eq!(images.len(), 2);
+        assert_eq!(images[0].tag.as_deref(), Some("v1"));
+        assert_eq!(images[0].manifest.digest_str(), d('a'));
+        assert_eq!(images[0].manifest.size(), 7);
+        assert_eq!(images[1].tag, None);
+        let cd = images[1].manifest.to_containerd();
         assert_eq!(
-            format_rfc3339(Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
+            cd.media_type,
+            "application/vnd.docker.distribution.manifest.v2+json"
         );
-        assert_eq!(
-            format_rfc3339(Duration::from_secs(1_795_317_296)),
-            "2026-11-22T03:14:56Z"
-        );
+        assert_eq!((cd.digest.as_str(), cd.size), (d('b').as_str(), 8));
+
+        std::fs::write(dir.path().join("index.json"), "{\"manifests\": 1}").unwrap();
+        let e = Layout::new(dir.path()).images().await.unwrap_err();
+        assert!(e.to_string().starts_with("parsing "), "{e}");
     }
 
     #[test]

@@ -18,8 +18,47 @@ use ferrolet_proto::containerd::types::Mount;
 use ferrolet_proto::containerd::types::v1::Status as ProcessStatus;
 use tonic::Code;
 
-use crate::oci_layout::Lease;
-use crate::runtime::{Result, RuntimeError};
+use ferrolet_proto::containerd::InvalidScope;
+
+use crate::lease::{Lease, LeaseError};
+
+/// containerd's runtime (shim) for every task.
+pub const RUNC_SHIM: &str = "io.containerd.runc.v2";
+
+/// A failed containerd call on a snapshot, container record or task.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// containerd refused the call; its code is kept for the CRI client.
+    #[error("{op}: {}", status.message())]
+    Containerd { op: String, status: tonic::Status },
+    /// The snapshot's lease could not be made.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    /// The lease id cannot go into a request header.
+    #[error(transparent)]
+    Scope(#[from] InvalidScope),
+}
+
+impl TaskError {
+    /// Maps a containerd call's failure, naming what was being done.
+    fn containerd(op: impl std::fmt::Display) -> impl FnOnce(tonic::Status) -> Self {
+        move |status| Self::Containerd {
+            op: op.to_string(),
+            status,
+        }
+    }
+
+    /// The gRPC code callers see: containerd's own, else internal.
+    pub fn code(&self) -> Code {
+        match self {
+            TaskError::Containerd { status, .. } => status.code(),
+            TaskError::Lease(_) | TaskError::Scope(_) => Code::Internal,
+        }
+    }
+}
+
+/// The result of a task call.
+pub type Result<T, E = TaskError> = std::result::Result<T, E>;
 
 /// A task's process as containerd reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +98,7 @@ pub async fn prepare_snapshot(
 ) -> Result<PreparedSnapshot> {
     let lease = Lease::create(cd, "container").await?;
     let prepared = async {
-        cd.with_lease(&lease.id)
-            .map_err(|e| RuntimeError::internal(e.to_string()))?
+        cd.with_lease(&lease.id)?
             .snapshots()
             .prepare(PrepareSnapshotRequest {
                 snapshotter: snapshotter.to_string(),
@@ -69,9 +107,7 @@ pub async fn prepare_snapshot(
                 labels: HashMap::new(),
             })
             .await
-            .map_err(RuntimeError::containerd(format!(
-                "preparing snapshot {key}"
-            )))
+            .map_err(TaskError::containerd(format!("preparing snapshot {key}")))
     }
     .await;
     match prepared {
@@ -106,7 +142,7 @@ impl PreparedSnapshot {
             .await;
         if let Err(e) = created {
             self.abandon(cd).await;
-            return Err(RuntimeError::containerd(format!(
+            return Err(TaskError::containerd(format!(
                 "creating containerd container {id}"
             ))(e));
         }
@@ -137,7 +173,7 @@ pub fn container_record(
         labels,
         image: image.to_string(),
         runtime: Some(Runtime {
-            name: crate::runtime::RUNC_SHIM.to_string(),
+            name: RUNC_SHIM.to_string(),
             options: None,
         }),
         spec: Some(spec),
@@ -173,7 +209,7 @@ pub async fn delete_record(cd: &Containerd, id: &str) -> Result<()> {
     {
         Ok(_) => Ok(()),
         Err(e) if e.code() == Code::NotFound => Ok(()),
-        Err(e) => Err(RuntimeError::containerd(format!(
+        Err(e) => Err(TaskError::containerd(format!(
             "deleting containerd container {id}"
         ))(e)),
     }
@@ -206,7 +242,7 @@ pub async fn create_task(cd: &Containerd, id: &str, rootfs: Vec<Mount>, io: Task
             ..Default::default()
         })
         .await
-        .map_err(RuntimeError::containerd(format!("creating task {id}")))?;
+        .map_err(TaskError::containerd(format!("creating task {id}")))?;
     Ok(resp.into_inner().pid)
 }
 
@@ -219,7 +255,7 @@ pub async fn start_task(cd: &Containerd, id: &str) -> Result<u32> {
             exec_id: String::new(),
         })
         .await
-        .map_err(RuntimeError::containerd(format!("starting task {id}")))?;
+        .map_err(TaskError::containerd(format!("starting task {id}")))?;
     Ok(resp.into_inner().pid)
 }
 
@@ -243,7 +279,7 @@ pub async fn kill(cd: &Containerd, id: &str, signal: u32) -> Result<()> {
         // ("ttrpc: closed"): the task is gone or exited, which is what a kill wants.
         Err(e) => match task_state(cd, id).await {
             Ok(None | Some(TaskState::Stopped { .. })) => Ok(()),
-            _ => Err(RuntimeError::containerd(format!("signalling task {id}"))(e)),
+            _ => Err(TaskError::containerd(format!("signalling task {id}"))(e)),
         },
     }
 }
@@ -289,7 +325,7 @@ pub async fn delete_task(cd: &Containerd, id: &str) -> Result<Option<(u32, i64)>
         // Someone else (the exit follower, a stop) reaped it meanwhile; the shim closed under us.
         Err(e) => match task_state(cd, id).await {
             Ok(None) => Ok(None),
-            _ => Err(RuntimeError::containerd(format!("deleting task {id}"))(e)),
+            _ => Err(TaskError::containerd(format!("deleting task {id}"))(e)),
         },
     }
 }
@@ -309,9 +345,7 @@ pub async fn wait(cd: &Containerd, id: &str) -> Result<Option<(u32, i64)>> {
             Ok(Some((r.exit_status, timestamp_ns(r.exited_at.as_ref()))))
         }
         Err(e) if e.code() == Code::NotFound => Ok(None),
-        Err(e) => Err(RuntimeError::containerd(format!("waiting for task {id}"))(
-            e,
-        )),
+        Err(e) => Err(TaskError::containerd(format!("waiting for task {id}"))(e)),
     }
 }
 
@@ -338,7 +372,7 @@ pub async fn task_state(cd: &Containerd, id: &str) -> Result<Option<TaskState>> 
             }))
         }
         Err(e) if e.code() == Code::NotFound => Ok(None),
-        Err(e) => Err(RuntimeError::containerd(format!("reading task {id}"))(e)),
+        Err(e) => Err(TaskError::containerd(format!("reading task {id}"))(e)),
     }
 }
 

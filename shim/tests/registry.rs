@@ -21,7 +21,7 @@ use ferrolet_cri::registry::manifest::{
     OCI_LAYER_GZIP, OCI_MANIFEST,
 };
 use ferrolet_cri::registry::{
-    Credentials, Descriptor, HostsConfig, Platform, RegistryClient, RegistryError,
+    Credentials, Descriptor, DescriptorExt, HostsConfig, RegistryClient, RegistryError,
 };
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
@@ -108,17 +108,17 @@ async fn env_resolve_every_image_by_tag_and_digest() {
     for (name, digest) in &images {
         let by_tag = reference(&format!("{OPEN}/ferrolet/{name}"));
         let r = client.session(&by_tag, None).resolve().await.unwrap();
-        assert_eq!(&r.manifest.digest, digest, "{by_tag}");
-        assert_eq!(r.manifest.digest, sha256(&r.manifest_bytes));
-        assert_eq!(r.manifest.size, r.manifest_bytes.len() as i64);
-        assert_eq!(r.manifest.media_type, OCI_MANIFEST);
-        assert_eq!(r.config.media_type, OCI_CONFIG);
+        assert_eq!(&r.manifest.digest_str(), digest, "{by_tag}");
+        assert_eq!(r.manifest.digest_str(), sha256(&r.manifest_bytes));
+        assert_eq!(r.manifest.size_i64(), r.manifest_bytes.len() as i64);
+        assert_eq!(r.manifest.media_type_str(), OCI_MANIFEST);
+        assert_eq!(r.config.media_type_str(), OCI_CONFIG);
         assert!(r.index.is_none());
         assert!(!r.layers.is_empty());
 
         let by_digest = by_tag.with_digest(digest).unwrap();
         let r2 = client.session(&by_digest, None).resolve().await.unwrap();
-        assert_eq!(&r2.manifest.digest, digest, "{by_digest}");
+        assert_eq!(&r2.manifest.digest_str(), digest, "{by_digest}");
         assert_eq!(r2.manifest_bytes, r.manifest_bytes);
     }
     // The Docker-Hub-shaped path on the open registry.
@@ -127,7 +127,7 @@ async fn env_resolve_every_image_by_tag_and_digest() {
         .resolve()
         .await
         .unwrap();
-    assert_eq!(r.manifest.digest, images["busybox:1"]);
+    assert_eq!(r.manifest.digest_str(), images["busybox:1"]);
 }
 
 #[tokio::test]
@@ -140,7 +140,7 @@ async fn env_fetch_every_blob_of_layers() {
     for d in std::iter::once(&r.config).chain(&r.layers) {
         let mut s = session.fetch_blob(d).await.unwrap();
         let progress = s.progress();
-        assert_eq!(progress.total(), d.size as u64);
+        assert_eq!(progress.total(), d.size_i64() as u64);
         let mut hasher = Sha256::new();
         let mut n = 0u64;
         while let Some(c) = s.next().await {
@@ -150,17 +150,17 @@ async fn env_fetch_every_blob_of_layers() {
         }
         assert_eq!(
             format!("sha256:{}", hex::encode(hasher.finalize())),
-            d.digest
+            d.digest_str()
         );
-        assert_eq!(n, d.size as u64);
-        assert_eq!(progress.received(), d.size as u64);
+        assert_eq!(n, d.size_i64() as u64);
+        assert_eq!(progress.received(), d.size_i64() as u64);
     }
     let config = session.fetch_blob_bytes(&r.config).await.unwrap();
     let config: serde_json::Value = serde_json::from_slice(&config).unwrap();
     assert_eq!(config["os"], "linux");
 
     // Resuming: the registry honours Range, and the tail is exactly the blob's tail.
-    let big = r.layers.iter().max_by_key(|d| d.size).unwrap();
+    let big = r.layers.iter().max_by_key(|d| d.size_i64()).unwrap();
     let whole = read_all(&session, big).await;
     let offset = whole.len() as u64 / 2;
     let mut s = session.fetch_blob_from(big, offset).await.unwrap();
@@ -169,7 +169,7 @@ async fn env_fetch_every_blob_of_layers() {
         tail.extend_from_slice(&c.unwrap());
     }
     assert_eq!(tail, whole[offset as usize..]);
-    assert_eq!(s.progress().received(), big.size as u64);
+    assert_eq!(s.progress().received(), big.size_i64() as u64);
 }
 
 #[tokio::test]
@@ -196,9 +196,9 @@ async fn env_auth_registry() {
 
     let session = client.session(&r, Some(env_credentials()));
     let resolved = session.resolve().await.unwrap();
-    assert_eq!(resolved.manifest.digest, images["busybox:1"]);
+    assert_eq!(resolved.manifest.digest_str(), images["busybox:1"]);
     let config = read_all(&session, &resolved.config).await;
-    assert_eq!(sha256(&config), resolved.config.digest);
+    assert_eq!(sha256(&config), resolved.config.digest_str());
 
     // The same credentials as CRI's `auth` field, and as the host's configured default.
     let c = env_credentials();
@@ -267,10 +267,10 @@ async fn env_docker_io_through_a_mirror() {
     assert_eq!(r.to_string(), "docker.io/library/busybox:1");
     let session = client.session(&r, None);
     let resolved = session.resolve().await.unwrap();
-    assert_eq!(resolved.manifest.digest, images["busybox:1"]);
+    assert_eq!(resolved.manifest.digest_str(), images["busybox:1"]);
     assert_eq!(session.endpoint().as_deref(), Some(OPEN));
     let layer = read_all(&session, &resolved.layers[0]).await;
-    assert_eq!(sha256(&layer), resolved.layers[0].digest);
+    assert_eq!(sha256(&layer), resolved.layers[0].digest_str());
 
     // Every endpoint failing reports the host's own endpoint, the last one tried.
     let e = client
@@ -423,12 +423,10 @@ fn fake_image(
         "layers": [{"mediaType": layer_type, "digest": sha256(&layer), "size": layer.len()}],
     }))
     .unwrap();
-    let here = Platform::current();
-    let other = if here.architecture == "arm64" {
-        "amd64"
-    } else {
-        "arm64"
-    };
+    let here = ferrolet_cri::registry::manifest::current_platform()
+        .architecture()
+        .to_string();
+    let other = if here == "arm64" { "amd64" } else { "arm64" };
     let decoy = |d: char| format!("sha256:{}", d.to_string().repeat(64));
     let index = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2, "mediaType": list_type,
@@ -436,9 +434,9 @@ fn fake_image(
             {"mediaType": manifest_type, "digest": decoy('a'), "size": 10,
              "platform": {"os": "linux", "architecture": other}},
             {"mediaType": manifest_type, "digest": decoy('b'), "size": 10,
-             "platform": {"os": "linux", "architecture": here.architecture, "variant": "v3"}},
+             "platform": {"os": "linux", "architecture": here, "variant": "v3"}},
             {"mediaType": manifest_type, "digest": sha256(&manifest), "size": manifest.len(),
-             "platform": {"os": "linux", "architecture": here.architecture}},
+             "platform": {"os": "linux", "architecture": here}},
             {"mediaType": manifest_type, "digest": decoy('c'), "size": 10,
              "platform": {"os": "unknown", "architecture": "unknown"}},
         ],
@@ -557,18 +555,18 @@ async fn fake_bearer_token_index_and_redirected_blob() {
         let session = client().session(&reference(&format!("{reg}/fake/multi:1")), None);
         let r = session.resolve().await.unwrap();
         let (index, index_bytes) = r.index.clone().expect("resolved through the index");
-        assert_eq!(index.media_type, list);
-        assert_eq!(index.digest, sha256(&img.index));
+        assert_eq!(index.media_type_str(), list);
+        assert_eq!(index.digest_str(), sha256(&img.index));
         assert_eq!(index_bytes.as_ref(), img.index.as_slice());
         assert_eq!(
-            r.manifest.digest,
+            r.manifest.digest_str(),
             sha256(&img.manifest),
             "picked the variant-less entry"
         );
-        assert_eq!(r.manifest.media_type, manifest);
-        assert_eq!(r.config.digest, sha256(&img.config));
+        assert_eq!(r.manifest.media_type_str(), manifest);
+        assert_eq!(r.config.digest_str(), sha256(&img.config));
         assert_eq!(r.layers.len(), 1);
-        assert_eq!(r.layers[0].media_type, layer);
+        assert_eq!(r.layers[0].media_type_str(), layer);
 
         assert_eq!(
             session.fetch_blob_bytes(&r.config).await.unwrap(),
@@ -723,8 +721,8 @@ async fn fake_broken_and_unsupported_registries() {
     // A generic Content-Type is sniffed from the document; a truncated blob is an error.
     let s = client.session(&reference(&format!("{addr}/x/plain:1")), None);
     let r = s.resolve().await.unwrap();
-    assert_eq!(r.manifest.media_type, OCI_MANIFEST);
-    assert_eq!(r.manifest.digest, sha256(&img.manifest));
+    assert_eq!(r.manifest.media_type_str(), OCI_MANIFEST);
+    assert_eq!(r.manifest.digest_str(), sha256(&img.manifest));
     let mut blob = s.fetch_blob(&r.layers[0]).await.unwrap();
     let mut last = None;
     while let Some(item) = blob.next().await {

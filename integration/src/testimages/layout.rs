@@ -1,12 +1,17 @@
 //! OCI image layout writing: blobs by content address, then `index.json` last.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::{self, Permissions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use flate2::{Compression, GzBuilder};
+use oci_spec::image::{
+    Descriptor, ImageIndexBuilder, ImageManifestBuilder, MediaType, Os, PlatformBuilder,
+    Sha256Digest,
+};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tempfile::NamedTempFile;
@@ -14,48 +19,12 @@ use tempfile::NamedTempFile;
 use super::layer::{Hashing, Layer};
 use super::{BuiltImage, Error, RunConfig, TAG, io_err};
 
-const MEDIA_INDEX: &str = "application/vnd.oci.image.index.v1+json";
-const MEDIA_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
-const MEDIA_LAYER: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 const CREATED: &str = "1970-01-01T00:00:00Z";
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Descriptor {
-    media_type: &'static str,
-    digest: String,
-    size: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    platform: Option<Platform>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    annotations: BTreeMap<&'static str, String>,
-}
-
-#[derive(Serialize)]
-struct Platform {
-    architecture: &'static str,
-    os: &'static str,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Manifest {
-    schema_version: u32,
-    media_type: &'static str,
-    config: Descriptor,
-    layers: Vec<Descriptor>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Index {
-    schema_version: u32,
-    media_type: &'static str,
-    manifests: Vec<Descriptor>,
-}
-
+/// The image config stays our own type: oci-spec's `Config` keeps labels in a `HashMap`, so
+/// its serialisation would order them differently from run to run, and the config digest (the
+/// image id the tests compare) must not change between builds of the same image.
 #[derive(Serialize)]
 struct ImageConfig<'a> {
     created: &'static str,
@@ -88,14 +57,14 @@ fn oci_arch() -> &'static str {
     }
 }
 
-fn descriptor(media_type: &'static str, digest: &str, size: u64) -> Descriptor {
-    Descriptor {
-        media_type,
-        digest: format!("sha256:{digest}"),
-        size,
-        platform: None,
-        annotations: BTreeMap::new(),
-    }
+/// The descriptor of the blob with sha256 `hex`.
+fn descriptor(media_type: MediaType, hex: &str, size: u64) -> Result<Descriptor, Error> {
+    let digest = Sha256Digest::from_str(hex).map_err(spec("descriptor"))?;
+    Ok(Descriptor::new(media_type, size, digest))
+}
+
+fn spec(what: &'static str) -> impl FnOnce(oci_spec::OciSpecError) -> Error {
+    move |source| Error::Spec { what, source }
 }
 
 fn json<T: Serialize>(what: &'static str, value: &T) -> Result<Vec<u8>, Error> {
@@ -187,7 +156,7 @@ pub(super) fn write_image(
     let mut history = Vec::new();
     for layer in layers {
         let (digest, size, diff_id) = layout.put_layer(layer)?;
-        layer_descs.push(descriptor(MEDIA_LAYER, &digest, size));
+        layer_descs.push(descriptor(MediaType::ImageLayerGzip, &digest, size)?);
         diff_ids.push(format!("sha256:{diff_id}"));
         let created_by = format!("ferrolet-testimages: {}", layer.created_by);
         history.push(History {
@@ -210,28 +179,47 @@ pub(super) fn write_image(
     let config = json("image config", &config)?;
     let config_digest = layout.put_bytes(&config)?;
 
-    let manifest = Manifest {
-        schema_version: 2,
-        media_type: MEDIA_MANIFEST,
-        config: descriptor(MEDIA_CONFIG, &config_digest, config.len() as u64),
-        layers: layer_descs,
-    };
-    let layer_digests: Vec<String> = manifest.layers.iter().map(|l| l.digest.clone()).collect();
-    let layers_size: u64 = manifest.layers.iter().map(|l| l.size).sum();
+    let manifest = ImageManifestBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageManifest)
+        .config(descriptor(
+            MediaType::ImageConfig,
+            &config_digest,
+            config.len() as u64,
+        )?)
+        .layers(layer_descs)
+        .build()
+        .map_err(spec("manifest"))?;
+    let layer_digests: Vec<String> = manifest
+        .layers()
+        .iter()
+        .map(|l| l.digest().to_string())
+        .collect();
+    let layers_size: u64 = manifest.layers().iter().map(|l| l.size()).sum();
     let manifest = json("manifest", &manifest)?;
     let manifest_digest = layout.put_bytes(&manifest)?;
 
-    let mut entry = descriptor(MEDIA_MANIFEST, &manifest_digest, manifest.len() as u64);
-    entry.platform = Some(Platform {
-        architecture: oci_arch(),
-        os: "linux",
-    });
-    entry.annotations.insert(REF_NAME, TAG.to_owned());
-    let index = Index {
-        schema_version: 2,
-        media_type: MEDIA_INDEX,
-        manifests: vec![entry],
-    };
+    let mut entry = descriptor(
+        MediaType::ImageManifest,
+        &manifest_digest,
+        manifest.len() as u64,
+    )?;
+    let platform = PlatformBuilder::default()
+        .architecture(oci_arch())
+        .os(Os::Linux)
+        .build()
+        .map_err(spec("platform"))?;
+    entry.set_platform(Some(platform));
+    entry.set_annotations(Some(HashMap::from([(
+        REF_NAME.to_string(),
+        TAG.to_owned(),
+    )])));
+    let index = ImageIndexBuilder::default()
+        .schema_version(2u32)
+        .media_type(MediaType::ImageIndex)
+        .manifests(vec![entry])
+        .build()
+        .map_err(spec("index"))?;
     layout.put_file("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#)?;
     // Last, so a reader never sees an index naming blobs that are not there yet.
     layout.put_file("index.json", &json("index", &index)?)?;
@@ -246,4 +234,32 @@ pub(super) fn write_image(
         diff_ids,
         size: manifest.len() as u64 + config.len() as u64 + layers_size,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn manifests_serialise_as_the_hand_written_types_did() {
+        let (a, b) = ("a".repeat(64), "b".repeat(64));
+        let manifest = ImageManifestBuilder::default()
+            .schema_version(2u32)
+            .media_type(MediaType::ImageManifest)
+            .config(descriptor(MediaType::ImageConfig, &a, 10).unwrap())
+            .layers(vec![descriptor(MediaType::ImageLayerGzip, &b, 20).unwrap()])
+            .build()
+            .unwrap();
+        // Field for field what the removed structs wrote, in their order: the manifest digest
+        // of a test image must not change with the types that build it.
+        let want = format!(
+            r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:{a}","size":10}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"sha256:{b}","size":20}}]}}"#
+        );
+        assert_eq!(
+            String::from_utf8(json("manifest", &manifest).unwrap()).unwrap(),
+            want
+        );
+    }
 }

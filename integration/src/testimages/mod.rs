@@ -100,6 +100,14 @@ pub enum Error {
         /// The underlying error.
         source: serde_json::Error,
     },
+    /// oci-spec refused a descriptor, manifest or index we built.
+    #[error("building {what}: {source}")]
+    Spec {
+        /// Which document.
+        what: &'static str,
+        /// The underlying error.
+        source: oci_spec::OciSpecError,
+    },
 }
 
 fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Error {

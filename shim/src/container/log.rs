@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use chrono::{DateTime, SecondsFormat};
+
 use tokio::net::unix::pipe::Receiver;
 use tokio::sync::watch;
 
@@ -48,31 +50,14 @@ impl Stream {
     }
 }
 
-/// Year, month (1-12) and day (1-31) of `days` since 1970-01-01 in the proleptic Gregorian
-/// calendar.
-pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    // Count from 0000-03-01 so that the leap day ends each 400-year era and each year.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365], from March 1st
-    let mp = (5 * doy + 2) / 153; // [0, 11], March = 0
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    // Both are in range by construction.
-    (year, month as u32, day as u32)
-}
-
 /// `t` as RFC 3339 in UTC with nine fraction digits, e.g. `2016-10-06T00:17:09.669794202Z`.
 pub fn timestamp(t: SystemTime) -> String {
     let (secs, nanos) = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
+        Ok(d) => (saturating_i64(d.as_secs()), d.subsec_nanos()),
         Err(e) => {
             // Before the epoch: floor to whole seconds, nanoseconds counting forwards.
             let d = e.duration();
-            let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+            let (s, n) = (saturating_i64(d.as_secs()), d.subsec_nanos());
             if n == 0 {
                 (-s, 0)
             } else {
@@ -80,14 +65,15 @@ pub fn timestamp(t: SystemTime) -> String {
             }
         }
     };
-    let (y, mo, d) = civil_from_days(secs.div_euclid(86_400));
-    let sod = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60
-    )
+    match DateTime::from_timestamp(secs, nanos) {
+        Some(utc) => utc.to_rfc3339_opts(SecondsFormat::Nanos, true),
+        // Only a clock hundreds of millennia off gets here; a fixed stamp keeps the line.
+        None => "0000-01-01T00:00:00.000000000Z".to_string(),
+    }
+}
+
+fn saturating_i64(secs: u64) -> i64 {
+    i64::try_from(secs).unwrap_or(i64::MAX)
 }
 
 /// Turns one stream's bytes into CRI log entries, across reads.
@@ -482,18 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
-        assert_eq!(civil_from_days(59), (1970, 3, 1));
-        assert_eq!(civil_from_days(10_956), (1999, 12, 31));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(11_017), (2000, 3, 1));
-        assert_eq!(civil_from_days(17_080), (2016, 10, 6));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-        assert_eq!(civil_from_days(47_540), (2100, 2, 28));
-        assert_eq!(civil_from_days(47_541), (2100, 3, 1));
-        assert_eq!(civil_from_days(-719_468), (0, 3, 1));
+    fn timestamp_dates_follow_the_gregorian_calendar() {
         // Walking day by day across 1000 years follows the Gregorian month lengths.
         let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
         let month_len = |y: i64, m: u32| match m {
@@ -502,7 +477,24 @@ mod tests {
             4 | 6 | 9 | 11 => 30,
             _ => 31,
         };
-        let mut prev = civil_from_days(-200_000);
+        let date = |day: i64| {
+            let t = if day >= 0 {
+                UNIX_EPOCH + Duration::from_secs(day as u64 * 86_400)
+            } else {
+                UNIX_EPOCH - Duration::from_secs(day.unsigned_abs() * 86_400)
+            };
+            let ts = timestamp(t);
+            assert!(ts.ends_with("T00:00:00.000000000Z"), "{ts}");
+            let y: i64 = ts[0..4].parse().unwrap();
+            let m: u32 = ts[5..7].parse().unwrap();
+            let d: u32 = ts[8..10].parse().unwrap();
+            (y, m, d)
+        };
+        assert_eq!(date(0), (1970, 1, 1));
+        assert_eq!(date(-1), (1969, 12, 31));
+        assert_eq!(date(11_016), (2000, 2, 29));
+        assert_eq!(date(47_541), (2100, 3, 1));
+        let mut prev = date(-200_000);
         for d in -199_999..200_000 {
             let (y, m, day) = prev;
             let expected = if day < month_len(y, m) {
@@ -512,7 +504,7 @@ mod tests {
             } else {
                 (y + 1, 1, 1)
             };
-            let cur = civil_from_days(d);
+            let cur = date(d);
             assert_eq!(cur, expected, "day {d}");
             prev = cur;
         }

@@ -1,11 +1,10 @@
-//! Containers: what one is ([`Container`]), its lifecycle calls ([`lifecycle`]), its CRI
-//! status ([`status`]), its IO over FIFOs ([`io`]), its log file ([`log`]) and exec ([`exec`]).
+//! Containers: what one is ([`Container`]), its IO over FIFOs ([`io`]), its log file
+//! ([`log`]) and exec ([`exec`]). The CRI calls on containers are in
+//! `runtime::container_lifecycle` and `runtime::container_status`.
 
 pub mod exec;
 pub mod io;
-pub mod lifecycle;
 pub mod log;
-pub mod status;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

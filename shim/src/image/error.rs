@@ -3,6 +3,7 @@
 use tonic::{Code, Status};
 
 use crate::content::ContentError;
+use crate::lease::LeaseError;
 use crate::oci_layout::LayoutError;
 use crate::reference::ReferenceError;
 use crate::registry::RegistryError;
@@ -23,6 +24,9 @@ pub enum ImageError {
     /// The content store refused a blob.
     #[error(transparent)]
     Content(#[from] ContentError),
+    /// The call's lease could not be made or released.
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
     /// An image layout could not be imported.
     #[error(transparent)]
     Layout(#[from] LayoutError),
@@ -76,6 +80,7 @@ impl ImageError {
             ImageError::Shared(e) => e.code(),
             ImageError::Content(_)
             | ImageError::Layout(_)
+            | ImageError::Lease(_)
             | ImageError::Malformed { .. }
             | ImageError::DiffIdMismatch { .. } => Code::Internal,
         }

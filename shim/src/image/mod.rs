@@ -1,6 +1,6 @@
 //! The CRI ImageService on containerd.
 //!
-//! - [`spec`]: the OCI documents we read (index, manifest, config).
+//! - the image config (`crate::image_config`): what a runtime reads of an image.
 //! - [`store`]: the in-memory image index CRI calls are answered from.
 //! - [`records`]: containerd's image records and content reads.
 //! - [`unpack`]: layers applied onto snapshots by chain id.
@@ -14,7 +14,6 @@ pub mod events;
 pub mod pause;
 pub mod pull;
 pub mod records;
-pub mod spec;
 pub mod store;
 pub mod unpack;
 
@@ -130,7 +129,7 @@ impl ImageService {
                 (Some(n), _) => n.to_string(),
                 (None, Some(tag)) if tag.contains('/') || tag.contains(':') => tag.clone(),
                 (None, Some(tag)) => format!("ferrolet.local/import:{tag}"),
-                (None, None) => format!("ferrolet.local/import@{}", found.manifest.digest),
+                (None, None) => format!("ferrolet.local/import@{}", found.manifest.digest()),
             };
             let name = Reference::parse(&name)
                 .map_err(|source| ImageError::Reference {
@@ -138,7 +137,7 @@ impl ImageService {
                     source,
                 })?
                 .to_string();
-            let lease = crate::oci_layout::Lease::create(&self.inner.cd, "import").await?;
+            let lease = crate::lease::Lease::create(&self.inner.cd, "import").await?;
             let result = async {
                 let leased = leased(&self.inner.cd, &lease.id)?;
                 let target = layout.import_content(&leased, &found).await?;
@@ -170,8 +169,8 @@ impl ImageService {
             .next()
             .cloned()
             .unwrap_or_else(|| image.id.clone());
-        let diff_ids = &image.config.rootfs.diff_ids;
-        let chain_ids = image.config.chain_ids();
+        let diff_ids = image.config.rootfs().diff_ids();
+        let chain_ids = crate::image_config::chain_ids(diff_ids);
         unpack::unpack(
             leased,
             &inner.opts.snapshotter,
@@ -314,7 +313,7 @@ async fn snapshotter_root(cd: &Containerd, snapshotter: &str) -> Result<String, 
 
 /// The CRI view of an image.
 pub fn to_cri(image: &Image) -> cri::Image {
-    let (uid, username) = image.config.user();
+    let (uid, username) = crate::image_config::user(&image.config);
     cri::Image {
         id: image.id.clone(),
         repo_tags: image.repo_tags(),

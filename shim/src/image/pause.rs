@@ -10,7 +10,7 @@ use super::error::ImageError;
 use super::{ImageService, leased};
 use crate::config::BUILTIN_PAUSE_IMAGE;
 use crate::content;
-use crate::oci_layout::Lease;
+use crate::lease::Lease;
 
 /// The static pause binary.
 pub const PAUSE_BINARY: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/pause"));

@@ -17,8 +17,9 @@ use tokio::sync::Semaphore;
 use super::error::ImageError;
 use super::{ImageService, leased};
 use crate::content::{self, Opened, Writer};
-use crate::oci_layout::Lease;
+use crate::lease::Lease;
 use crate::reference::Reference;
+use crate::registry::DescriptorExt;
 use crate::registry::{Credentials, Session};
 
 /// A download in progress, awaited by every pull that needs the same blob.
@@ -136,11 +137,11 @@ pub async fn pull(
         if parsed.tag.is_some() {
             names.insert(parsed.to_string());
         }
-        names.insert(format!("{}@{}", parsed.name(), top.digest));
+        names.insert(format!("{}@{}", parsed.name(), top.digest_str()));
         let target = CdDescriptor {
-            media_type: top.media_type.clone(),
-            digest: top.digest.clone(),
-            size: top.size,
+            media_type: top.media_type_str().to_string(),
+            digest: top.digest_str().to_string(),
+            size: top.size_i64(),
             annotations: HashMap::new(),
         };
         svc.register(&leased, target, names, false).await
@@ -174,7 +175,7 @@ async fn fetch_content(
         layers: resolved
             .layers
             .iter()
-            .map(|l| (l.digest.clone(), l.size.max(0) as u64, AtomicU64::new(0)))
+            .map(|l| (l.digest_str().to_string(), l.size(), AtomicU64::new(0)))
             .collect(),
     });
     let ticker = {
@@ -215,17 +216,17 @@ async fn fetch_content(
     // Documents last: once written, their GC labels keep everything below them.
     let mut refs = HashMap::from([(
         "containerd.io/gc.ref.content.config".to_string(),
-        resolved.config.digest.clone(),
+        resolved.config.digest_str().to_string(),
     )]);
     for (i, layer) in resolved.layers.iter().enumerate() {
         refs.insert(
             format!("containerd.io/gc.ref.content.l.{i}"),
-            layer.digest.clone(),
+            layer.digest_str().to_string(),
         );
     }
     content::write_bytes(
         leased,
-        &resolved.manifest.digest,
+        resolved.manifest.digest_str(),
         &resolved.manifest_bytes,
         refs,
     )
@@ -233,9 +234,9 @@ async fn fetch_content(
     if let Some((index, bytes)) = &resolved.index {
         let refs = HashMap::from([(
             "containerd.io/gc.ref.content.m.0".to_string(),
-            resolved.manifest.digest.clone(),
+            resolved.manifest.digest_str().to_string(),
         )]);
-        content::write_bytes(leased, &index.digest, bytes, refs).await?;
+        content::write_bytes(leased, index.digest_str(), bytes, refs).await?;
     }
     Ok(())
 }
@@ -251,7 +252,7 @@ async fn ensure_blob(
     progress: Option<(Arc<Progress>, usize)>,
 ) -> Result<(), ImageError> {
     let inner = svc.inner();
-    if !content::exists(leased, &desc.digest).await? {
+    if !content::exists(leased, desc.digest_str()).await? {
         let flight = {
             let mut running = inner
                 .pulls
@@ -259,7 +260,7 @@ async fn ensure_blob(
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             running
-                .entry(desc.digest.clone())
+                .entry(desc.digest_str().to_string())
                 .or_insert_with(|| {
                     download(
                         inner.pulls.slots.clone(),
@@ -278,7 +279,7 @@ async fn ensure_blob(
         // a stale flight would hold a finished pull's session and lease.
         let _forget = ForgetFlight {
             flights: &inner.pulls,
-            digest: &desc.digest,
+            digest: desc.digest_str(),
             flight: flight.clone(),
         };
         let outcome = flight.await;
@@ -286,9 +287,7 @@ async fn ensure_blob(
             return Err(ImageError::Shared(e));
         }
     } else if let Some((p, i)) = &progress {
-        p.layers[*i]
-            .2
-            .store(desc.size.max(0) as u64, Ordering::Relaxed);
+        p.layers[*i].2.store(desc.size(), Ordering::Relaxed);
     }
     // The blob may have been written under another pull's lease: hold it under ours too,
     // so GC cannot take it before our manifest references it.
@@ -297,15 +296,12 @@ async fn ensure_blob(
         .add_resource(AddResourceRequest {
             id: lease.to_string(),
             resource: Some(Resource {
-                id: desc.digest.clone(),
+                id: desc.digest_str().to_string(),
                 r#type: "content".into(),
             }),
         })
         .await
-        .map_err(ImageError::containerd(
-            "lease content",
-            desc.digest.as_str(),
-        ))?;
+        .map_err(ImageError::containerd("lease content", desc.digest_str()))?;
     Ok(())
 }
 
@@ -320,11 +316,12 @@ async fn download(
         .acquire_owned()
         .await
         .map_err(|_| ImageError::InvalidArgument("download queue closed".into()))?;
-    let ingest = format!("ferrolet-pull-{}", desc.digest);
-    let mut writer = match Writer::open(&leased, &ingest, &desc.digest, desc.size).await? {
-        Opened::Exists => return Ok(()),
-        Opened::Writing(w) => w,
-    };
+    let ingest = format!("ferrolet-pull-{}", desc.digest_str());
+    let mut writer =
+        match Writer::open(&leased, &ingest, desc.digest_str(), desc.size_i64()).await? {
+            Opened::Exists => return Ok(()),
+            Opened::Writing(w) => w,
+        };
     let result = async {
         let mut body = session.fetch_blob(&desc).await?;
         while let Some(chunk) = body.next().await {

@@ -12,11 +12,12 @@ use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use tonic::Code;
 
 use super::error::ImageError;
-use super::spec::ImageConfig;
 use super::store::{Image, Store};
+use crate::image_config::{self, ImageConfig};
 use crate::oci_layout;
+use crate::registry::DescriptorExt;
 use crate::registry::manifest::{
-    Kind, Platform, kind_of, parse_index, parse_manifest, select_platform,
+    Kind, current_platform, kind_of, parse_index, parse_manifest, platform_string, select_platform,
 };
 
 /// Label containerd's CRI plugin puts on the image records it manages.
@@ -79,18 +80,18 @@ pub async fn describe(
                 reason,
             }
         })?;
-        let platform = Platform::current();
+        let platform = current_platform();
         let chosen = select_platform(&entries, &platform).ok_or_else(|| ImageError::Malformed {
             image: label.clone(),
-            reason: format!("index has no {platform} manifest"),
+            reason: format!("index has no {} manifest", platform_string(&platform)),
         })?;
         manifest_desc = CdDescriptor {
-            media_type: chosen.media_type.clone(),
-            digest: chosen.digest.clone(),
-            size: chosen.size,
+            media_type: chosen.media_type_str().to_string(),
+            digest: chosen.digest_str().to_string(),
+            size: chosen.size_i64(),
             annotations: HashMap::new(),
         };
-        size += chosen.size.max(0) as u64;
+        size = size.saturating_add(chosen.size());
     }
     let manifest =
         parse_manifest(&read_blob(cd, &manifest_desc.digest).await?).map_err(|reason| {
@@ -99,22 +100,30 @@ pub async fn describe(
                 reason,
             }
         })?;
-    let config_bytes = read_blob(cd, &manifest.config.digest).await?;
-    let config: ImageConfig = parse(&label, "config", &config_bytes)?;
+    let config_bytes = read_blob(cd, manifest.config().digest_str()).await?;
+    let config: ImageConfig =
+        image_config::parse(&config_bytes).map_err(|e| ImageError::Malformed {
+            image: label.clone(),
+            reason: format!("config: {e}"),
+        })?;
     let config_json = parse(&label, "config", &config_bytes)?;
-    size += manifest.config.size.max(0) as u64;
-    size += manifest
-        .layers
+    // Sizes come from documents others wrote: saturate rather than overflow.
+    size = manifest
+        .layers()
         .iter()
-        .map(|l| l.size.max(0) as u64)
-        .sum::<u64>();
-    let chain_id = config.chain_ids().last().cloned().unwrap_or_default();
+        .fold(size.saturating_add(manifest.config().size()), |sum, l| {
+            sum.saturating_add(l.size())
+        });
+    let chain_id = image_config::chain_ids(config.rootfs().diff_ids())
+        .last()
+        .cloned()
+        .unwrap_or_default();
     Ok(Image {
-        id: manifest.config.digest.clone(),
+        id: manifest.config().digest_str().to_string(),
         references,
         target,
         manifest_digest: manifest_desc.digest,
-        layers: manifest.layers,
+        layers: manifest.layers().clone(),
         chain_id,
         size,
         config,

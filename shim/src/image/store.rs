@@ -4,7 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::RwLock;
 
-use super::spec::ImageConfig;
+use crate::image_config::ImageConfig;
 
 /// One CRI image.
 #[derive(Clone, Debug)]

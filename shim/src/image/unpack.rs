@@ -14,6 +14,7 @@ use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
 use tonic::Code;
 
 use super::error::ImageError;
+use crate::registry::DescriptorExt;
 use crate::registry::manifest::Descriptor;
 
 /// Label containerd's unpacker puts on a snapshot to name the chain it belongs to.
@@ -118,9 +119,9 @@ async fn apply_layer(
             .diff()
             .apply(ApplyRequest {
                 diff: Some(CdDescriptor {
-                    media_type: layer.media_type.clone(),
-                    digest: layer.digest.clone(),
-                    size: layer.size,
+                    media_type: layer.media_type_str().to_string(),
+                    digest: layer.digest_str().to_string(),
+                    size: layer.size_i64(),
                     annotations: HashMap::new(),
                 }),
                 mounts,
@@ -128,7 +129,7 @@ async fn apply_layer(
                 sync_fs: false,
             })
             .await
-            .map_err(ImageError::containerd("apply layer", layer.digest.as_str()))?
+            .map_err(ImageError::containerd("apply layer", layer.digest_str()))?
             .into_inner()
             .applied
             .map(|d| d.digest)
@@ -136,7 +137,7 @@ async fn apply_layer(
         if applied != diff_id {
             return Err(ImageError::DiffIdMismatch {
                 image: image.to_string(),
-                layer: layer.digest.clone(),
+                layer: layer.digest_str().to_string(),
                 got: applied,
                 want: diff_id.to_string(),
             });

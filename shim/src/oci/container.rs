@@ -14,7 +14,7 @@ use super::user::{self, UserRequest};
 use super::{
     ContainerSpecInput, OciError, SandboxFiles, devices, mounts, node_hostname, seccomp, security,
 };
-use crate::image::spec::ContainerDefaults;
+use crate::image_config::ContainerDefaults;
 
 const SC: &str = "linux.security_context";
 
@@ -29,9 +29,9 @@ fn process_args(
     let mut args = config.args.clone();
     if command.is_empty() {
         if args.is_empty() {
-            args = image.cmd.clone().unwrap_or_default();
+            args = image.cmd().clone().unwrap_or_default();
         }
-        let entrypoint = image.entrypoint.clone().unwrap_or_default();
+        let entrypoint = image.entrypoint().clone().unwrap_or_default();
         if entrypoint != [""] {
             command = entrypoint;
         }
@@ -73,7 +73,7 @@ fn process_env(
         env.push("TERM=xterm".into());
     }
     merge_env(&mut env, [format!("HOSTNAME={hostname}")]);
-    merge_env(&mut env, image.env.clone().unwrap_or_default());
+    merge_env(&mut env, image.env().clone().unwrap_or_default());
     let mut requested = Vec::with_capacity(config.envs.len());
     for (i, kv) in config.envs.iter().enumerate() {
         if kv.key.is_empty() || kv.key.contains('=') {
@@ -172,7 +172,7 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec, OciError> 
             "a privileged container needs a privileged sandbox",
         ));
     }
-    let image = input.image.config.clone().unwrap_or_default();
+    let image = input.image.config().clone().unwrap_or_default();
 
     let mut spec = default_spec();
     without_default_security(&mut spec);
@@ -188,7 +188,7 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec, OciError> 
     let env = process_env(config, &image, &hostname)?;
     let cwd = [
         config.working_dir.as_str(),
-        image.working_dir.as_deref().unwrap_or(""),
+        image.working_dir().as_deref().unwrap_or(""),
     ]
     .into_iter()
     .find(|w| !w.is_empty())
@@ -239,7 +239,7 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec, OciError> 
             supplemental_groups: &sc.supplemental_groups,
             merge_image_groups: sc.supplemental_groups_policy
                 != cri::SupplementalGroupsPolicy::Strict as i32,
-            image_user: image.user.as_deref().unwrap_or(""),
+            image_user: image.user().as_deref().unwrap_or(""),
             field: SC,
         },
         input.etc,
@@ -301,16 +301,15 @@ mod tests {
     use super::super::CgroupSupport;
     use super::super::cgroups::tests::{v1_without_hugetlb, v2};
     use super::*;
-    use crate::image::spec::ImageConfig;
+    use crate::image_config::ImageConfig;
     use crate::mount::EtcFiles;
 
     fn image(entrypoint: Option<&[&str]>, cmd: Option<&[&str]>) -> ContainerDefaults {
         let v = |x: Option<&[&str]>| x.map(|a| a.iter().map(|s| s.to_string()).collect());
-        ContainerDefaults {
-            entrypoint: v(entrypoint),
-            cmd: v(cmd),
-            ..Default::default()
-        }
+        let mut defaults = ContainerDefaults::default();
+        defaults.set_entrypoint(v(entrypoint));
+        defaults.set_cmd(v(cmd));
+        defaults
     }
 
     fn cfg(command: &[&str], args: &[&str]) -> cri::ContainerConfig {
@@ -361,15 +360,13 @@ mod tests {
 
     #[test]
     fn env_merges_image_then_request() {
-        let image = ContainerDefaults {
-            env: Some(vec![
-                "PATH=/img/bin".into(),
-                "A=img".into(),
-                "B=img".into(),
-                "A=img2".into(),
-            ]),
-            ..Default::default()
-        };
+        let mut image = ContainerDefaults::default();
+        image.set_env(Some(vec![
+            "PATH=/img/bin".into(),
+            "A=img".into(),
+            "B=img".into(),
+            "A=img2".into(),
+        ]));
         let mut config = cfg(&["x"], &[]);
         config.envs = vec![
             cri::KeyValue {
@@ -444,16 +441,13 @@ mod tests {
             hostname: "pod-host".into(),
             ..Default::default()
         };
-        let image = ImageConfig {
-            config: Some(ContainerDefaults {
-                cmd: Some(vec!["sh".into()]),
-                user: Some("app".into()),
-                working_dir: Some("/srv".into()),
-                env: Some(vec!["PATH=/bin".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let mut defaults = ContainerDefaults::default();
+        defaults.set_cmd(Some(vec!["sh".into()]));
+        defaults.set_user(Some("app".into()));
+        defaults.set_working_dir(Some("/srv".into()));
+        defaults.set_env(Some(vec!["PATH=/bin".into()]));
+        let mut image = ImageConfig::default();
+        image.set_config(Some(defaults));
         let etc = EtcFiles {
             passwd: "root:x:0:0::/:/bin/sh\napp:x:1000:1000::/:/bin/sh\n".into(),
             group: "root:x:0:\napp:x:1000:\nwheel:x:10:app\n".into(),

@@ -28,7 +28,7 @@ use super::cgroups::tests::{v1_with_hugetlb, v1_without_hugetlb, v1_without_swap
 use super::{
     CgroupSupport, ContainerSpecInput, SandboxFiles, SandboxSpecInput, container_spec, sandbox_spec,
 };
-use crate::image::spec::{ContainerDefaults, ImageConfig};
+use crate::image_config::{ContainerDefaults, ImageConfig};
 use crate::mount::EtcFiles;
 
 // ---------------------------------------------------------------------------------------------
@@ -376,12 +376,12 @@ fn pod() -> Pod {
             dir,
             shm: None,
         },
-        image: ImageConfig {
-            config: Some(ContainerDefaults {
-                entrypoint: Some(vec!["/pause".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
+        image: {
+            let mut defaults = ContainerDefaults::default();
+            defaults.set_entrypoint(Some(vec!["/pause".into()]));
+            let mut image = ImageConfig::default();
+            image.set_config(Some(defaults));
+            image
         },
         _tmp: tmp,
     }

@@ -257,7 +257,7 @@ pub struct SandboxSpecInput<'a> {
     /// The RunPodSandbox request's config.
     pub config: &'a ferrolet_proto::cri::PodSandboxConfig,
     /// The pause image's config: entrypoint/cmd/env/workdir/user.
-    pub image: &'a crate::image::spec::ImageConfig,
+    pub image: &'a crate::image_config::ImageConfig,
     /// The pinned netns; None = host network (NamespaceMode::Node).
     pub netns_path: Option<&'a Path>,
     /// hostname, hosts, resolv.conf, shm.
@@ -277,7 +277,7 @@ pub struct ContainerSpecInput<'a> {
     /// The sandbox's config.
     pub sandbox_config: &'a ferrolet_proto::cri::PodSandboxConfig,
     /// The container image's config.
-    pub image: &'a crate::image::spec::ImageConfig,
+    pub image: &'a crate::image_config::ImageConfig,
     /// The image rootfs's /etc/passwd and /etc/group (empty strings if absent).
     pub etc: &'a EtcFiles,
     /// Pause process pid: join /proc/<pid>/ns/{ipc,uts,pid}.

@@ -54,7 +54,7 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec, OciError> {
     let pid_mode = namespaces::mode(ns_opts.pid, &format!("{SC}.namespace_options.pid"))?;
     let ipc_mode = namespaces::mode(ns_opts.ipc, &format!("{SC}.namespace_options.ipc"))?;
     namespaces::check_userns(Some(&ns_opts), &format!("{SC}.namespace_options"))?;
-    let image = input.image.config.clone().unwrap_or_default();
+    let image = input.image.config().clone().unwrap_or_default();
 
     let mut spec = default_spec();
     without_default_security(&mut spec);
@@ -62,17 +62,17 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec, OciError> {
     root.set_path(PathBuf::from("rootfs"))
         .set_readonly(Some(true));
 
-    let mut args = image.entrypoint.clone().unwrap_or_default();
-    args.extend(image.cmd.clone().unwrap_or_default());
+    let mut args = image.entrypoint().clone().unwrap_or_default();
+    args.extend(image.cmd().clone().unwrap_or_default());
     if args.is_empty() {
         return Err(OciError::Internal(
             "the sandbox image has neither an entrypoint nor a command".into(),
         ));
     }
-    let workdir = image.working_dir.clone().filter(|w| !w.is_empty());
+    let workdir = image.working_dir().clone().filter(|w| !w.is_empty());
     if let Some(p) = spec.process_mut() {
         p.set_args(Some(args))
-            .set_env(Some(image.env.clone().unwrap_or_default()))
+            .set_env(Some(image.env().clone().unwrap_or_default()))
             .set_cwd(PathBuf::from(workdir.unwrap_or_else(|| "/".into())));
     }
 
@@ -148,7 +148,7 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec, OciError> {
             supplemental_groups: &sc.supplemental_groups,
             // The pause image has no group database; nothing to merge.
             merge_image_groups: false,
-            image_user: image.user.as_deref().unwrap_or(""),
+            image_user: image.user().as_deref().unwrap_or(""),
             field: SC,
         },
         &EtcFiles::default(),
@@ -196,18 +196,16 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::image::spec::{ContainerDefaults, ImageConfig};
+    use crate::image_config::{ContainerDefaults, ImageConfig};
     use crate::sandbox::files::SandboxFiles;
 
     fn pause() -> ImageConfig {
-        ImageConfig {
-            config: Some(ContainerDefaults {
-                entrypoint: Some(vec!["/pause".into()]),
-                env: Some(vec!["PATH=/bin".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        let mut defaults = ContainerDefaults::default();
+        defaults.set_entrypoint(Some(vec!["/pause".into()]));
+        defaults.set_env(Some(vec!["PATH=/bin".into()]));
+        let mut image = ImageConfig::default();
+        image.set_config(Some(defaults));
+        image
     }
 
     fn files() -> SandboxFiles {

@@ -28,8 +28,9 @@ use crate::registry::auth::{Challenge, Credentials, TokenResponse, basic_header}
 use crate::registry::error::RegistryError;
 use crate::registry::hosts::{Endpoint, HostsConfig};
 use crate::registry::manifest::{
-    Descriptor, Kind, MANIFEST_ACCEPT, Platform, detect_media_type, kind_of, parse_index,
-    parse_manifest, platforms_of, select_platform,
+    Descriptor, DescriptorExt, Kind, MANIFEST_ACCEPT, check_supported, current_platform,
+    descriptor, detect_media_type, kind_of, parse_index, parse_manifest, platform_string,
+    platforms_of, select_platform,
 };
 
 /// A TCP connect that takes longer than this means the registry is unreachable.
@@ -276,29 +277,31 @@ impl Session {
         let (desc, bytes) = self
             .get_manifest(idx, ep, r.object(), r.digest.as_deref())
             .await?;
-        match kind_of(&desc.media_type) {
+        match kind_of(desc.media_type_str()) {
             Some(Kind::Manifest) => self.finish(ep, desc, bytes, None),
             Some(Kind::Index) => {
                 let entries = parse_index(&bytes).map_err(|d| self.protocol(ep, d))?;
-                let want = Platform::current();
+                let want = current_platform();
                 let Some(entry) = select_platform(&entries, &want) else {
                     return Err(RegistryError::NoMatchingPlatform {
                         reference: r.to_string(),
-                        platform: want.to_string(),
+                        platform: platform_string(&want),
                         available: platforms_of(&entries).join(", "),
                     });
                 };
-                let child = entry.descriptor();
+                let child = entry;
                 child.validate().map_err(|d| self.protocol(ep, d))?;
                 let (cdesc, cbytes) = self
-                    .get_manifest(idx, ep, &child.digest, Some(&child.digest))
+                    .get_manifest(idx, ep, child.digest_str(), Some(child.digest_str()))
                     .await?;
-                if kind_of(&cdesc.media_type) != Some(Kind::Manifest) {
+                if kind_of(cdesc.media_type_str()) != Some(Kind::Manifest) {
                     return Err(self.protocol(
                         ep,
                         format!(
-                            "index entry {} for {want} is {}, not an image manifest",
-                            child.digest, cdesc.media_type
+                            "index entry {} for {} is {}, not an image manifest",
+                            child.digest_str(),
+                            platform_string(&want),
+                            cdesc.media_type_str()
                         ),
                     ));
                 }
@@ -312,7 +315,7 @@ impl Session {
             }),
             None => Err(RegistryError::Unsupported {
                 reference: r.to_string(),
-                detail: format!("unknown manifest media type {:?}", desc.media_type),
+                detail: format!("unknown manifest media type {:?}", desc.media_type_str()),
             }),
         }
     }
@@ -325,17 +328,15 @@ impl Session {
         index: Option<(Descriptor, Bytes)>,
     ) -> Result<Resolved, RegistryError> {
         let parsed = parse_manifest(&manifest_bytes).map_err(|d| self.protocol(ep, d))?;
-        parsed
-            .check_supported()
-            .map_err(|detail| RegistryError::Unsupported {
-                reference: self.inner.reference.to_string(),
-                detail,
-            })?;
+        check_supported(&parsed).map_err(|detail| RegistryError::Unsupported {
+            reference: self.inner.reference.to_string(),
+            detail,
+        })?;
         Ok(Resolved {
             manifest,
             manifest_bytes,
-            config: parsed.config,
-            layers: parsed.layers,
+            config: parsed.config().clone(),
+            layers: parsed.layers().clone(),
             index,
         })
     }
@@ -392,15 +393,9 @@ impl Session {
         };
         let media_type =
             detect_media_type(content_type.as_deref(), &body).map_err(|d| self.protocol(ep, d))?;
-        let size = i64::try_from(body.len()).unwrap_or(i64::MAX);
-        Ok((
-            Descriptor {
-                media_type,
-                digest,
-                size,
-            },
-            Bytes::from(body),
-        ))
+        let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
+        let desc = descriptor(&media_type, &digest, size).map_err(|d| self.protocol(ep, d))?;
+        Ok((desc, Bytes::from(body)))
     }
 
     /// Streams a blob from the endpoint that resolved the manifest (or the first one, if
@@ -425,7 +420,7 @@ impl Session {
             match self.blob_at(i, ep, desc, offset).await {
                 Ok(s) => return Ok(s),
                 Err(e) if ep.mirror => {
-                    tracing::warn!(mirror = %ep.address, digest = %desc.digest, error = %e, "registry mirror failed for a blob; trying the next endpoint");
+                    tracing::warn!(mirror = %ep.address, digest = %desc.digest_str(), error = %e, "registry mirror failed for a blob; trying the next endpoint");
                     last = Some(e);
                 }
                 Err(e) => return Err(e),
@@ -444,8 +439,8 @@ impl Session {
         offset: u64,
     ) -> Result<BlobStream, RegistryError> {
         desc.validate().map_err(|d| self.protocol(ep, d))?;
-        let size = u64::try_from(desc.size).unwrap_or(0);
-        let what = format!("{}@{}", self.inner.reference.name(), desc.digest);
+        let size = desc.size();
+        let what = format!("{}@{}", self.inner.reference.name(), desc.digest_str());
         if offset > size {
             return Err(self.protocol(
                 ep,
@@ -457,7 +452,7 @@ impl Session {
             body: Box::pin(futures::stream::empty()),
             address: ep.address.clone(),
             registry: self.registry().to_string(),
-            digest: desc.digest.clone(),
+            digest: desc.digest_str().to_string(),
             size,
             offset,
             position: offset,
@@ -472,7 +467,8 @@ impl Session {
         let url = ep
             .url(&format!(
                 "/v2/{}/blobs/{}",
-                self.inner.reference.repository, desc.digest
+                self.inner.reference.repository,
+                desc.digest_str()
             ))
             .map_err(|d| self.protocol(ep, d))?;
         let resp = self
@@ -496,13 +492,13 @@ impl Session {
 
     /// Reads a small blob (an image config) whole and checks its digest.
     pub async fn fetch_blob_bytes(&self, desc: &Descriptor) -> Result<Bytes, RegistryError> {
-        let size = u64::try_from(desc.size).unwrap_or(u64::MAX);
+        let size = desc.size();
         if size > BLOB_BYTES_MAX {
             return Err(RegistryError::Protocol {
                 registry: self.registry().to_string(),
                 detail: format!(
                     "{} is {size} bytes, over the {BLOB_BYTES_MAX}-byte limit for in-memory blobs",
-                    desc.digest
+                    desc.digest_str()
                 ),
             });
         }
@@ -511,14 +507,14 @@ impl Session {
         while let Some(chunk) = stream.next().await {
             buf.extend_from_slice(&chunk?);
         }
-        let algorithm = desc.digest.split(':').next().unwrap_or("");
+        let algorithm = desc.digest_str().split(':').next().unwrap_or("");
         let got = digest_of(algorithm, &buf);
-        if got.as_deref() != Some(desc.digest.as_str()) {
+        if got.as_deref() != Some(desc.digest_str()) {
             return Err(RegistryError::Protocol {
                 registry: self.registry().to_string(),
                 detail: format!(
                     "blob {} does not match its digest (got {})",
-                    desc.digest,
+                    desc.digest_str(),
                     got.unwrap_or_default()
                 ),
             });
@@ -890,7 +886,10 @@ impl Stream for BlobStream {
                     if chunk.is_empty() {
                         continue;
                     }
-                    let next = this.position + chunk.len() as u64;
+                    // Saturating: an overflow is "longer than its size" as well.
+                    let next = this
+                        .position
+                        .saturating_add(u64::try_from(chunk.len()).unwrap_or(u64::MAX));
                     if next > this.size {
                         let e = RegistryError::Protocol {
                             registry: this.registry.clone(),

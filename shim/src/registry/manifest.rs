@@ -4,7 +4,11 @@
 //! entry of an OCI index or Docker manifest list. Docker schema1 is refused outright, as
 //! containerd 1.6 deprecated it and registries have stopped serving it.
 
-use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+use ferrolet_proto::containerd::types::Descriptor as CdDescriptor;
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::reference::validate_digest;
 
@@ -40,77 +44,89 @@ pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
-/// A content descriptor: what a manifest says about a blob.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Descriptor {
-    /// Media type of the blob.
-    pub media_type: String,
-    /// Content digest (`sha256:<hex>`).
-    pub digest: String,
-    /// Size in bytes.
-    pub size: i64,
-}
+use oci_spec::image::{Arch, Os};
+pub use oci_spec::image::{Descriptor, ImageIndex, ImageManifest, Platform};
 
-impl Descriptor {
+/// What the code needs of an OCI descriptor, as plain strings and containerd's signed size.
+pub trait DescriptorExt {
+    /// `sha256:<hex>`.
+    fn digest_str(&self) -> &str;
+    /// The media type as written.
+    fn media_type_str(&self) -> &str;
+    /// The size as containerd's APIs take it (sizes past `i64::MAX` are refused at parse).
+    fn size_i64(&self) -> i64;
     /// Checks the fields a registry controls before we put them in URLs or trust sizes.
-    pub(crate) fn validate(&self) -> Result<(), String> {
-        validate_digest(&self.digest)?;
-        if self.size < 0 {
-            return Err(format!("descriptor {} has negative size", self.digest));
-        }
-        Ok(())
-    }
+    fn validate(&self) -> Result<(), String>;
+    /// containerd's descriptor of the same blob (annotations are not carried over).
+    fn to_containerd(&self) -> CdDescriptor;
 }
 
-/// An OS/architecture pair (plus optional variant) as in an index entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Platform {
-    /// `amd64`, `arm64`, ...
-    pub architecture: String,
-    /// `linux`, `windows`, ...
-    pub os: String,
-    /// CPU variant (`v8`, `v7`), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub variant: Option<String>,
-}
-
-impl Platform {
-    /// The platform this node runs containers for: linux on the build's architecture,
-    /// named as Go does (`x86_64` → `amd64`).
-    pub fn current() -> Platform {
-        let architecture = match std::env::consts::ARCH {
-            "x86_64" => "amd64",
-            "aarch64" => "arm64",
-            "x86" => "386",
-            "powerpc64" => "ppc64le",
-            "arm" => "arm",
-            other => other,
-        };
-        Platform {
-            architecture: architecture.to_string(),
-            os: "linux".to_string(),
-            variant: None,
-        }
+impl DescriptorExt for Descriptor {
+    fn digest_str(&self) -> &str {
+        self.digest().as_ref()
     }
 
-    /// The variant an entry may carry and still be this architecture's baseline.
-    fn baseline_variant(&self) -> Option<&'static str> {
-        match self.architecture.as_str() {
-            "amd64" => Some("v1"),
-            "arm64" => Some("v8"),
-            _ => None,
+    fn media_type_str(&self) -> &str {
+        self.media_type().as_ref()
+    }
+
+    fn size_i64(&self) -> i64 {
+        i64::try_from(self.size()).unwrap_or(i64::MAX)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        validate_digest(self.digest_str())
+    }
+
+    fn to_containerd(&self) -> CdDescriptor {
+        CdDescriptor {
+            media_type: self.media_type_str().to_string(),
+            digest: self.digest_str().to_string(),
+            size: self.size_i64(),
+            annotations: HashMap::new(),
         }
     }
 }
 
-impl std::fmt::Display for Platform {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.os, self.architecture)?;
-        if let Some(v) = &self.variant {
-            write!(f, "/{v}")?;
-        }
-        Ok(())
+/// A descriptor of `media_type`, `digest` and `size`, failing as a bad digest does.
+pub fn descriptor(media_type: &str, digest: &str, size: u64) -> Result<Descriptor, String> {
+    validate_digest(digest)?;
+    let digest =
+        oci_spec::image::Digest::try_from(digest).map_err(|e| format!("digest {digest:?}: {e}"))?;
+    Ok(Descriptor::new(media_type.into(), size, digest))
+}
+
+/// The platform this node runs containers for: linux on the build's architecture, named as
+/// Go does (`x86_64` → `amd64`).
+pub fn current_platform() -> Platform {
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "arm" => "arm",
+        other => other,
+    };
+    let mut p = Platform::default();
+    p.set_architecture(Arch::from(architecture));
+    p.set_os(Os::Linux);
+    p
+}
+
+/// The variant an entry may carry and still be this architecture's baseline.
+fn baseline_variant(p: &Platform) -> Option<&'static str> {
+    match p.architecture() {
+        Arch::Amd64 => Some("v1"),
+        Arch::ARM64 => Some("v8"),
+        _ => None,
+    }
+}
+
+/// `os/arch[/variant]`, as error messages show a platform.
+pub fn platform_string(p: &Platform) -> String {
+    match p.variant() {
+        Some(v) => format!("{}/{}/{v}", p.os(), p.architecture()),
+        None => format!("{}/{}", p.os(), p.architecture()),
     }
 }
 
@@ -205,112 +221,143 @@ pub fn detect_media_type(content_type: Option<&str>, body: &[u8]) -> Result<Stri
     }
 }
 
-/// An image manifest's parts.
-#[derive(Debug, Clone)]
-pub struct ImageManifest {
-    /// The image config blob.
-    pub config: Descriptor,
-    /// Layers, base first.
-    pub layers: Vec<Descriptor>,
+/// The descriptor fields a pull reads (`mediaType`, `digest`, `size`, and `platform` in an
+/// index) of a raw JSON descriptor. The others are left out, so a malformed `annotations` or
+/// `urls` is no reason to refuse an image, as it never was.
+fn core_descriptor(raw: &Value) -> Value {
+    let Value::Object(raw) = raw else {
+        // Not an object: serde says why.
+        return raw.clone();
+    };
+    let core = ["mediaType", "digest", "size", "platform"]
+        .into_iter()
+        .filter_map(|key| Some((key.to_string(), raw.get(key)?.clone())))
+        .collect::<Map<_, _>>();
+    Value::Object(core)
 }
 
-#[derive(Deserialize)]
-struct RawManifest {
-    config: Descriptor,
-    #[serde(default)]
-    layers: Vec<Descriptor>,
+/// A bad digest or a negative size in a raw descriptor, in our own words rather than in
+/// oci-spec's type errors.
+fn check_raw_descriptor(raw: &Value) -> Result<(), String> {
+    let Some(Value::String(d)) = raw.get("digest") else {
+        return Ok(());
+    };
+    validate_digest(d)?;
+    if raw
+        .get("size")
+        .and_then(Value::as_i64)
+        .is_some_and(|s| s < 0)
+    {
+        return Err(format!("descriptor {d} has negative size"));
+    }
+    Ok(())
 }
 
-/// Parses an image manifest and checks its descriptors are well-formed.
+/// Parses an image manifest (OCI or Docker schema2; only `config` and `layers` are read) and
+/// checks its descriptors are well-formed.
 pub fn parse_manifest(body: &[u8]) -> Result<ImageManifest, String> {
-    let raw: RawManifest =
-        serde_json::from_slice(body).map_err(|e| format!("bad image manifest: {e}"))?;
-    raw.config.validate()?;
-    for layer in &raw.layers {
+    let bad = |e: serde_json::Error| format!("bad image manifest: {e}");
+    let doc: Value = serde_json::from_slice(body).map_err(bad)?;
+    let Value::Object(doc) = doc else {
+        // Not an object: serde says why.
+        return serde_json::from_value::<ImageManifest>(doc).map_err(bad);
+    };
+    let mut core = Map::new();
+    // Docker schema2 and OCI both say 2; a missing or odd one was never a reason to refuse.
+    core.insert("schemaVersion".to_string(), Value::from(2));
+    if let Some(c) = doc.get("config") {
+        core.insert("config".to_string(), core_descriptor(c));
+    }
+    let layers = match doc.get("layers") {
+        Some(Value::Array(layers)) => Value::Array(layers.iter().map(core_descriptor).collect()),
+        None => Value::Array(Vec::new()),
+        Some(other) => other.clone(),
+    };
+    core.insert("layers".to_string(), layers);
+    let core = Value::Object(core);
+    let manifest: ImageManifest = match serde_json::from_value(core.clone()) {
+        Ok(m) => m,
+        Err(e) => {
+            // A negative size or a bad digest used to parse and then fail our checks: keep
+            // reporting them that way.
+            if let Some(c) = core.get("config") {
+                check_raw_descriptor(c)?;
+            }
+            for l in core
+                .get("layers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                check_raw_descriptor(l)?;
+            }
+            return Err(bad(e));
+        }
+    };
+    manifest.config().validate()?;
+    for layer in manifest.layers() {
         layer.validate()?;
     }
-    Ok(ImageManifest {
-        config: raw.config,
-        layers: raw.layers,
-    })
+    Ok(manifest)
 }
 
-impl ImageManifest {
-    /// Checks that this is a container image we can unpack: a known config type and only
-    /// layer types containerd's applier handles.
-    pub fn check_supported(&self) -> Result<(), String> {
-        if self.config.media_type != OCI_CONFIG && self.config.media_type != DOCKER_CONFIG {
+/// Checks that a manifest is a container image we can unpack: a known config type and only
+/// layer types containerd's applier handles.
+pub fn check_supported(manifest: &ImageManifest) -> Result<(), String> {
+    let config = manifest.config().media_type_str();
+    if config != OCI_CONFIG && config != DOCKER_CONFIG {
+        return Err(format!(
+            "not a container image: config media type {config:?}"
+        ));
+    }
+    for layer in manifest.layers() {
+        if layer_compression(layer.media_type_str()).is_none() {
             return Err(format!(
-                "not a container image: config media type {:?}",
-                self.config.media_type
+                "unsupported layer media type {:?} ({})",
+                layer.media_type_str(),
+                layer.digest_str()
             ));
         }
-        for layer in &self.layers {
-            if layer_compression(&layer.media_type).is_none() {
-                return Err(format!(
-                    "unsupported layer media type {:?} ({})",
-                    layer.media_type, layer.digest
-                ));
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }
 
-/// One entry of an index.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct IndexEntry {
-    /// Media type of the child manifest.
-    pub media_type: String,
-    /// Digest of the child manifest.
-    pub digest: String,
-    /// Size of the child manifest.
-    pub size: i64,
-    /// Platform, absent for non-image entries such as attestations.
-    #[serde(default)]
-    pub platform: Option<Platform>,
-}
-
-impl IndexEntry {
-    /// The entry as a plain descriptor.
-    pub fn descriptor(&self) -> Descriptor {
-        Descriptor {
-            media_type: self.media_type.clone(),
-            digest: self.digest.clone(),
-            size: self.size,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-struct RawIndex {
-    manifests: Vec<IndexEntry>,
-}
-
-/// Parses an index's entries.
-pub fn parse_index(body: &[u8]) -> Result<Vec<IndexEntry>, String> {
-    let raw: RawIndex = serde_json::from_slice(body).map_err(|e| format!("bad index: {e}"))?;
-    Ok(raw.manifests)
+/// Parses an index's entries (OCI index or Docker manifest list). Entries keep their
+/// platform; their digests are checked when one is chosen.
+pub fn parse_index(body: &[u8]) -> Result<Vec<Descriptor>, String> {
+    let bad = |e: serde_json::Error| format!("bad index: {e}");
+    let doc: Value = serde_json::from_slice(body).map_err(bad)?;
+    let Some(manifests) = doc.get("manifests") else {
+        // Not an object, or no entries: serde says why.
+        return serde_json::from_value::<ImageIndex>(doc)
+            .map(|i| i.manifests().clone())
+            .map_err(bad);
+    };
+    let entries = match manifests {
+        Value::Array(entries) => Value::Array(entries.iter().map(core_descriptor).collect()),
+        // Not an array: serde says why.
+        other => other.clone(),
+    };
+    serde_json::from_value(entries).map_err(bad)
 }
 
 /// Picks the entry for `want`: an image manifest for its OS and architecture, preferring no
 /// variant, then the architecture's baseline variant, then the first other variant, as
 /// containerd's default matcher does for the common cases.
-pub fn select_platform<'a>(entries: &'a [IndexEntry], want: &Platform) -> Option<&'a IndexEntry> {
-    let rank = |e: &IndexEntry| -> Option<u8> {
-        let p = e.platform.as_ref()?;
-        if p.os != want.os || p.architecture != want.architecture {
+pub fn select_platform<'a>(entries: &'a [Descriptor], want: &Platform) -> Option<&'a Descriptor> {
+    let rank = |e: &Descriptor| -> Option<u8> {
+        let p = e.platform().as_ref()?;
+        if p.os() != want.os() || p.architecture() != want.architecture() {
             return None;
         }
-        if kind_of(&e.media_type) != Some(Kind::Manifest) {
+        if kind_of(e.media_type_str()) != Some(Kind::Manifest) {
             return None;
         }
-        match (&want.variant, p.variant.as_deref()) {
+        match (want.variant(), p.variant().as_deref()) {
             (Some(v), Some(pv)) if v == pv => Some(0),
             (Some(_), _) => Some(2),
             (None, None) => Some(0),
-            (None, Some(pv)) if Some(pv) == want.baseline_variant() => Some(1),
+            (None, Some(pv)) if Some(pv) == baseline_variant(want) => Some(1),
             (None, Some(_)) => Some(2),
         }
     };
@@ -323,10 +370,10 @@ pub fn select_platform<'a>(entries: &'a [IndexEntry], want: &Platform) -> Option
 }
 
 /// `os/arch[/variant]` of every entry, for an error message.
-pub fn platforms_of(entries: &[IndexEntry]) -> Vec<String> {
+pub fn platforms_of(entries: &[Descriptor]) -> Vec<String> {
     entries
         .iter()
-        .filter_map(|e| e.platform.as_ref().map(|p| p.to_string()))
+        .filter_map(|e| e.platform().as_ref().map(platform_string))
         .collect()
 }
 
@@ -358,11 +405,10 @@ mod tests {
     }
 
     fn amd64() -> Platform {
-        Platform {
-            architecture: "amd64".into(),
-            os: "linux".into(),
-            variant: None,
-        }
+        let mut p = Platform::default();
+        p.set_architecture("amd64".into());
+        p.set_os("linux".into());
+        p
     }
 
     #[test]
@@ -376,7 +422,7 @@ mod tests {
         ]);
         let entries = parse_index(&body).unwrap();
         assert_eq!(
-            select_platform(&entries, &amd64()).unwrap().digest,
+            select_platform(&entries, &amd64()).unwrap().digest_str(),
             digest('d')
         );
     }
@@ -389,13 +435,13 @@ mod tests {
         ]);
         let entries = parse_index(&body).unwrap();
         assert_eq!(
-            select_platform(&entries, &amd64()).unwrap().digest,
+            select_platform(&entries, &amd64()).unwrap().digest_str(),
             digest('b')
         );
         let body = index(&[("linux", "amd64", Some("v3"), 'a')]);
         let entries = parse_index(&body).unwrap();
         assert_eq!(
-            select_platform(&entries, &amd64()).unwrap().digest,
+            select_platform(&entries, &amd64()).unwrap().digest_str(),
             digest('a')
         );
     }
@@ -429,8 +475,8 @@ mod tests {
         );
         let entries = parse_index(&body).unwrap();
         let e = select_platform(&entries, &amd64()).unwrap();
-        assert_eq!(e.descriptor().size, 7);
-        assert_eq!(e.descriptor().media_type, DOCKER_MANIFEST);
+        assert_eq!(e.size(), 7);
+        assert_eq!(e.media_type_str(), DOCKER_MANIFEST);
     }
 
     #[test]
@@ -483,28 +529,24 @@ mod tests {
             ]
         });
         let parsed = parse_manifest(&serde_json::to_vec(&m).unwrap()).unwrap();
-        parsed.check_supported().unwrap();
-        assert_eq!(parsed.config.digest, digest('c'));
-        assert_eq!(parsed.layers.len(), 3);
+        check_supported(&parsed).unwrap();
+        assert_eq!(parsed.config().digest_str(), digest('c'));
+        assert_eq!(parsed.layers().len(), 3);
         assert_eq!(
-            layer_compression(&parsed.layers[2].media_type),
+            layer_compression(parsed.layers()[2].media_type_str()),
             Some(Compression::Zstd)
         );
 
         let mut bad = m.clone();
         bad["layers"][0]["mediaType"] =
             serde_json::json!("application/vnd.docker.image.rootfs.foreign.diff.tar.gzip");
-        let e = parse_manifest(&serde_json::to_vec(&bad).unwrap())
-            .unwrap()
-            .check_supported()
+        let e = check_supported(&parse_manifest(&serde_json::to_vec(&bad).unwrap()).unwrap())
             .unwrap_err();
         assert!(e.contains("unsupported layer media type"), "{e}");
 
         let mut bad = m.clone();
         bad["config"]["mediaType"] = serde_json::json!("application/vnd.cncf.helm.config.v1+json");
-        let e = parse_manifest(&serde_json::to_vec(&bad).unwrap())
-            .unwrap()
-            .check_supported()
+        let e = check_supported(&parse_manifest(&serde_json::to_vec(&bad).unwrap()).unwrap())
             .unwrap_err();
         assert!(e.contains("not a container image"), "{e}");
 

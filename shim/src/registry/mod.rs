@@ -11,9 +11,11 @@ pub mod client;
 pub mod error;
 pub mod hosts;
 pub mod manifest;
+#[cfg(test)]
+mod manifest_props;
 
 pub use auth::Credentials;
 pub use client::{BlobProgress, BlobStream, RegistryClient, Resolved, Session};
 pub use error::RegistryError;
 pub use hosts::{HostConfig, HostsConfig};
-pub use manifest::{Descriptor, Platform};
+pub use manifest::{Descriptor, DescriptorExt, Platform};

@@ -81,6 +81,7 @@ coded!(
     crate::sandbox::network::NetworkError,
     crate::container::exec::ExecError,
     crate::image::error::ImageError,
+    crate::task::TaskError,
 );
 
 macro_rules! internal {

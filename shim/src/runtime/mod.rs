@@ -1,12 +1,19 @@
 //! The CRI RuntimeService: the gRPC face ([`Runtime`]) over the shared state every call works
-//! on ([`RuntimeInner`]). The calls themselves live with their objects: `sandbox::lifecycle`,
-//! `container::lifecycle`; the task-exit follower in [`events`], start-up recovery in
-//! [`recover`], stats in [`stats`], Status and runtime config in [`node`].
+//! on ([`RuntimeInner`]). The calls live in one file per object and kind, as in containerd's
+//! pkg/cri/server: [`sandbox_lifecycle`] (Run/Stop/RemovePodSandbox), [`sandbox_status`],
+//! [`container_lifecycle`] (Create/Start/Stop/RemoveContainer, ExecSync, ...),
+//! [`container_status`]; the task-exit follower in [`events`], start-up recovery in
+//! [`recover`], stats in [`stats`], Status and runtime config in [`node`]. The objects
+//! themselves ([`crate::sandbox`], [`crate::container`]) sit below and know nothing of this.
 
+pub mod container_lifecycle;
+pub mod container_status;
 pub mod error;
 pub mod events;
 pub mod node;
 pub mod recover;
+pub mod sandbox_lifecycle;
+pub mod sandbox_status;
 pub mod stats;
 
 use std::path::PathBuf;
@@ -34,8 +41,7 @@ pub const RUNTIME_NAME: &str = "ferrolet";
 pub const RUNTIME_API_VERSION: &str = "v1";
 /// The kubelet API version field, fixed at "0.1.0" by CRI convention.
 const KUBE_API_VERSION: &str = "0.1.0";
-/// containerd's runtime (shim) for every task.
-pub const RUNC_SHIM: &str = "io.containerd.runc.v2";
+pub use crate::task::RUNC_SHIM;
 
 /// The `Version` answer.
 pub fn version_response() -> VersionResponse {

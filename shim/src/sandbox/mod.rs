@@ -1,11 +1,9 @@
 //! Pod sandboxes: what one is ([`Sandbox`]), the files it shares with its containers
-//! ([`files`]), its network ([`network`]), its lifecycle calls ([`lifecycle`]) and its CRI
-//! status ([`status`]).
+//! ([`files`]) and its network ([`network`]). The CRI calls on sandboxes are in
+//! `runtime::sandbox_lifecycle` and `runtime::sandbox_status`.
 
 pub mod files;
-pub mod lifecycle;
 pub mod network;
-pub mod status;
 
 use std::path::PathBuf;
 use std::sync::Mutex;

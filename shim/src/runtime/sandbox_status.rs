@@ -4,8 +4,8 @@ use std::collections::HashMap;
 
 use ferrolet_proto::cri;
 
-use super::{Sandbox, SandboxState};
-use crate::runtime::{Result, RuntimeInner};
+use super::{Result, RuntimeInner};
+use crate::sandbox::{Sandbox, SandboxState};
 use crate::store::labels_match;
 
 impl Sandbox {
@@ -69,7 +69,7 @@ impl Sandbox {
             "image": self.meta.image,
             "snapshotKey": self.meta.id,
             "runtimeHandler": self.meta.runtime_handler,
-            "runtimeType": crate::runtime::RUNC_SHIM,
+            "runtimeType": super::RUNC_SHIM,
             "cgroupsPath": self.meta.cgroups_path,
             "files": self.meta.files,
             "ips": s.ips,

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use ferrolet_proto::cri;
 
-use super::{Container, ContainerState};
-use crate::runtime::{Result, RuntimeInner};
+use super::{Result, RuntimeInner};
+use crate::container::{Container, ContainerState};
 use crate::store::labels_match;
 
 impl RuntimeInner {
@@ -168,7 +168,7 @@ fn verbose_info(c: &Container, status: &cri::ContainerStatus) -> HashMap<String,
         "removing": false,
         "snapshotKey": c.meta.id,
         "snapshotter": "overlayfs",
-        "runtimeType": crate::runtime::RUNC_SHIM,
+        "runtimeType": super::RUNC_SHIM,
         "cgroupsPath": c.meta.cgroups_path,
         "logPath": status.log_path,
         "fifos": c.meta.fifos,

@@ -11,11 +11,13 @@ use std::sync::Arc;
 use ferrolet_proto::cri::{self, ContainerEventType, NamespaceMode};
 use tonic::Code;
 
-use super::files::{self, SandboxFiles};
-use super::{Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, record_path};
+use super::{Result, RuntimeError, RuntimeInner};
 use crate::image::store::Image;
 use crate::oci::{self, SandboxSpecInput};
-use crate::runtime::{Result, RuntimeError, RuntimeInner};
+use crate::sandbox::files::{self, SandboxFiles};
+use crate::sandbox::{
+    Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, record_path,
+};
 use crate::store::{self, KIND_LABEL, KIND_SANDBOX, Lookup};
 use crate::task::{self, TaskIo};
 
@@ -201,7 +203,7 @@ impl RuntimeInner {
             );
             let mounts = snapshot.commit(&self.cd, record).await?;
             task::create_task(&self.cd, id, mounts, TaskIo::default()).await?;
-            task::start_task(&self.cd, id).await
+            Ok::<_, RuntimeError>(task::start_task(&self.cd, id).await?)
         };
         let (ips, pid) = tokio::join!(network, pause);
         let (ips, pid) = (ips?, pid?);
@@ -266,7 +268,7 @@ impl RuntimeInner {
         if let Err(e) = task::wait(&self.cd, id).await {
             // The exit follower may reap the task while we wait, closing the shim under us.
             if let Some(task::TaskState::Running { .. }) = task::task_state(&self.cd, id).await? {
-                return Err(e);
+                return Err(e.into());
             }
         }
         task::delete_task(&self.cd, id).await?;

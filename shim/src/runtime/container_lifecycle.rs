@@ -13,13 +13,13 @@ use ferrolet_proto::containerd::services::v1::{
 use ferrolet_proto::cri::{self, ContainerEventType};
 use tonic::Code;
 
-use super::exec::{ExecSpec, exec_sync};
-use super::io::{self, Fifos};
-use super::{
+use super::{Result, RuntimeError, RuntimeInner};
+use crate::container::exec::{ExecSpec, exec_sync};
+use crate::container::io::{self, Fifos};
+use crate::container::{
     Container, ContainerMeta, ContainerState, ContainerStatus, MountRecord, log, record_dir,
 };
 use crate::oci::{self, ContainerSpecInput};
-use crate::runtime::{Result, RuntimeError, RuntimeInner};
 use crate::sandbox::SandboxState;
 use crate::store::{self, KIND_CONTAINER, KIND_LABEL, Lookup, SANDBOX_ID_LABEL};
 use crate::task::{self, TaskIo};
@@ -143,9 +143,9 @@ impl RuntimeInner {
         let stop_signal = oci::stop_signal(
             image
                 .config
-                .config
+                .config()
                 .as_ref()
-                .and_then(|c| c.stop_signal.as_deref()),
+                .and_then(|c| c.stop_signal().as_deref()),
         )?;
         let snapshot =
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id).await?;
@@ -323,7 +323,7 @@ impl RuntimeInner {
         let started = async {
             let handle = log::start(opened, c.meta.log_path.clone(), id.to_string())?;
             c.set_log_handle(Some(handle));
-            task::start_task(&self.cd, id).await
+            Ok(task::start_task(&self.cd, id).await?)
         }
         .await;
         if started.is_err() {
@@ -406,7 +406,7 @@ impl RuntimeInner {
         // Read before the task (and with it the cgroup) goes.
         let oom = c.oom_killed.load(Ordering::Relaxed)
             || (exit_status == 128 + libc::SIGKILL as u32
-                && crate::runtime::stats::cgroup_oom_killed(&c.meta.cgroups_path));
+                && super::stats::cgroup_oom_killed(&c.meta.cgroups_path));
         // Reap first, as containerd does: once a container reads as exited, RemoveContainer
         // finds no task left to wait for.
         if let Err(e) = task::delete_task(&self.cd, id).await {
