@@ -1,25 +1,44 @@
 //! The two things the secure API reads out of a certificate: its subject (common name and
 //! organizations: the user and groups of a client certificate) and its validity window.
-//! `x509-parser` reads the DER; chains and signatures are webpki's business (rustls), so this
-//! only reads fields out of certificates that are checked elsewhere or are our own.
+//! The DER is read with the `der` crate and `x509-cert`'s types (through `x509-cert`, which
+//! re-exports both); chains and signatures are webpki's business (rustls), so this only reads
+//! fields out of certificates that are checked elsewhere or are our own.
 
-use x509_parser::asn1_rs::{Any, FromDer, Sequence, Tag};
-use x509_parser::certificate::{X509Certificate, X509CertificateParser};
-use x509_parser::nom::Parser;
-use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
+use x509_cert::der::asn1::{
+    BitStringRef, ContextSpecific, IntRef, ObjectIdentifier, OctetStringRef,
+};
+use x509_cert::der::oid::db::rfc4519::{COMMON_NAME, ORGANIZATION_NAME};
+use x509_cert::der::{
+    self, Decode, ErrorKind, Header, Length, Reader, SliceReader, Tag, TagNumber,
+};
+use x509_cert::spki::{AlgorithmIdentifierRef, SubjectPublicKeyInfoRef};
 
 /// A certificate that cannot be read.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum X509Error {
     /// The DER is not a certificate.
     #[error("malformed certificate: {0}")]
-    Der(#[from] x509_parser::error::X509Error),
+    Der(der::Error),
     /// The DER ends inside an element.
     #[error("malformed certificate: truncated element")]
     Truncated,
+    /// A validity time that is not a time (the message x509-parser gave it, kept).
+    #[error("malformed certificate: invalid date")]
+    Date,
     /// A name value that is not text.
     #[error("malformed certificate: {0}")]
     Name(&'static str),
+}
+
+impl From<der::Error> for X509Error {
+    /// Input that stops inside an element is `Truncated`, so logs tell a cut-off certificate
+    /// from a malformed one (x509-parser said so only when it stopped inside a header).
+    fn from(e: der::Error) -> Self {
+        match e.kind() {
+            ErrorKind::Incomplete { .. } => X509Error::Truncated,
+            _ => X509Error::Der(e),
+        }
+    }
 }
 
 /// The parts of a subject name the kubelet uses.
@@ -40,29 +59,164 @@ pub struct Validity {
     pub not_after: i64,
 }
 
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
+
+/// One DER element: its identifier octet and its contents.
+#[derive(Clone, Copy, Debug)]
+struct Element<'a> {
+    tag: u8,
+    value: &'a [u8],
+}
+
+/// The fields of a certificate this module reads, still as DER.
+struct Fields<'a> {
+    /// notBefore and notAfter.
+    validity: [Element<'a>; 2],
+    /// The subject's attributes (type, value), in the order of the DER.
+    subject: Vec<(ObjectIdentifier, Element<'a>)>,
+}
+
 /// Parses `der`; bytes after the certificate are ignored, as before the parser was a crate.
-fn parse(der: &[u8]) -> Result<X509Certificate<'_>, X509Error> {
-    // Extensions are not looked at here, so they are not parsed past their framing: a
-    // certificate rustls accepted is not refused for an extension this crate reads strictly.
-    let mut parser = X509CertificateParser::new().with_deep_parse_extensions(false);
-    match parser.parse(der) {
-        Ok((_, cert)) => Ok(cert),
-        Err(x509_parser::nom::Err::Incomplete(_)) => Err(X509Error::Truncated),
-        Err(x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e)) => Err(e.into()),
+///
+/// The Certificate and TBSCertificate SEQUENCEs are walked here instead of decoding
+/// `x509_cert::Certificate`, whose strictness would change what is accepted: its `Time` refuses
+/// the `+hhmm` times that only [`validity`] refuses (with its own message; [`subject`] reads
+/// such a certificate) and any year before 1970, and its `Name` re-sorts the attributes of a
+/// multi-valued RDN and refuses duplicates in one, where Go keeps the DER's order. The other
+/// fields are `x509-cert`/`spki` types, decoded for their framing and dropped.
+fn parse(der: &[u8]) -> Result<Fields<'_>, X509Error> {
+    let mut reader = SliceReader::new(der)?;
+    // No `finish()`: that would refuse trailing bytes.
+    let fields = reader.sequence(|cert| {
+        let fields = cert.sequence(tbs_certificate)?;
+        AlgorithmIdentifierRef::decode(cert)?;
+        BitStringRef::decode(cert)?;
+        Ok(fields)
+    })?;
+    // A `…Z` time must be a date for the certificate to be read at all, as x509-parser read
+    // both times whichever field was asked for; other forms are left to `validity`'s refusal.
+    for time in fields.validity {
+        if zulu(time).is_ok() {
+            unix_seconds(time)?;
+        }
     }
+    Ok(fields)
+}
+
+/// The TBSCertificate's contents (RFC 5280, 4.1).
+fn tbs_certificate<'a, R: Reader<'a>>(tbs: &mut R) -> der::Result<Fields<'a>> {
+    // Any version number: what it allows is webpki's check, not a reason not to read a name.
+    ContextSpecific::<u32>::decode_explicit(tbs, TagNumber::N0)?;
+    // Any length: RFC 5280's 20 octets are not kept by every issuer.
+    IntRef::decode(tbs)?;
+    AlgorithmIdentifierRef::decode(tbs)?;
+    name(tbs)?;
+    let validity = tbs.sequence(|v| Ok([validity_time(v)?, validity_time(v)?]))?;
+    let subject = name(tbs)?;
+    SubjectPublicKeyInfoRef::decode(tbs)?;
+    // The unique IDs only when their tag is next: `decode_implicit` would skip over other
+    // context-specific fields before them, and anything but [3] must be refused below.
+    for number in [TagNumber::N1, TagNumber::N2] {
+        let unique_id = Tag::ContextSpecific {
+            constructed: false,
+            number,
+        };
+        if tbs.peek_tag().ok() == Some(unique_id) {
+            ContextSpecific::<BitStringRef<'a>>::decode_implicit(tbs, number)?;
+        }
+    }
+    if !tbs.is_finished() {
+        let header = Header::decode(tbs)?;
+        header.tag.assert_eq(Tag::ContextSpecific {
+            constructed: true,
+            number: TagNumber::N3,
+        })?;
+        tbs.read_nested(header.length, |explicit| explicit.sequence(extensions))?;
+    }
+    Ok(Fields { validity, subject })
+}
+
+/// Each extension's framing only (id, critical, OCTET STRING): values are not looked at, so a
+/// certificate is not refused for an extension nothing here uses. Not `x509_cert::ext`'s
+/// `Extension`: its DER BOOLEAN refuses a `critical` of 0x01, which some issuers write and
+/// x509-parser read (as BER) — a configured serving certificate is not checked by webpki.
+fn extensions<'a, R: Reader<'a>>(exts: &mut R) -> der::Result<()> {
+    while !exts.is_finished() {
+        exts.sequence(|ext| {
+            ObjectIdentifier::decode(ext)?;
+            if ext.peek_byte() == Some(0x01) {
+                let critical = element(ext)?;
+                if critical.value.len() != 1 {
+                    return Err(Tag::Boolean.value_error());
+                }
+            }
+            OctetStringRef::decode(ext)?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// A Name's attributes in the order of the DER. Not `x509_cert::name::Name`: it sorts the
+/// attributes of each RDN (a SET) and refuses duplicates, and Go keeps them as encoded.
+fn name<'a, R: Reader<'a>>(reader: &mut R) -> der::Result<Vec<(ObjectIdentifier, Element<'a>)>> {
+    reader.sequence(|rdns| {
+        let mut attrs = Vec::new();
+        while !rdns.is_finished() {
+            let header = Header::decode(rdns)?;
+            header.tag.assert_eq(Tag::Set)?;
+            rdns.read_nested(header.length, |set| {
+                // SET SIZE (1..MAX): an empty RDN is malformed.
+                if set.is_finished() {
+                    return Err(Tag::Set.value_error());
+                }
+                while !set.is_finished() {
+                    let attr =
+                        set.sequence(|atv| Ok((ObjectIdentifier::decode(atv)?, element(atv)?)))?;
+                    attrs.push(attr);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(attrs)
+    })
+}
+
+/// A validity time's element; its form is checked by [`validity`] alone.
+fn validity_time<'a, R: Reader<'a>>(reader: &mut R) -> der::Result<Element<'a>> {
+    let time = element(reader)?;
+    match time.tag {
+        UTC_TIME | GENERALIZED_TIME => Ok(time),
+        _ => Err(reader.error(ErrorKind::DateTime)),
+    }
+}
+
+/// The next element, whatever its tag. `der`'s `AnyRef` refuses universal tags it does not
+/// know (UniversalString, GeneralString), which would make one unused attribute of that type
+/// refuse the whole certificate.
+fn element<'a, R: Reader<'a>>(reader: &mut R) -> der::Result<Element<'a>> {
+    let tag = reader.read_byte()?;
+    // Tag numbers of 31 and up take more identifier octets; no name or time uses one.
+    if tag & 0x1f == 0x1f {
+        return Err(reader.error(ErrorKind::TagNumberInvalid));
+    }
+    let len = Length::decode(reader)?;
+    let value = reader.read_slice(len)?;
+    Ok(Element { tag, value })
 }
 
 /// The subject's common name and organizations.
 pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
-    let cert = parse(der)?;
+    let fields = parse(der)?;
     let mut out = Subject::default();
-    for attr in cert.subject().iter().flat_map(|rdn| rdn.iter()) {
-        let value = attr.attr_value();
-        if attr.attr_type() == &OID_X509_COMMON_NAME {
-            out.common_name = Some(directory_string(value.tag().0, value.data)?);
-        } else if attr.attr_type() == &OID_X509_ORGANIZATION_NAME {
-            out.organizations
-                .push(directory_string(value.tag().0, value.data)?);
+    for (oid, value) in fields.subject {
+        // By tag number, whatever the class, as x509-parser read it.
+        let tag = value.tag & 0x1f;
+        if oid == COMMON_NAME {
+            out.common_name = Some(directory_string(tag, value.value)?);
+        } else if oid == ORGANIZATION_NAME {
+            out.organizations.push(directory_string(tag, value.value)?);
         }
     }
     Ok(out)
@@ -70,61 +224,64 @@ pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
 
 /// The validity window.
 pub fn validity(der: &[u8]) -> Result<Validity, X509Error> {
-    let cert = parse(der)?;
-    require_zulu_times(der, &cert)?;
-    let v = cert.validity();
+    let [not_before, not_after] = parse(der)?.validity;
+    // Both forms are checked before either value, as x509-parser's reading and then the
+    // `…Z` check did.
+    zulu(not_before)?;
+    zulu(not_after)?;
     Ok(Validity {
-        not_before: v.not_before.timestamp(),
-        not_after: v.not_after.timestamp(),
+        not_before: unix_seconds(not_before)?,
+        not_after: unix_seconds(not_after)?,
     })
 }
 
-/// Refuses validity times with a UTC offset or without seconds. `x509-parser` (asn1-rs)
-/// reads `YYMMDDHHMMSS+hhmm` as well; RFC 5280 (4.1.2.5) allows only `…SSZ`, and the kubelet
-/// refused anything else before it used the crate, so it still does.
-fn require_zulu_times(der: &[u8], cert: &X509Certificate<'_>) -> Result<(), X509Error> {
-    // The Validity SEQUENCE lies between the issuer and the subject, whose raw bytes are
-    // slices of `der`.
-    let offset = |part: &[u8]| (part.as_ptr() as usize).checked_sub(der.as_ptr() as usize);
-    let issuer = cert.issuer().as_raw();
-    let start = offset(issuer).and_then(|o| o.checked_add(issuer.len()));
-    let end = offset(cert.subject().as_raw());
-    let raw = match (start, end) {
-        (Some(s), Some(e)) => der.get(s..e),
-        _ => None,
-    }
-    .ok_or(X509Error::Name("no validity between issuer and subject"))?;
-    let (_, seq) = Sequence::from_der(raw).map_err(|_| bad_date())?;
-    let mut rest: &[u8] = &seq.content;
-    for _ in 0..2 {
-        let (more, time) = Any::from_der(rest).map_err(|_| bad_date())?;
-        zulu(&time)?;
-        rest = more;
-    }
-    Ok(())
-}
-
-fn bad_date() -> X509Error {
-    X509Error::Der(x509_parser::error::X509Error::InvalidDate)
-}
-
-/// One validity time in the only form RFC 5280 allows: `YYMMDDHHMMSSZ` (UTCTime) or
-/// `YYYYMMDDHHMMSSZ` (GeneralizedTime).
-fn zulu(time: &Any<'_>) -> Result<(), X509Error> {
-    let digits = match time.tag() {
-        Tag::UtcTime => 12,
-        Tag::GeneralizedTime => 14,
-        _ => return Err(bad_date()),
+/// One validity time in the only form RFC 5280 (4.1.2.5) allows: `YYMMDDHHMMSSZ` (UTCTime)
+/// or `YYYYMMDDHHMMSSZ` (GeneralizedTime). The kubelet refused any other form (a UTC offset,
+/// no seconds, fractions) before it used a crate, so it still does.
+fn zulu(time: Element<'_>) -> Result<(), X509Error> {
+    let digits = match time.tag {
+        UTC_TIME => 12,
+        GENERALIZED_TIME => 14,
+        _ => return Err(X509Error::Date),
     };
-    if time.data.len() != digits + 1 || time.data.last() != Some(&b'Z') {
+    if time.value.len() != digits + 1 || time.value.last() != Some(&b'Z') {
         return Err(X509Error::Name("a time is not in UTC (…Z) with seconds"));
     }
     Ok(())
 }
 
-/// A DirectoryString (or IA5String) as text. `x509-parser`'s `as_str` reads only the
-/// ASCII-compatible types; Go also reads TeletexString and BMPString, so this does too.
-fn directory_string(tag: u32, value: &[u8]) -> Result<String, X509Error> {
+/// A time [`zulu`] accepted, as Unix seconds. Computed here rather than by `der`'s
+/// `UtcTime`/`GeneralizedTime`, which refuse years before 1970 (UTCTime covers 1950–2049).
+fn unix_seconds(time: Element<'_>) -> Result<i64, X509Error> {
+    let digits = time.value.strip_suffix(b"Z").ok_or(X509Error::Date)?;
+    let two = |at: usize| -> Result<u8, X509Error> {
+        match digits.get(at..at + 2) {
+            Some([a @ b'0'..=b'9', b @ b'0'..=b'9']) => Ok((a - b'0') * 10 + (b - b'0')),
+            _ => Err(X509Error::Date),
+        }
+    };
+    let (year, at) = match (time.tag, digits.len()) {
+        // Two-digit years: 50–99 are 19xx, 00–49 are 20xx (RFC 5280, 4.1.2.5.1).
+        (UTC_TIME, 12) => {
+            let yy = i32::from(two(0)?);
+            (if yy >= 50 { 1900 + yy } else { 2000 + yy }, 2)
+        }
+        (GENERALIZED_TIME, 14) => (i32::from(two(0)?) * 100 + i32::from(two(2)?), 4),
+        _ => return Err(X509Error::Date),
+    };
+    let month = time::Month::try_from(two(at)?).map_err(|_| X509Error::Date)?;
+    let date =
+        time::Date::from_calendar_date(year, month, two(at + 2)?).map_err(|_| X509Error::Date)?;
+    let clock = time::Time::from_hms(two(at + 4)?, two(at + 6)?, two(at + 8)?)
+        .map_err(|_| X509Error::Date)?;
+    Ok(time::PrimitiveDateTime::new(date, clock)
+        .assume_utc()
+        .unix_timestamp())
+}
+
+/// A DirectoryString (or IA5String) as text, by its tag number. Go also reads
+/// TeletexString and BMPString, so this does too.
+fn directory_string(tag: u8, value: &[u8]) -> Result<String, X509Error> {
     match tag {
         // UTF8String, PrintableString, IA5String: ASCII is UTF-8.
         0x0c | 0x13 | 0x16 => String::from_utf8(value.to_vec())
@@ -229,15 +386,11 @@ AiEA7YFHb0EFHyJnwKRaAuxZW19GNc3m/+CdBqe0+hkjwcw=
     fn time(tag: u8, value: &[u8]) -> Result<i64, X509Error> {
         let mut der = vec![tag, u8::try_from(value.len()).unwrap()];
         der.extend_from_slice(value);
-        let (_, any) = Any::from_der(&der).map_err(|_| bad_date())?;
-        zulu(&any)?;
-        x509_parser::time::ASN1Time::from_der(&der)
-            .map(|(_, t)| t.timestamp())
-            .map_err(|_| bad_date())
+        let mut reader = SliceReader::new(&der)?;
+        let time = validity_time(&mut reader)?;
+        zulu(time)?;
+        unix_seconds(time)
     }
-
-    const UTC_TIME: u8 = 0x17;
-    const GENERALIZED_TIME: u8 = 0x18;
 
     #[test]
     fn times() {
@@ -258,6 +411,60 @@ AiEA7YFHb0EFHyJnwKRaAuxZW19GNc3m/+CdBqe0+hkjwcw=
         assert!(subject(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]).is_err());
         assert!(subject(&[0x30, 0x80]).is_err());
         assert!(validity(b"not DER at all").is_err());
+    }
+
+    /// The OpenSSL certificate with its notBefore (the UTCTime `261122071245Z`) replaced by
+    /// the UTCTime `value`, the lengths around it adjusted (certificate and TBSCertificate
+    /// have two-octet lengths, Validity a one-octet one).
+    fn with_not_before(value: &[u8]) -> Vec<u8> {
+        let mut good = der(OPENSSL_CERT);
+        let old = b"\x17\x0d261122071245Z";
+        let at = good.windows(old.len()).position(|w| w == old).unwrap();
+        let grow = value.len() - 13;
+        for len_at in [2, 6] {
+            let len = usize::from(u16::from_be_bytes([good[len_at], good[len_at + 1]])) + grow;
+            good[len_at..len_at + 2].copy_from_slice(&u16::try_from(len).unwrap().to_be_bytes());
+        }
+        good[at - 1] += u8::try_from(grow).unwrap();
+        let mut time = vec![UTC_TIME, u8::try_from(value.len()).unwrap()];
+        time.extend_from_slice(value);
+        good.splice(at..at + old.len(), time);
+        good
+    }
+
+    #[test]
+    fn an_offset_time_is_refused_by_validity_alone() {
+        let cert = with_not_before(b"261122071245+0100");
+        assert_eq!(
+            subject(&cert).unwrap().common_name.as_deref(),
+            Some("alice")
+        );
+        let err = validity(&cert).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "malformed certificate: a time is not in UTC (…Z) with seconds"
+        );
+    }
+
+    #[test]
+    fn times_before_1970_and_bad_dates() {
+        let v = validity(&with_not_before(b"500101000000Z")).unwrap();
+        assert_eq!(v.not_before, -631_152_000);
+        assert_eq!(v.not_after, NOT_AFTER);
+        let err = validity(&with_not_before(b"260230000000Z")).unwrap_err();
+        assert_eq!(err.to_string(), "malformed certificate: invalid date");
+    }
+
+    #[test]
+    fn truncated_and_trailing_bytes() {
+        let mut good = der(OPENSSL_CERT);
+        assert_eq!(subject(&good[..100]), Err(X509Error::Truncated));
+        assert_eq!(
+            X509Error::Truncated.to_string(),
+            "malformed certificate: truncated element"
+        );
+        good.extend_from_slice(b"trailing");
+        assert_eq!(validity(&good).unwrap().not_before, NOT_BEFORE);
     }
 
     proptest::proptest! {
