@@ -4,6 +4,7 @@
 //! re-exports both); chains and signatures are webpki's business (rustls), so this only reads
 //! fields out of certificates that are checked elsewhere or are our own.
 
+use k8s_openapi::chrono::NaiveDate;
 use x509_cert::der::asn1::{
     BitStringRef, ContextSpecific, IntRef, ObjectIdentifier, OctetStringRef,
 };
@@ -269,14 +270,12 @@ fn unix_seconds(time: Element<'_>) -> Result<i64, X509Error> {
         (GENERALIZED_TIME, 14) => (i32::from(two(0)?) * 100 + i32::from(two(2)?), 4),
         _ => return Err(X509Error::Date),
     };
-    let month = time::Month::try_from(two(at)?).map_err(|_| X509Error::Date)?;
-    let date =
-        time::Date::from_calendar_date(year, month, two(at + 2)?).map_err(|_| X509Error::Date)?;
-    let clock = time::Time::from_hms(two(at + 4)?, two(at + 6)?, two(at + 8)?)
-        .map_err(|_| X509Error::Date)?;
-    Ok(time::PrimitiveDateTime::new(date, clock)
-        .assume_utc()
-        .unix_timestamp())
+    let field = |at: usize| two(at).map(u32::from);
+    let date = NaiveDate::from_ymd_opt(year, field(at)?, field(at + 2)?).ok_or(X509Error::Date)?;
+    let instant = date
+        .and_hms_opt(field(at + 4)?, field(at + 6)?, field(at + 8)?)
+        .ok_or(X509Error::Date)?;
+    Ok(instant.and_utc().timestamp())
 }
 
 /// A DirectoryString (or IA5String) as text, by its tag number. Go also reads
