@@ -142,8 +142,13 @@ impl Kubelet {
 
     /// The image id to create a container of pod `uid` from, or why it must wait.
     pub async fn ensure_image(&self, uid: &str, container: &Container) -> Result<String, Waiting> {
+        // Only the pod's namespace and pull secrets, read under the lock: not a clone of its
+        // whole state on every container start.
         let pull = self
-            .pod_state(uid)
+            .pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
             .map(|s| crate::images::PullFor::pod(&s.pod))
             .unwrap_or_else(|| crate::images::PullFor {
                 uid: uid.to_string(),
