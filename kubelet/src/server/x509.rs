@@ -23,17 +23,17 @@ pub enum X509Error {
     /// The DER ends inside an element.
     #[error("malformed certificate: truncated element")]
     Truncated,
-    /// A validity time that is not a time (the message x509-parser gave it, kept).
+    /// A validity time that is not a real date and time.
     #[error("malformed certificate: invalid date")]
     Date,
-    /// A name value that is not text.
+    /// A field read here (a name value, a validity time's form) that is not what it must be.
     #[error("malformed certificate: {0}")]
-    Name(&'static str),
+    Field(&'static str),
 }
 
 impl From<der::Error> for X509Error {
     /// Input that stops inside an element is `Truncated`, so logs tell a cut-off certificate
-    /// from a malformed one (x509-parser said so only when it stopped inside a header).
+    /// from a malformed one.
     fn from(e: der::Error) -> Self {
         match e.kind() {
             ErrorKind::Incomplete { .. } => X509Error::Truncated,
@@ -95,8 +95,8 @@ fn parse(der: &[u8]) -> Result<Fields<'_>, X509Error> {
         BitStringRef::decode(cert)?;
         Ok(fields)
     })?;
-    // A `…Z` time must be a date for the certificate to be read at all, as x509-parser read
-    // both times whichever field was asked for; other forms are left to `validity`'s refusal.
+    // A `…Z` time must be a real date for the certificate to be read at all, whichever field
+    // is asked for; other forms are left to `validity`'s refusal.
     for time in fields.validity {
         if zulu(time).is_ok() {
             unix_seconds(time)?;
@@ -140,8 +140,8 @@ fn tbs_certificate<'a, R: Reader<'a>>(tbs: &mut R) -> der::Result<Fields<'a>> {
 
 /// Each extension's framing only (id, critical, OCTET STRING): values are not looked at, so a
 /// certificate is not refused for an extension nothing here uses. Not `x509_cert::ext`'s
-/// `Extension`: its DER BOOLEAN refuses a `critical` of 0x01, which some issuers write and
-/// x509-parser read (as BER) — a configured serving certificate is not checked by webpki.
+/// `Extension`: its DER BOOLEAN refuses a `critical` of 0x01, which some issuers write (valid
+/// BER) — and a configured serving certificate is not checked by webpki.
 fn extensions<'a, R: Reader<'a>>(exts: &mut R) -> der::Result<()> {
     while !exts.is_finished() {
         exts.sequence(|ext| {
@@ -212,7 +212,7 @@ pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
     let fields = parse(der)?;
     let mut out = Subject::default();
     for (oid, value) in fields.subject {
-        // By tag number, whatever the class, as x509-parser read it.
+        // By tag number, whatever the class: the universal string types are all that occur.
         let tag = value.tag & 0x1f;
         if oid == COMMON_NAME {
             out.common_name = Some(directory_string(tag, value.value)?);
@@ -226,8 +226,8 @@ pub fn subject(der: &[u8]) -> Result<Subject, X509Error> {
 /// The validity window.
 pub fn validity(der: &[u8]) -> Result<Validity, X509Error> {
     let [not_before, not_after] = parse(der)?.validity;
-    // Both forms are checked before either value, as x509-parser's reading and then the
-    // `…Z` check did.
+    // The forms first: an offset or missing seconds in either time is refused as such
+    // before a value is read.
     zulu(not_before)?;
     zulu(not_after)?;
     Ok(Validity {
@@ -246,7 +246,7 @@ fn zulu(time: Element<'_>) -> Result<(), X509Error> {
         _ => return Err(X509Error::Date),
     };
     if time.value.len() != digits + 1 || time.value.last() != Some(&b'Z') {
-        return Err(X509Error::Name("a time is not in UTC (…Z) with seconds"));
+        return Err(X509Error::Field("a time is not in UTC (…Z) with seconds"));
     }
     Ok(())
 }
@@ -284,22 +284,22 @@ fn directory_string(tag: u8, value: &[u8]) -> Result<String, X509Error> {
     match tag {
         // UTF8String, PrintableString, IA5String: ASCII is UTF-8.
         0x0c | 0x13 | 0x16 => String::from_utf8(value.to_vec())
-            .map_err(|_| X509Error::Name("a name value is not valid UTF-8")),
+            .map_err(|_| X509Error::Field("a name value is not valid UTF-8")),
         // TeletexString: read as Latin-1, as Go does.
         0x14 => Ok(value.iter().map(|b| char::from(*b)).collect()),
         // BMPString: UCS-2, big-endian.
         0x1e => {
             if !value.len().is_multiple_of(2) {
-                return Err(X509Error::Name("odd-length BMPString"));
+                return Err(X509Error::Field("odd-length BMPString"));
             }
             let units: Vec<u16> = value
                 .chunks_exact(2)
                 .map(|c| u16::from_be_bytes([c[0], c[1]]))
                 .collect();
             String::from_utf16(&units)
-                .map_err(|_| X509Error::Name("a BMPString is not valid UCS-2"))
+                .map_err(|_| X509Error::Field("a BMPString is not valid UCS-2"))
         }
-        _ => Err(X509Error::Name("unsupported string type in a name")),
+        _ => Err(X509Error::Field("unsupported string type in a name")),
     }
 }
 
