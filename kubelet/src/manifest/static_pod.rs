@@ -93,16 +93,9 @@ pub fn now_rfc3339_nano() -> String {
 }
 
 fn rfc3339_nano(secs: i64, nanos: u32) -> String {
-    use k8s_openapi::chrono::DateTime;
-    let Some(t) = DateTime::from_timestamp(secs, nanos) else {
-        return String::new();
-    };
-    let base = t.format("%Y-%m-%dT%H:%M:%S").to_string();
-    if nanos == 0 {
-        return format!("{base}Z");
-    }
-    let frac = format!("{nanos:09}");
-    format!("{base}.{}Z", frac.trim_end_matches('0'))
+    k8s_openapi::chrono::DateTime::from_timestamp(secs, nanos)
+        .map(|t| crate::cri_log::format_time(&t.fixed_offset()))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
