@@ -1067,9 +1067,7 @@ pub fn rfc3339_seconds(ts: &str) -> Option<i64> {
     if !crate::cri::is_rfc3339(ts) {
         return None;
     }
-    chrono::DateTime::parse_from_rfc3339(ts)
-        .ok()
-        .map(|t| t.timestamp())
+    ts.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
 }
 
 fn pretty(v: &Value) -> String {

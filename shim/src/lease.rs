@@ -89,10 +89,12 @@ impl Lease {
 /// `gc.expire` label is parsed from.
 fn format_expiry(since_epoch: Duration) -> String {
     let secs = i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX);
-    match chrono::DateTime::from_timestamp(secs, 0) {
-        Some(t) => t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        // Beyond chrono's range (year 262143): never, in effect.
-        None => "9999-12-31T23:59:59Z".to_string(),
+    match jiff::Timestamp::from_second(secs) {
+        Ok(t) => jiff::fmt::temporal::DateTimePrinter::new()
+            .precision(Some(0))
+            .timestamp_to_string(&t),
+        // Beyond jiff's range (year 9999): never, in effect.
+        Err(_) => "9999-12-31T23:59:59Z".to_string(),
     }
 }
 

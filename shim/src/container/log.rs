@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use chrono::{DateTime, SecondsFormat};
 
 use tokio::net::unix::pipe::Receiver;
 use tokio::sync::watch;
@@ -65,10 +64,12 @@ pub fn timestamp(t: SystemTime) -> String {
             }
         }
     };
-    match DateTime::from_timestamp(secs, nanos) {
-        Some(utc) => utc.to_rfc3339_opts(SecondsFormat::Nanos, true),
-        // Only a clock hundreds of millennia off gets here; a fixed stamp keeps the line.
-        None => "0000-01-01T00:00:00.000000000Z".to_string(),
+    match jiff::Timestamp::new(secs, nanos as i32) {
+        Ok(utc) => jiff::fmt::temporal::DateTimePrinter::new()
+            .precision(Some(9))
+            .timestamp_to_string(&utc),
+        // Only a clock millennia off gets here; a fixed stamp keeps the line.
+        Err(_) => "0000-01-01T00:00:00.000000000Z".to_string(),
     }
 }
 
