@@ -5,7 +5,8 @@
 
 use std::io::{self, Read, Seek, SeekFrom};
 
-use k8s_openapi::chrono::{DateTime, FixedOffset, Timelike, Utc};
+use jiff::Timestamp;
+use jiff::tz::Offset;
 
 /// Which stream a record came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +21,7 @@ pub enum Stream {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Record<'a> {
     /// When the runtime read it.
-    pub time: DateTime<FixedOffset>,
+    pub time: LogTime,
     /// Where it came from.
     pub stream: Stream,
     /// A `P` record: the line goes on in the next record of its stream.
@@ -44,7 +45,7 @@ pub fn parse_record(line: &[u8]) -> Option<Record<'_>> {
     // bare tag.
     let (tags, text) = split_space(rest).unwrap_or((rest, b""));
     let partial = tags.split(|b| *b == b':').next() == Some(b"P");
-    let time = DateTime::parse_from_rfc3339(std::str::from_utf8(ts).ok()?).ok()?;
+    let time = LogTime::parse(std::str::from_utf8(ts).ok()?)?;
     Some(Record {
         time,
         stream,
@@ -58,16 +59,61 @@ fn split_space(s: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&s[..i], &s[i + 1..]))
 }
 
+/// A record's time: the instant, and the UTC offset it was written with, which
+/// `timestamps=true` output keeps (as Go's `time.Time` does). Ordered by instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LogTime {
+    /// The instant.
+    pub instant: Timestamp,
+    /// The offset it was written with.
+    pub offset: Offset,
+}
+
+impl LogTime {
+    /// An instant written in UTC.
+    pub fn utc(instant: Timestamp) -> Self {
+        Self {
+            instant,
+            offset: Offset::UTC,
+        }
+    }
+
+    /// Parses an RFC 3339 time (`Z` or a `±hh:mm` offset, any fraction).
+    pub fn parse(s: &str) -> Option<Self> {
+        let instant: Timestamp = s.parse().ok()?;
+        // RFC 3339 ends in `Z` or `±hh:mm`; the parse above checked which.
+        let offset = match s.as_bytes() {
+            [.., b'Z' | b'z'] => Offset::UTC,
+            [.., sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+                let digit = |b: &u8| i32::from(b.wrapping_sub(b'0'));
+                let secs = (digit(h1) * 10 + digit(h2)) * 3600 + (digit(m1) * 10 + digit(m2)) * 60;
+                Offset::from_seconds(if *sign == b'-' { -secs } else { secs }).ok()?
+            }
+            _ => return None,
+        };
+        Some(Self { instant, offset })
+    }
+}
+
 /// A time as Go's RFC3339Nano prints it: fraction without trailing zeros, `Z` for UTC.
-pub fn format_time(t: &DateTime<FixedOffset>) -> String {
-    let mut out = t.format("%Y-%m-%dT%H:%M:%S").to_string();
-    let nanos = t.nanosecond() % 1_000_000_000;
+pub fn format_time(t: &LogTime) -> String {
+    let civil = t.offset.to_datetime(t.instant);
+    let mut out = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        civil.year(),
+        civil.month(),
+        civil.day(),
+        civil.hour(),
+        civil.minute(),
+        civil.second()
+    );
+    let nanos = civil.subsec_nanosecond();
     if nanos > 0 {
         let frac = format!("{nanos:09}");
         out.push('.');
         out.push_str(frac.trim_end_matches('0'));
     }
-    let offset = t.offset().local_minus_utc();
+    let offset = t.offset.seconds();
     if offset == 0 {
         out.push('Z');
     } else {
@@ -84,7 +130,7 @@ pub struct RenderOptions {
     /// Prefix each line with its timestamp and a space.
     pub timestamps: bool,
     /// Drop lines older than this.
-    pub since: Option<DateTime<Utc>>,
+    pub since: Option<Timestamp>,
     /// Stop after this many bytes.
     pub limit_bytes: Option<u64>,
 }
@@ -93,7 +139,7 @@ pub struct RenderOptions {
 #[derive(Debug)]
 struct Pending {
     /// The time of its first part (the line's time).
-    time: DateTime<FixedOffset>,
+    time: LogTime,
     /// Parts not output yet.
     text: Vec<u8>,
     /// Whether its beginning (and timestamp) was output already ([`Renderer::flush_partial`]).
@@ -187,19 +233,12 @@ impl Renderer {
         }
     }
 
-    fn emit(
-        &mut self,
-        time: DateTime<FixedOffset>,
-        text: &[u8],
-        newline: bool,
-        prefix: bool,
-        out: &mut Vec<u8>,
-    ) {
+    fn emit(&mut self, time: LogTime, text: &[u8], newline: bool, prefix: bool, out: &mut Vec<u8>) {
         if self.done() {
             return;
         }
         // A line is kept or dropped as a whole, by the time of its first part.
-        if self.opts.since.is_some_and(|since| time < since) {
+        if self.opts.since.is_some_and(|since| time.instant < since) {
             return;
         }
         let start = out.len();
@@ -358,15 +397,13 @@ garbage line
         // A joined line carries the time of its first part.
         assert_eq!(lines[3], "2024-05-01T10:00:02.5Z three");
         assert_eq!(lines[4], "2024-05-01T10:00:04Z ");
-        let t = DateTime::parse_from_rfc3339("2024-05-01T10:00:03.120+02:00").unwrap();
+        let t = LogTime::parse("2024-05-01T10:00:03.120+02:00").unwrap();
         assert_eq!(format_time(&t), "2024-05-01T10:00:03.12+02:00");
     }
 
     #[test]
     fn since_drops_older_lines() {
-        let since = DateTime::parse_from_rfc3339("2024-05-01T10:00:02.55Z")
-            .unwrap()
-            .with_timezone(&Utc);
+        let since: Timestamp = "2024-05-01T10:00:02.55Z".parse().unwrap();
         let out = render(
             LOG,
             RenderOptions {

@@ -87,10 +87,10 @@ fn stamp() -> String {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    k8s_openapi::chrono::DateTime::from_timestamp(now.as_secs() as i64, now.subsec_nanos())
+    let t = jiff::Timestamp::new(now.as_secs() as i64, now.subsec_nanos() as i32)
         .unwrap_or_default()
-        .format("%Y%m%d-%H%M%S.%9f")
-        .to_string()
+        .to_zoned(jiff::tz::TimeZone::UTC);
+    t.strftime("%Y%m%d-%H%M%S.%9f").to_string()
 }
 
 #[cfg(test)]

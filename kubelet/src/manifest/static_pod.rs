@@ -93,8 +93,8 @@ pub fn now_rfc3339_nano() -> String {
 }
 
 fn rfc3339_nano(secs: i64, nanos: u32) -> String {
-    k8s_openapi::chrono::DateTime::from_timestamp(secs, nanos)
-        .map(|t| crate::cri_log::format_time(&t.fixed_offset()))
+    jiff::Timestamp::new(secs, nanos as i32)
+        .map(|t| crate::cri_log::format_time(&crate::cri_log::LogTime::utc(t)))
         .unwrap_or_default()
 }
 

@@ -513,8 +513,8 @@ fn pod_start_seconds(
         .annotations
         .as_ref()?
         .get(labels::CONFIG_SEEN)?;
-    let seen = k8s_openapi::chrono::DateTime::parse_from_rfc3339(seen).ok()?;
-    let seen_nanos = seen.timestamp_nanos_opt()?;
+    let seen: jiff::Timestamp = seen.parse().ok()?;
+    let seen_nanos = i64::try_from(seen.as_nanosecond()).ok()?;
     let now_nanos = i64::try_from(now.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()?;
     Some((now_nanos.saturating_sub(seen_nanos)).max(0) as f64 / 1e9)
 }

@@ -157,7 +157,7 @@ impl WorkerState {
             };
         };
         if let Some(started_at) = &running.started_at {
-            let ran = now.0.signed_duration_since(started_at.0).num_seconds();
+            let ran = now.0.duration_since(started_at.0).as_secs();
             if ran < self.timings.initial_delay_secs {
                 return Step::Skip;
             }

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, PodStatus};
-use k8s_openapi::chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 
 use super::follow::{self, FollowOptions};
@@ -30,7 +29,7 @@ pub struct LogQuery {
     /// Only lines of the last N seconds.
     pub since_seconds: Option<i64>,
     /// Only lines since this time.
-    pub since_time: Option<DateTime<Utc>>,
+    pub since_time: Option<jiff::Timestamp>,
     /// At most this many bytes.
     pub limit_bytes: Option<i64>,
 }
@@ -111,10 +110,10 @@ pub fn log_query(query: &str) -> Result<LogQuery, QueryError> {
             "sinceSeconds" => q.since_seconds = Some(go_int(k, v)?),
             "limitBytes" => q.limit_bytes = Some(go_int(k, v)?),
             "sinceTime" => {
-                let t = DateTime::parse_from_rfc3339(v).map_err(|_| {
+                let t = v.parse::<jiff::Timestamp>().map_err(|_| {
                     QueryError::Decode(format!("sinceTime: {v:?} is not an RFC 3339 time"))
                 })?;
-                q.since_time = Some(t.with_timezone(&Utc));
+                q.since_time = Some(t);
             }
             _ => {}
         }
@@ -294,7 +293,7 @@ pub async fn container_logs(path: &str, query: &str, view: Arc<dyn NodeView>) ->
     };
     let since = q.since_time.or_else(|| {
         q.since_seconds
-            .map(|s| crate::status::now().0 - k8s_openapi::chrono::Duration::seconds(s))
+            .map(|s| crate::status::now().0 - jiff::SignedDuration::from_secs(s))
     });
     let opts = FollowOptions {
         tail: q

@@ -4,7 +4,6 @@
 //! re-exports both); chains and signatures are webpki's business (rustls), so this only reads
 //! fields out of certificates that are checked elsewhere or are our own.
 
-use k8s_openapi::chrono::NaiveDate;
 use x509_cert::der::asn1::{
     BitStringRef, ContextSpecific, IntRef, ObjectIdentifier, OctetStringRef,
 };
@@ -270,12 +269,22 @@ fn unix_seconds(time: Element<'_>) -> Result<i64, X509Error> {
         (GENERALIZED_TIME, 14) => (i32::from(two(0)?) * 100 + i32::from(two(2)?), 4),
         _ => return Err(X509Error::Date),
     };
-    let field = |at: usize| two(at).map(u32::from);
-    let date = NaiveDate::from_ymd_opt(year, field(at)?, field(at + 2)?).ok_or(X509Error::Date)?;
-    let instant = date
-        .and_hms_opt(field(at + 4)?, field(at + 6)?, field(at + 8)?)
-        .ok_or(X509Error::Date)?;
-    Ok(instant.and_utc().timestamp())
+    let field = |at: usize| two(at).map(|v| v as i8);
+    let year = i16::try_from(year).map_err(|_| X509Error::Date)?;
+    let civil = jiff::civil::DateTime::new(
+        year,
+        field(at)?,
+        field(at + 2)?,
+        field(at + 4)?,
+        field(at + 6)?,
+        field(at + 8)?,
+        0,
+    )
+    .map_err(|_| X509Error::Date)?;
+    let instant = jiff::tz::Offset::UTC
+        .to_timestamp(civil)
+        .map_err(|_| X509Error::Date)?;
+    Ok(instant.as_second())
 }
 
 /// A DirectoryString (or IA5String) as text, by its tag number. Go also reads

@@ -56,7 +56,7 @@ pub struct PodContext<'a> {
 
 /// An API time from nanoseconds since the epoch.
 pub fn time_from_ns(ns: i64) -> Time {
-    Time(k8s_openapi::chrono::DateTime::from_timestamp_nanos(ns))
+    Time(jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or_default())
 }
 
 /// The sandbox a pod's stats come from: its newest ready one, else its newest.

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{
     ContainerStateWaiting, ContainerStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::chrono::DateTime;
 
 use super::StatusContext;
 use crate::types::{Pod, RuntimeContainer, RuntimePod, labels};
@@ -41,7 +40,7 @@ pub(crate) fn is_sidecar(c: &Container) -> bool {
 
 /// Nanoseconds since the epoch as an API time (`None` for unset).
 pub(crate) fn time_from_nanos(ns: i64) -> Option<Time> {
-    (ns > 0).then(|| Time(DateTime::from_timestamp_nanos(ns)))
+    (ns > 0).then(|| Time(jiff::Timestamp::from_nanosecond(i128::from(ns)).unwrap_or_default()))
 }
 
 /// The runtime's instances of a container, newest first.

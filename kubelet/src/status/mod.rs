@@ -18,7 +18,6 @@ use std::net::IpAddr;
 use ferrolet_proto::cri::ContainerState as CriState;
 use k8s_openapi::api::core::v1::{HostIP, PodIP, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::chrono::DateTime;
 
 use crate::types::{Pod, RuntimePod};
 use containers::Kind;
@@ -60,14 +59,9 @@ pub struct StatusContext<'a> {
     pub runtime_name: &'a str,
 }
 
-/// The current time as an API time (chrono's clock feature is not built in, so from
-/// `SystemTime`).
+/// The current time as an API time.
 pub fn now() -> Time {
-    let since_epoch = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = i64::try_from(since_epoch.as_secs()).unwrap_or(i64::MAX);
-    Time(DateTime::from_timestamp(secs, since_epoch.subsec_nanos()).unwrap_or_default())
+    Time(jiff::Timestamp::now())
 }
 
 /// The API PodStatus of `pod`, with transition times stamped now. See [`pod_status_at`].

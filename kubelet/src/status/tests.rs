@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use ferrolet_proto::cri::ContainerState as CriState;
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::chrono::{TimeZone, Utc};
 
 use super::*;
 use crate::types::{RuntimeContainer, RuntimeSandbox, labels};
@@ -14,7 +13,7 @@ use crate::types::{RuntimeContainer, RuntimeSandbox, labels};
 const SEC: i64 = 1_000_000_000;
 
 fn t(secs: i64) -> Time {
-    Time(Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap())
+    Time(jiff::Timestamp::from_second(1_700_000_000 + secs).unwrap())
 }
 
 fn c(name: &str) -> Container {

@@ -5,12 +5,11 @@
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus,
 };
-use k8s_openapi::chrono::DateTime;
 
 use super::*;
 
 fn at(secs: i64) -> Time {
-    Time(DateTime::from_timestamp(secs, 0).unwrap())
+    Time(jiff::Timestamp::from_second(secs).unwrap())
 }
 
 /// A pod status with container `c` as instance `id`: running since `since` (seconds) and
