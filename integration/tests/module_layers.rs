@@ -24,7 +24,16 @@ const KUBELET: Rule = Rule {
         (
             "foundations",
             &[
-                "types", "duration", "backoff", "heap", "logging", "node", "cri_log", "metrics",
+                "types",
+                "duration",
+                "backoff",
+                "heap",
+                "logging",
+                "node",
+                "cri_log",
+                "metrics",
+                "kube_client",
+                "events",
             ],
         ),
         (

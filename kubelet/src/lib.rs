@@ -14,7 +14,8 @@
 //! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
-//!   recorder), `node`, `logging`, `heap`.
+//!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
+//!   (the event recorder seam).
 
 pub mod app;
 pub(crate) mod backoff;
@@ -23,10 +24,12 @@ pub(crate) mod credentials;
 pub(crate) mod cri;
 pub(crate) mod cri_log;
 pub(crate) mod duration;
+pub(crate) mod events;
 pub(crate) mod eviction;
 pub(crate) mod gc;
 pub(crate) mod heap;
 pub(crate) mod images;
+pub(crate) mod kube_client;
 pub(crate) mod kubelet;
 pub(crate) mod lifecycle;
 pub(crate) mod log_rotation;
