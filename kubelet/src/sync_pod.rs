@@ -514,6 +514,13 @@ impl Kubelet {
             pod
         });
         self.kill_runtime_pod(&runtime, pod.as_ref(), grace).await;
+        // A pod deleted in the API reports how its containers ended before they are removed.
+        if let Some(pod) = pod
+            .as_ref()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+        {
+            self.record_status(pod, uid, BTreeMap::new()).await;
+        }
         self.killed.forget_pod(uid);
         for c in &runtime.containers {
             if let Err(e) = self.cri.remove_container(&c.id).await {
@@ -567,6 +574,7 @@ impl Kubelet {
         crate::metrics::observe_pod_status(pod, &state.status, &status);
         // The probe workers look at the instances this status shows.
         self.probes.set_status(uid, &status);
+        self.status_sink.set_pod_status(pod, &status);
         self.update_state(uid, |s| {
             s.status = status;
             s.waiting = waiting;

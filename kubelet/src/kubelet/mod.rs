@@ -68,6 +68,8 @@ pub struct Kubelet {
     pub probes: Arc<crate::prober::Manager>,
     pub(crate) hooks: crate::lifecycle::HookRunner,
     pub(crate) killed: crate::status::killed::KillNotes,
+    /// Where statuses go besides `/pods` (the API's status manager in a cluster).
+    pub(crate) status_sink: Arc<dyn crate::status::sink::StatusSink>,
 }
 
 impl Kubelet {
@@ -109,6 +111,7 @@ impl Kubelet {
             probes: crate::prober::Manager::new(cri.clone()),
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
+            status_sink: Arc::new(crate::status::sink::NoSink),
             config,
             node,
             cri,
@@ -304,6 +307,11 @@ impl Kubelet {
         for pod in change.pods {
             let uid = uid_of(&pod);
             match change.op {
+                PodOp::Add | PodOp::Update | PodOp::Reconcile
+                    if pod.metadata.deletion_timestamp.is_some() =>
+                {
+                    self.begin_graceful_deletion(workers, &uid, pod);
+                }
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
                     let known = {
                         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
@@ -322,11 +330,36 @@ impl Kubelet {
                 }
                 PodOp::Remove => {
                     let grace = grace_period(&pod);
+                    self.status_sink.pod_removed(&uid);
                     self.update_state(&uid, |s| s.terminating = true);
                     tracing::info!(pod = %pod_name(&pod), grace, "pod removed from its source; stopping it");
                     workers.update(&uid, Work::Kill(Box::new(pod), grace));
                 }
             }
+        }
+    }
+
+    /// A pod the API is deleting (`deletionTimestamp` set): killed once, with its
+    /// `deletionGracePeriodSeconds` (preStop hooks included); a shorter grace given later
+    /// does not restart the kill. Its state stays until the API object is gone.
+    fn begin_graceful_deletion<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, uid: &str, pod: Pod)
+    where
+        F: Fn(String, Work) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let grace = pod
+            .metadata
+            .deletion_grace_period_seconds
+            .unwrap_or_else(|| grace_period(&pod));
+        let first = {
+            let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+            let state = pods.entry(uid.to_string()).or_default();
+            state.pod = pod.clone();
+            !std::mem::replace(&mut state.terminating, true)
+        };
+        if first {
+            tracing::info!(pod = %pod_name(&pod), grace, "pod deleted in the API; stopping it");
+            workers.update(uid, Work::Kill(Box::new(pod), grace));
         }
     }
 
@@ -344,10 +377,18 @@ impl Kubelet {
             Work::Kill(pod, grace) => {
                 let span = tracing::info_span!("kill_pod", pod = %pod_name(&pod), uid);
                 tracing::Instrument::instrument(self.kill_pod(uid, grace), span).await;
-                self.pods
+                let state = self
+                    .pods
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(uid);
+                // Deleted in the API: now that nothing of it runs, the API object can go.
+                if let Some(state) = state
+                    && state.pod.metadata.deletion_timestamp.is_some()
+                {
+                    let status = crate::status::terminated_status(&state.status);
+                    self.status_sink.pod_terminated(&state.pod, &status);
+                }
                 self.crash_backoff.forget_prefix(&format!("{uid}/"));
             }
         }

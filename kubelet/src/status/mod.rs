@@ -4,13 +4,15 @@
 //!
 //! Parts: [`containers`] (init and app container statuses), [`phase`] (Pending, Running,
 //! Succeeded, Failed), [`conditions`] (the kubelet's pod conditions and their transition
-//! times), [`qos`] (the QoS class), [`killed`] (why the kubelet killed container instances).
+//! times), [`qos`] (the QoS class), [`killed`] (why the kubelet killed container instances),
+//! [`sink`] (where statuses go: the API's status manager, or nowhere).
 
 pub mod conditions;
 pub mod containers;
 pub mod killed;
 pub mod phase;
 pub mod qos;
+pub mod sink;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -57,6 +59,44 @@ pub struct StatusContext<'a> {
     pub previous: Option<&'a PodStatus>,
     /// The runtime's name (`containerd`, `ferrolet`), the scheme of container ids.
     pub runtime_name: &'a str,
+}
+
+/// The final status of a pod whose containers were all stopped because it is being deleted
+/// (Go's `getPhase` with `podIsTerminal`): containers still shown running count as failed,
+/// the phase becomes Succeeded when every container exited 0 and Failed otherwise, and the
+/// pod is no longer ready.
+pub fn terminated_status(last: &PodStatus) -> PodStatus {
+    let mut status = last.clone();
+    if status.phase.as_deref().is_some_and(phase::is_terminal) {
+        return status;
+    }
+    let statuses = status.container_statuses.as_deref().unwrap_or_default();
+    let all_zero = !statuses.is_empty()
+        && statuses.iter().all(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .is_some_and(|t| t.exit_code == 0)
+        });
+    status.phase = Some(
+        if all_zero {
+            phase::SUCCEEDED
+        } else {
+            phase::FAILED
+        }
+        .to_string(),
+    );
+    for c in status.conditions.iter_mut().flatten() {
+        if matches!(c.type_.as_str(), "Ready" | "ContainersReady") && c.status != "False" {
+            c.status = "False".into();
+            c.reason = Some("PodCompleted".into());
+            c.last_transition_time = Some(now());
+        }
+    }
+    for c in status.container_statuses.iter_mut().flatten() {
+        c.ready = false;
+    }
+    status
 }
 
 /// The current time as an API time.

@@ -1,0 +1,28 @@
+//! Where computed pod statuses go besides the kubelet's own `/pods`: in a cluster, the status
+//! manager that patches them into the API server; standalone, nowhere. The sync path knows
+//! only this seam.
+
+use k8s_openapi::api::core::v1::PodStatus;
+
+use crate::types::Pod;
+
+/// Receives pod statuses from the sync path; never blocks (implementations queue).
+pub trait StatusSink: Send + Sync {
+    /// The pod's status after a sync (or its admission rejection).
+    fn set_pod_status(&self, pod: &Pod, status: &PodStatus);
+    /// The pod, being deleted, has no containers or volumes left: its final status may be
+    /// sent and the API object removed (Go's `canBeDeleted` path).
+    fn pod_terminated(&self, pod: &Pod, status: &PodStatus);
+    /// The pod is gone from every source: forget it.
+    fn pod_removed(&self, uid: &str);
+}
+
+/// Standalone: statuses stay in the kubelet.
+#[derive(Debug, Default)]
+pub struct NoSink;
+
+impl StatusSink for NoSink {
+    fn set_pod_status(&self, _: &Pod, _: &PodStatus) {}
+    fn pod_terminated(&self, _: &Pod, _: &PodStatus) {}
+    fn pod_removed(&self, _: &str) {}
+}
