@@ -6,6 +6,7 @@
 //!
 //! Credentials never reach a log: only registry keys, files and secret names do.
 
+pub mod api;
 pub mod docker_config;
 pub mod files;
 pub mod keyring;
@@ -13,6 +14,7 @@ pub mod keyring;
 use std::path::Path;
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{LocalObjectReference, Secret};
 
 pub use docker_config::ConfigError;
@@ -28,10 +30,10 @@ pub const SECRET_TYPE_DOCKERCFG: &str = "kubernetes.io/dockercfg";
 /// Its data key.
 pub const DOCKERCFG_KEY: &str = ".dockercfg";
 
-/// Where pull secrets come from (the API server's secret manager, once there is one).
+/// Where pull secrets come from: the API server ([`api::ApiSecrets`]) in a cluster.
 pub trait SecretSource: Send + Sync {
     /// Secret `name` in `namespace`, or `None` when it cannot be had.
-    fn get(&self, namespace: &str, name: &str) -> Option<Secret>;
+    fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Option<Secret>>;
 }
 
 /// The standalone kubelet's secret source: there are no secrets.
@@ -39,8 +41,8 @@ pub trait SecretSource: Send + Sync {
 pub struct NoSecrets;
 
 impl SecretSource for NoSecrets {
-    fn get(&self, _namespace: &str, _name: &str) -> Option<Secret> {
-        None
+    fn get<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<Secret>> {
+        Box::pin(std::future::ready(None))
     }
 }
 
@@ -103,7 +105,7 @@ impl Credentials {
             if reference.name.is_empty() {
                 continue;
             }
-            match self.secrets.get(namespace, &reference.name) {
+            match self.secrets.get(namespace, &reference.name).await {
                 Some(secret) => add_secret(&mut from_secrets, namespace, &reference.name, &secret)?,
                 None => missing.push(reference.name.as_str()),
             }
@@ -189,8 +191,9 @@ mod tests {
     struct Secrets(BTreeMap<(String, String), Secret>);
 
     impl SecretSource for Secrets {
-        fn get(&self, namespace: &str, name: &str) -> Option<Secret> {
-            self.0.get(&(namespace.into(), name.into())).cloned()
+        fn get<'a>(&'a self, namespace: &'a str, name: &'a str) -> BoxFuture<'a, Option<Secret>> {
+            let found = self.0.get(&(namespace.into(), name.into())).cloned();
+            Box::pin(std::future::ready(found))
         }
     }
 
