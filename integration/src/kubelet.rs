@@ -689,7 +689,8 @@ impl<N: RuntimeNode> KubeletNode<N> {
 }
 
 /// The node name for test `name`: lowercase, `_` as `-`, so pod names stay DNS names.
-fn node_name_for(name: &str) -> String {
+/// The node name of test `name` (`--hostname-override`).
+pub fn node_name_for(name: &str) -> String {
     format!("node-{}", name.to_lowercase().replace('_', "-"))
 }
 

@@ -13,11 +13,13 @@
 //! - [`network`]: per-test CNI networks (own bridge, subnet, conf, IPAM and cache dirs).
 //! - [`containerd_cri`]: containerd's own CRI plugin as a test node (the reference runtime).
 //! - [`kubelet`]: the real `ferrolet` per test, on either runtime node.
+//! - [`cluster`]: a ferrolet node joined to its own in-memory test API server.
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
 //!   config builders, and the pod leak checks.
 //! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
 
 pub mod bench;
+pub mod cluster;
 pub mod containerd;
 pub mod containerd_cri;
 pub mod cri;
