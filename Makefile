@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet
+.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet bench-api
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -60,3 +60,9 @@ bench-cri: env
 bench-kubelet: env
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
 	@scripts/bench-kubelet.sh
+
+## bench-api: API pods (created → Running through a watch) on ferrolet joined to the in-memory
+# test API server: N = 1, 30, 100, RSS, steady-state API requests per minute. Release builds.
+bench-api: env
+	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
+	@scripts/bench-api.sh
