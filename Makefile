@@ -22,7 +22,7 @@ unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p ferrolet-cni --tests
 	$(CARGO) test -p ferrolet-cri --test registry fake_
-	$(CARGO) test -p ferrolet-integration --test module_layers --test testimages
+	$(CARGO) test -p ferrolet-integration --test module_layers --test testimages --test apiserver
 
 ## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config
 env:

@@ -1,6 +1,8 @@
 //! End-to-end test harness: every integration test runs against real containerd, runc, CNI
 //! plugins and registries on this machine.
 //!
+//! - [`apiserver`]: an in-memory Kubernetes API server (HTTPS, client certificates and
+//!   tokens, watches, CSR signing) that the kubelet's kube-rs client talks to as to a cluster.
 //! - [`bench`]: what the benchmark programs share (signals, deadlines, percentiles, CPU ticks).
 //! - [`containerd`]: one private containerd per test binary (own root, state, socket), stopped
 //!   and unmounted at process exit; each test gets its own namespace.
@@ -18,6 +20,7 @@
 //!   config builders, and the pod leak checks.
 //! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
 
+pub mod apiserver;
 pub mod bench;
 pub mod cluster;
 pub mod containerd;
