@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Container, LocalObjectReference};
+use k8s_openapi::api::core::v1::{Container, LocalObjectReference, ObjectReference};
 
 use crate::backoff::Backoff;
 use crate::credentials::Credentials;
 use crate::cri::Cri;
+use crate::events::{EventRecorder, EventType, reason};
 use crate::status::Waiting;
 
 /// The image manager: pulls per policy, with back-off, one at a time when pulls are
@@ -74,13 +75,17 @@ impl ImageManager {
     }
 
     /// The image id to create the container from, or why the container must wait.
-    /// `desired` says which pod UIDs are still wanted (old pull errors of others are dropped).
+    /// `desired` says which pod UIDs are still wanted (old pull errors of others are dropped);
+    /// the Go image manager's events about `object` (the container) go to `events`.
     pub async fn ensure_image(
         &self,
         pull: &PullFor,
         container: &Container,
         desired: &(dyn Fn(&str) -> bool + Sync),
+        events: (&dyn EventRecorder, &ObjectReference),
     ) -> Result<String, Waiting> {
+        let (events, object) = events;
+        let event = |kind, why: &str, message: &str| events.record(object, kind, why, message);
         let uid = pull.uid.as_str();
         let image = container.image.clone().unwrap_or_default();
         if image.is_empty() {
@@ -96,6 +101,8 @@ impl ImageManager {
         let present = match self.cri.image_id(&image).await {
             Ok(id) => id,
             Err(e) => {
+                let message = format!("Failed to inspect image \"{image}\": {e}");
+                event(EventType::Warning, reason::INSPECT_FAILED, &message);
                 return Err(Waiting {
                     reason: "ErrImagePull".into(),
                     message: format!("checking image {image}: {e}"),
@@ -103,19 +110,26 @@ impl ImageManager {
             }
         };
         match (policy.as_str(), present) {
-            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => return Ok(id),
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => {
+                let message = format!("Container image \"{image}\" already present on machine");
+                event(EventType::Normal, reason::PULLED, &message);
+                return Ok(id);
+            }
             ("Never", None) => {
+                let message =
+                    format!("Container image \"{image}\" is not present with pull policy of Never");
+                event(EventType::Warning, reason::ERR_IMAGE_NEVER_PULL, &message);
                 return Err(Waiting {
                     reason: "ErrImageNeverPull".into(),
-                    message: format!(
-                        "Container image \"{image}\" is not present with pull policy of Never"
-                    ),
+                    message,
                 });
             }
             _ => {}
         }
         let key = format!("{uid}/{image}");
         if self.backoff.in_backoff(&key, Instant::now()).is_some() {
+            let message = format!("Back-off pulling image \"{image}\"");
+            event(EventType::Normal, reason::BACK_OFF, &message);
             // As the Go kubelet, the waiting message carries the error that started the wait.
             let message = match self.errors.last(&key) {
                 Some(error) => format!("Back-off pulling image \"{image}\": {error}"),
@@ -127,13 +141,26 @@ impl ImageManager {
             });
         }
         self.errors.forget(&key);
+        event(
+            EventType::Normal,
+            reason::PULLING,
+            &format!("Pulling image \"{image}\""),
+        );
+        let waited_from = Instant::now();
         let _serial = if self.serialize {
             Some(self.lock.lock().await)
         } else {
             None
         };
+        let pull_from = Instant::now();
         match self.pull_with_credentials(pull, &image).await {
             Ok(image_ref) => {
+                let message = format!(
+                    "Successfully pulled image \"{image}\" in {} ({} including waiting)",
+                    go_duration(pull_from.elapsed()),
+                    go_duration(waited_from.elapsed())
+                );
+                event(EventType::Normal, reason::PULLED, &message);
                 self.backoff.reset(&key);
                 // The id is what CreateContainer wants; the ref is close enough if status fails.
                 Ok(self
@@ -145,6 +172,8 @@ impl ImageManager {
                     .unwrap_or(image_ref))
             }
             Err(error) => {
+                let message = format!("Failed to pull image \"{image}\": {error}");
+                event(EventType::Warning, reason::FAILED, &message);
                 self.backoff.next(&key, Instant::now());
                 let message = format!("pulling image \"{image}\": {error}");
                 self.errors.record(key, error, desired);
@@ -207,6 +236,35 @@ impl ImageManager {
     }
 }
 
+/// A duration as Go prints one truncated to milliseconds (`1.234s`, `850ms`, `1m2.5s`).
+pub fn go_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (h, rest) = (ms / 3_600_000, ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, frac) = (rest / 1000, rest % 1000);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if h > 0 || m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    out.push_str(&s.to_string());
+    if frac > 0 {
+        let digits = format!("{frac:03}");
+        out.push('.');
+        out.push_str(digits.trim_end_matches('0'));
+    }
+    out.push('s');
+    out
+}
+
 /// The last pull error per back-off key (`<uid>/<image>`), shown in `ImagePullBackOff`
 /// messages while the pull waits (the Go kubelet's `prevPullErrMsg`).
 #[derive(Debug, Default)]
@@ -253,5 +311,21 @@ mod tests {
         assert_eq!(errors.last("b/img:1").as_deref(), Some("other"));
         errors.forget("b/img:1");
         assert_eq!(errors.last("b/img:1"), None);
+    }
+
+    #[test]
+    fn go_durations() {
+        use std::time::Duration;
+        for (ms, want) in [
+            (0, "0s"),
+            (850, "850ms"),
+            (1000, "1s"),
+            (1200, "1.2s"),
+            (1234, "1.234s"),
+            (62_500, "1m2.5s"),
+            (3_600_000, "1h0m0s"),
+        ] {
+            assert_eq!(go_duration(Duration::from_millis(ms)), want, "{ms}");
+        }
     }
 }

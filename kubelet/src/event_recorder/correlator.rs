@@ -259,7 +259,10 @@ struct TokenBucket {
 
 impl TokenBucket {
     fn full(burst: f64, now: Timestamp) -> Self {
-        Self { tokens: burst, at: now }
+        Self {
+            tokens: burst,
+            at: now,
+        }
     }
 
     fn try_take(&mut self, burst: f64, qps: f64, now: Timestamp) -> bool {

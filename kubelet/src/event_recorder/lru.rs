@@ -41,10 +41,10 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
         let tick = self.next_tick();
         if let Some((_, used)) = self.entries.remove(&key) {
             self.order.remove(&used);
-        } else if self.entries.len() >= self.capacity {
-            if let Some((_, oldest)) = self.order.pop_first() {
-                self.entries.remove(&oldest);
-            }
+        } else if self.entries.len() >= self.capacity
+            && let Some((_, oldest)) = self.order.pop_first()
+        {
+            self.entries.remove(&oldest);
         }
         self.order.insert(tick, key.clone());
         self.entries.insert(key, (value, tick));

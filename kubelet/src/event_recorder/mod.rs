@@ -5,9 +5,9 @@
 
 #![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
 
-mod correlator;
+pub mod correlator;
 mod lru;
-mod sink;
+pub mod sink;
 #[cfg(test)]
 mod tests;
 
@@ -21,10 +21,8 @@ use tokio::sync::mpsc;
 use crate::events::{EventRecorder, EventType};
 use crate::kube_client::ApiHandle;
 
-pub use correlator::{
-    make_event, patch_body, CorrelatorConfig, Decision, EventCorrelator, COMBINED_PREFIX,
-};
-pub use sink::{ApiSink, EventSink, Rejection, SinkError, SinkFuture};
+pub use correlator::{Decision, EventCorrelator, make_event, patch_body};
+pub use sink::{ApiSink, EventSink, SinkError};
 
 /// Go's `maxQueuedEvents`: events waiting to be written before new ones are dropped.
 pub const MAX_QUEUED_EVENTS: usize = 1000;
@@ -85,7 +83,14 @@ pub fn spawn_with<S: EventSink>(
 
 impl EventRecorder for ApiEventRecorder {
     fn record(&self, object: &ObjectReference, kind: EventType, reason: &str, message: &str) {
-        let event = make_event(&self.source, object, kind, reason, message, Timestamp::now());
+        let event = make_event(
+            &self.source,
+            object,
+            kind,
+            reason,
+            message,
+            Timestamp::now(),
+        );
         match self.queue.try_send(event) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => tracing::error!(
@@ -135,7 +140,10 @@ async fn write<S: EventSink>(
             last_timestamp,
             message,
             event,
-        } => (event, Some((name, patch_body(count, &last_timestamp, &message)))),
+        } => (
+            event,
+            Some((name, patch_body(count, &last_timestamp, &message))),
+        ),
     };
     let mut tries = 0;
     loop {

@@ -34,8 +34,11 @@ pub enum SinkError {
 /// Creates and patches events.
 pub trait EventSink: Send + Sync + 'static {
     /// Creates `event` in `namespace`, returning the server's copy.
-    fn create<'a>(&'a self, namespace: &'a str, event: &'a Event)
-        -> SinkFuture<'a, Result<Event, SinkError>>;
+    fn create<'a>(
+        &'a self,
+        namespace: &'a str,
+        event: &'a Event,
+    ) -> SinkFuture<'a, Result<Event, SinkError>>;
     /// Strategic-merge-patches event `name` with `body`, returning the server's copy.
     fn patch<'a>(
         &'a self,

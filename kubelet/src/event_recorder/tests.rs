@@ -4,7 +4,9 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+use super::correlator::CorrelatorConfig;
 use super::lru::Lru;
+use super::sink::SinkFuture;
 use super::*;
 use crate::events::{container_ref, node_ref, pod_ref};
 
@@ -62,7 +64,14 @@ fn make_event_is_gos_shape() {
         e.involved_object.field_path.as_deref(),
         Some("spec.containers{app}")
     );
-    let node = make_event(&source(), &node_ref("node-1"), EventType::Normal, "Starting", "", now);
+    let node = make_event(
+        &source(),
+        &node_ref("node-1"),
+        EventType::Normal,
+        "Starting",
+        "",
+        now,
+    );
     assert_eq!(node.metadata.namespace.as_deref(), Some("default"));
     assert!(node.metadata.name.unwrap().starts_with("node-1."));
 }
@@ -219,7 +228,10 @@ fn dedup_cache_forgets_least_recently_used() {
     });
     let objects: Vec<_> = ["a", "b", "c"].iter().map(|n| node_ref(n)).collect();
     for o in &objects {
-        assert!(matches!(c.correlate(ev(o, "R", "m", at(0)), at(0)), Decision::Create(_)));
+        assert!(matches!(
+            c.correlate(ev(o, "R", "m", at(0)), at(0)),
+            Decision::Create(_)
+        ));
     }
     // "a" was evicted by "c": created again; "c" is still known: patched.
     assert!(matches!(

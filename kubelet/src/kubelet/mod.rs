@@ -68,6 +68,8 @@ pub struct Kubelet {
     pub probes: Arc<crate::prober::Manager>,
     pub(crate) hooks: crate::lifecycle::HookRunner,
     pub(crate) killed: crate::status::killed::KillNotes,
+    /// Where the pods' events go (the API writer in a cluster, the log standalone).
+    pub(crate) events: Arc<dyn crate::events::EventRecorder>,
 }
 
 impl Kubelet {
@@ -109,6 +111,7 @@ impl Kubelet {
             probes: crate::prober::Manager::new(cri.clone()),
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
+            events: Arc::new(crate::events::LogRecorder),
             config,
             node,
             cri,
@@ -144,19 +147,28 @@ impl Kubelet {
     pub async fn ensure_image(&self, uid: &str, container: &Container) -> Result<String, Waiting> {
         // Only the pod's namespace and pull secrets, read under the lock: not a clone of its
         // whole state on every container start.
-        let pull = self
+        let (pull, object) = self
             .pods
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(uid)
-            .map(|s| crate::images::PullFor::pod(&s.pod))
-            .unwrap_or_else(|| crate::images::PullFor {
-                uid: uid.to_string(),
-                namespace: "default".into(),
-                pull_secrets: Vec::new(),
+            .map(|s| {
+                let object = crate::events::container_ref(&s.pod, &container.name);
+                (crate::images::PullFor::pod(&s.pod), object)
+            })
+            .unwrap_or_else(|| {
+                let pull = crate::images::PullFor {
+                    uid: uid.to_string(),
+                    namespace: "default".into(),
+                    pull_secrets: Vec::new(),
+                };
+                (pull, Default::default())
             });
         let known = |uid: &str| self.knows(uid);
-        self.images.ensure_image(&pull, container, &known).await
+        let events = (&*self.events, &object);
+        self.images
+            .ensure_image(&pull, container, &known, events)
+            .await
     }
 
     /// Whether pod `uid` is desired or still being killed.

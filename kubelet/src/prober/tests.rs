@@ -103,8 +103,8 @@ async fn readiness_follows_the_probe_and_updates_are_sent() {
         ..Default::default()
     };
     let p = pod(vec![c], vec![]);
-    manager.add_pod(&p);
-    manager.add_pod(&p);
+    manager.add_pod(&p, &log_events());
+    manager.add_pod(&p, &log_events());
     assert_eq!(manager.worker_count(), 1);
     // Before the first status, nothing is ready (there is a readiness worker).
     assert_eq!(manager.health("uid-1", "c", "a", true), (true, false));
@@ -158,7 +158,7 @@ async fn a_liveness_failure_is_sent_once_and_probing_holds() {
         liveness_probe: Some(probe()),
         ..Default::default()
     };
-    manager.add_pod(&pod(vec![c], vec![]));
+    manager.add_pod(&pod(vec![c], vec![]), &log_events());
     manager.set_status("uid-1", &status(vec![running("c", "a", true)]));
     until("liveness failure", || {
         manager.result(ProbeKind::Liveness, "a") == Some(ProbeResult::Failure)
@@ -201,7 +201,7 @@ async fn started_waits_for_the_startup_probe() {
         startup_probe: Some(probe()),
         ..Default::default()
     };
-    manager.add_pod(&pod(vec![c], vec![]));
+    manager.add_pod(&pod(vec![c], vec![]), &log_events());
     assert_eq!(manager.health("uid-1", "c", "a", true), (false, false));
     manager.set_status("uid-1", &status(vec![running("c", "a", false)]));
     until("started", || {
@@ -228,7 +228,7 @@ async fn workers_go_to_app_containers_and_sidecars_only() {
         ..Default::default()
     };
     let p = pod(vec![probed("app"), plain], vec![probed("init"), sidecar]);
-    manager.add_pod(&p);
+    manager.add_pod(&p, &log_events());
     assert_eq!(manager.worker_count(), 4);
     assert!(manager.has_worker("uid-1", "side", ProbeKind::Liveness));
     assert!(!manager.has_worker("uid-1", "init", ProbeKind::Liveness));
@@ -241,6 +241,10 @@ async fn workers_go_to_app_containers_and_sidecars_only() {
     // No UID, no workers.
     let mut anonymous = p.clone();
     anonymous.metadata.uid = None;
-    manager.add_pod(&anonymous);
+    manager.add_pod(&anonymous, &log_events());
     assert_eq!(manager.worker_count(), 0);
+}
+
+fn log_events() -> Arc<dyn crate::events::EventRecorder> {
+    Arc::new(crate::events::LogRecorder)
 }
