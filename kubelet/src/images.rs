@@ -299,6 +299,7 @@ impl PullErrors {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use ferrolet_proto::cri;
 
     #[test]
     fn pull_errors_remember_the_last_and_drop_gone_pods() {
@@ -311,6 +312,167 @@ mod tests {
         assert_eq!(errors.last("b/img:1").as_deref(), Some("other"));
         errors.forget("b/img:1");
         assert_eq!(errors.last("b/img:1"), None);
+    }
+
+    /// An image service that has `present` and pulls anything else (failing "bad/...").
+    struct FakeImages {
+        present: Mutex<Vec<String>>,
+    }
+
+    #[tonic::async_trait]
+    impl ferrolet_proto::cri::image_service_server::ImageService for FakeImages {
+        async fn list_images(
+            &self,
+            _: tonic::Request<cri::ListImagesRequest>,
+        ) -> Result<tonic::Response<cri::ListImagesResponse>, tonic::Status> {
+            Ok(tonic::Response::new(Default::default()))
+        }
+
+        async fn image_status(
+            &self,
+            req: tonic::Request<cri::ImageStatusRequest>,
+        ) -> Result<tonic::Response<cri::ImageStatusResponse>, tonic::Status> {
+            let name = req.into_inner().image.unwrap_or_default().image;
+            let present = self.present.lock().unwrap().contains(&name);
+            let image = present.then(|| cri::Image {
+                id: format!("sha256:{name}"),
+                ..Default::default()
+            });
+            Ok(tonic::Response::new(cri::ImageStatusResponse {
+                image,
+                ..Default::default()
+            }))
+        }
+
+        async fn pull_image(
+            &self,
+            req: tonic::Request<cri::PullImageRequest>,
+        ) -> Result<tonic::Response<cri::PullImageResponse>, tonic::Status> {
+            let name = req.into_inner().image.unwrap_or_default().image;
+            if name.starts_with("bad/") {
+                return Err(tonic::Status::not_found("no such image"));
+            }
+            self.present.lock().unwrap().push(name.clone());
+            Ok(tonic::Response::new(cri::PullImageResponse {
+                image_ref: format!("sha256:{name}"),
+            }))
+        }
+
+        async fn remove_image(
+            &self,
+            _: tonic::Request<cri::RemoveImageRequest>,
+        ) -> Result<tonic::Response<cri::RemoveImageResponse>, tonic::Status> {
+            Ok(tonic::Response::new(Default::default()))
+        }
+
+        async fn image_fs_info(
+            &self,
+            _: tonic::Request<cri::ImageFsInfoRequest>,
+        ) -> Result<tonic::Response<cri::ImageFsInfoResponse>, tonic::Status> {
+            Ok(tonic::Response::new(Default::default()))
+        }
+    }
+
+    #[tokio::test]
+    async fn pulls_record_gos_image_events() {
+        use crate::events::{EventType, MemoryRecorder};
+        use ferrolet_proto::cri::image_service_server::ImageServiceServer;
+        let dir = tempfile::tempdir().unwrap();
+        let endpoint = format!("unix://{}/cri.sock", dir.path().display());
+        let listener = ferrolet_proto::transport::bind(&endpoint, 0o600).unwrap();
+        let fake = FakeImages {
+            present: Mutex::new(vec!["here:1".into()]),
+        };
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(ImageServiceServer::new(fake))
+                .serve_with_incoming(ferrolet_proto::transport::incoming(listener, true)),
+        );
+        let cri = Cri::connect(&endpoint, "", std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
+        let credentials = Credentials::load(
+            dir.path(),
+            std::sync::Arc::new(crate::credentials::NoSecrets),
+        )
+        .await;
+        let manager = ImageManager::new(cri, credentials, true);
+        let events = MemoryRecorder::default();
+        let object = ObjectReference {
+            name: Some("web".into()),
+            field_path: Some("spec.containers{app}".into()),
+            ..Default::default()
+        };
+        let pull = PullFor {
+            uid: "u1".into(),
+            namespace: "default".into(),
+            pull_secrets: Vec::new(),
+        };
+        let container = |image: &str, policy: &str| Container {
+            name: "app".into(),
+            image: Some(image.into()),
+            image_pull_policy: Some(policy.into()),
+            ..Default::default()
+        };
+        let ensure = |c: Container| {
+            let (manager, pull, events, object) = (&manager, &pull, &events, &object);
+            async move {
+                manager
+                    .ensure_image(pull, &c, &|_| true, (events, object))
+                    .await
+            }
+        };
+        assert!(ensure(container("here:1", "IfNotPresent")).await.is_ok());
+        assert!(ensure(container("new:1", "Always")).await.is_ok());
+        assert!(ensure(container("bad/x:1", "Always")).await.is_err());
+        let waiting = ensure(container("bad/x:1", "Always")).await.unwrap_err();
+        assert_eq!(waiting.reason, "ImagePullBackOff");
+        let recorded = events.events.lock().unwrap().clone();
+        let got: Vec<_> = recorded
+            .iter()
+            .map(|(_, _, kind, reason, message)| (*kind, reason.as_str(), message.as_str()))
+            .collect();
+        assert_eq!(
+            got[0],
+            (
+                EventType::Normal,
+                "Pulled",
+                "Container image \"here:1\" already present on machine"
+            )
+        );
+        assert_eq!(
+            got[1],
+            (EventType::Normal, "Pulling", "Pulling image \"new:1\"")
+        );
+        assert_eq!((got[2].0, got[2].1), (EventType::Normal, "Pulled"));
+        assert!(
+            got[2]
+                .2
+                .starts_with("Successfully pulled image \"new:1\" in "),
+            "{}",
+            got[2].2
+        );
+        assert!(got[2].2.ends_with(" including waiting)"), "{}", got[2].2);
+        assert_eq!(
+            got[3],
+            (EventType::Normal, "Pulling", "Pulling image \"bad/x:1\"")
+        );
+        assert_eq!((got[4].0, got[4].1), (EventType::Warning, "Failed"));
+        assert!(
+            got[4].2.starts_with("Failed to pull image \"bad/x:1\": "),
+            "{}",
+            got[4].2
+        );
+        assert_eq!(
+            got[5],
+            (
+                EventType::Normal,
+                "BackOff",
+                "Back-off pulling image \"bad/x:1\""
+            )
+        );
+        assert_eq!(got.len(), 6);
+        assert!(recorded.iter().all(|e| e.1 == "spec.containers{app}"));
     }
 
     #[test]

@@ -158,12 +158,25 @@ async fn a_liveness_failure_is_sent_once_and_probing_holds() {
         liveness_probe: Some(probe()),
         ..Default::default()
     };
-    manager.add_pod(&pod(vec![c], vec![]), &log_events());
+    let events = Arc::new(crate::events::MemoryRecorder::default());
+    let recorder: Arc<dyn crate::events::EventRecorder> = events.clone();
+    manager.add_pod(&pod(vec![c], vec![]), &recorder);
     manager.set_status("uid-1", &status(vec![running("c", "a", true)]));
     until("liveness failure", || {
         manager.result(ProbeKind::Liveness, "a") == Some(ProbeResult::Failure)
     })
     .await;
+    // Go's Unhealthy event for every failed run, about the container.
+    {
+        let recorded = events.events.lock().unwrap();
+        assert!(!recorded.is_empty());
+        for (_, field, kind, reason, message) in recorded.iter() {
+            assert_eq!(field, "spec.containers{c}");
+            assert_eq!(*kind, crate::events::EventType::Warning);
+            assert_eq!(reason, "Unhealthy");
+            assert!(message.starts_with("Liveness probe failed: "), "{message}");
+        }
+    }
     let first = updates.recv().await.unwrap();
     assert_eq!(
         (first.kind, first.result),
