@@ -170,7 +170,8 @@ async fn write<S: EventSink>(
                 tokio::time::sleep(pause(retry.sleep, tries)).await;
             }
             Err(SinkError::NotFound) => {
-                // Only a patch reports NotFound (handled in write_once); nothing to retry.
+                // A create answered 404 (the namespace is gone): final, as in Go.
+                tracing::warn!(reason = ?event.reason, "server rejected event (will not retry): not found");
                 return;
             }
         }
