@@ -85,3 +85,76 @@ pub fn node_ref(node_name: &str) -> ObjectReference {
         ..Default::default()
     }
 }
+
+/// The Go kubelet's event reasons (`pkg/kubelet/events/event.go`) that the kubelet emits.
+pub mod reason {
+    /// A container was created.
+    pub const CREATED: &str = "Created";
+    /// A container was started.
+    pub const STARTED: &str = "Started";
+    /// Creating or starting a container, or pulling its image, failed.
+    pub const FAILED: &str = "Failed";
+    /// A container is being stopped.
+    pub const KILLING: &str = "Killing";
+    /// A crash-looping container, or an image pull, is backing off.
+    pub const BACK_OFF: &str = "BackOff";
+    /// Killing a pod failed.
+    pub const FAILED_KILL_POD: &str = "FailedKillPod";
+    /// An image pull starts.
+    pub const PULLING: &str = "Pulling";
+    /// An image was pulled, or was already there.
+    pub const PULLED: &str = "Pulled";
+    /// An image could not be inspected.
+    pub const INSPECT_FAILED: &str = "InspectFailed";
+    /// An image is missing and its pull policy is Never.
+    pub const ERR_IMAGE_NEVER_PULL: &str = "ErrImageNeverPull";
+    /// The pod's sandbox is replaced.
+    pub const SANDBOX_CHANGED: &str = "SandboxChanged";
+    /// The pod's sandbox could not be created.
+    pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// A probe failed.
+    pub const UNHEALTHY: &str = "Unhealthy";
+    /// A probe succeeded with a warning.
+    pub const PROBE_WARNING: &str = "ProbeWarning";
+    /// A postStart hook failed.
+    pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+    /// A preStop hook failed.
+    pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
+    /// The eviction manager evicted the pod.
+    pub const EVICTED: &str = "Evicted";
+}
+
+/// One event a [`MemoryRecorder`] kept: object name, field path, type, reason, message.
+#[cfg(test)]
+pub type Recorded = (String, String, EventType, String, String);
+
+/// A test double keeping what it was told.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct MemoryRecorder {
+    /// The events, in order.
+    pub events: std::sync::Mutex<Vec<Recorded>>,
+}
+
+#[cfg(test)]
+impl MemoryRecorder {
+    /// The reasons recorded, in order.
+    pub fn reasons(&self) -> Vec<String> {
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events.iter().map(|e| e.3.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+impl EventRecorder for MemoryRecorder {
+    fn record(&self, object: &ObjectReference, kind: EventType, reason: &str, message: &str) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        events.push((
+            object.name.clone().unwrap_or_default(),
+            object.field_path.clone().unwrap_or_default(),
+            kind,
+            reason.to_owned(),
+            message.to_owned(),
+        ));
+    }
+}

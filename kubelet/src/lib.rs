@@ -9,7 +9,8 @@
 //!   (read-only, healthz and secure HTTP APIs, `/stats/summary`, `/metrics`).
 //! - managers: `pod_actions` (what one sync does, pure), `pod_workers` (one task per pod),
 //!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
-//!   Summary API), `eviction`, `log_rotation`.
+//!   Summary API), `eviction`, `log_rotation`, `event_recorder` (events written to the API
+//!   server: correlation, spam filter, patches of repeats).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
 //! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
@@ -24,6 +25,7 @@ pub(crate) mod credentials;
 pub(crate) mod cri;
 pub(crate) mod cri_log;
 pub(crate) mod duration;
+pub(crate) mod event_recorder;
 pub(crate) mod events;
 pub(crate) mod eviction;
 pub(crate) mod gc;

@@ -17,6 +17,7 @@ use std::time::Instant;
 use ferrolet_proto::cri::ContainerState;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
+use crate::events::{EventType, container_ref, pod_ref, reason};
 use crate::kubelet::Kubelet;
 use crate::lifecycle::{self, HookTarget};
 use crate::pod_actions::{
@@ -71,7 +72,7 @@ impl Kubelet {
         let uid = uid_of(pod);
         let started = Instant::now();
         // Probes start with the pod (and are cheap to ask for again).
-        self.probes.add_pod(pod);
+        self.probes.add_pod(pod, &self.events);
         let mut waiting = BTreeMap::new();
         let result = self.sync_pod_once(pod, &uid, &mut waiting).await;
         if let Err(e) = &result {
@@ -121,7 +122,7 @@ impl Kubelet {
         };
         let sandbox_config = podspec::sandbox_config(pod, &self.node, actions.attempt)?;
         let (sandbox_id, pod_ips) = self
-            .ensure_sandbox(&actions, &runtime, &spec, &sandbox_config, waiting)
+            .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
             .await?;
         let target = SandboxTarget {
             id: &sandbox_id,
@@ -162,20 +163,37 @@ impl Kubelet {
     /// a new one after whatever ran in the old one is gone (at once: no hooks).
     async fn ensure_sandbox(
         &self,
+        pod: &Pod,
         actions: &RunActions,
         runtime: &RuntimePod,
-        spec: &PodSpec,
         sandbox_config: &ferrolet_proto::cri::PodSandboxConfig,
         waiting: &mut BTreeMap<String, Waiting>,
     ) -> Result<(String, Vec<String>), SyncError> {
-        let reason = match &actions.sandbox {
+        let why = match &actions.sandbox {
             SandboxAction::Keep { id, ips } => return Ok((id.clone(), ips.clone())),
-            SandboxAction::Create(reason) => reason,
+            SandboxAction::Create(why) => why,
         };
-        tracing::debug!(?reason, attempt = actions.attempt, "making a sandbox");
-        self.kill_runtime_pod(runtime, None, 0).await;
-        mark_all(spec, waiting, "ContainerCreating", "");
-        let id = self.cri.run_pod_sandbox(sandbox_config.clone()).await?;
+        tracing::debug!(reason = ?why, attempt = actions.attempt, "making a sandbox");
+        if !runtime.sandboxes.is_empty() {
+            let message = "Pod sandbox changed, it will be killed and re-created.";
+            self.pod_event(pod, EventType::Normal, reason::SANDBOX_CHANGED, message);
+        }
+        let _ = self.kill_runtime_pod(runtime, None, 0).await;
+        let spec = pod.spec.clone().unwrap_or_default();
+        mark_all(&spec, waiting, "ContainerCreating", "");
+        let id = match self.cri.run_pod_sandbox(sandbox_config.clone()).await {
+            Ok(id) => id,
+            Err(e) => {
+                let message = format!("Failed to create pod sandbox: {e}");
+                self.pod_event(
+                    pod,
+                    EventType::Warning,
+                    reason::FAILED_CREATE_POD_SANDBOX,
+                    &message,
+                );
+                return Err(e.into());
+            }
+        };
         let status = self.cri.pod_sandbox_status(&id).await?;
         let net = status.network.unwrap_or_default();
         let mut ips = vec![net.ip];
@@ -215,7 +233,7 @@ impl Kubelet {
                     grace: *grace,
                     note: Some(message.clone()),
                 };
-                self.kill_container(pod, kill).await;
+                let _ = self.kill_container(pod, kill).await;
             }
             ContainerAction::Remove { id, .. } => {
                 let _ = self.cri.remove_container(id).await;
@@ -235,6 +253,21 @@ impl Kubelet {
                     .await;
             }
             ContainerAction::Wait { waiting: w, .. } => {
+                if w.reason == "CrashLoopBackOff" {
+                    // Once per back-off sync, as Go's doBackOff; the correlator bounds them.
+                    let message = format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        c.name,
+                        lifecycle::format_pod(pod)
+                    );
+                    self.container_event(
+                        pod,
+                        &c.name,
+                        EventType::Warning,
+                        reason::BACK_OFF,
+                        &message,
+                    );
+                }
                 waiting.insert(c.name.clone(), w.clone());
             }
         }
@@ -249,9 +282,21 @@ impl Kubelet {
         restart_count: u32,
         waiting: &mut BTreeMap<String, Waiting>,
     ) {
+        let name = c.name.as_str();
+        let failed = |message: &str| {
+            let message = format!("Error: {message}");
+            self.container_event(pod, name, EventType::Warning, reason::FAILED, &message);
+        };
         let config = match self.container_config(pod, c, target, restart_count).await {
             Ok(config) => config,
             Err(w) => {
+                // Go's image errors print as their reason (`Error: ErrImagePull`), the rest
+                // as their message.
+                failed(if is_image_reason(&w.reason) {
+                    &w.reason
+                } else {
+                    &w.message
+                });
                 waiting.insert(c.name.clone(), w);
                 return;
             }
@@ -263,14 +308,20 @@ impl Kubelet {
         {
             Ok(id) => id,
             Err(e) => {
+                failed(&e.to_string());
                 waiting.insert(c.name.clone(), fail("CreateContainerError", e.to_string()));
                 return;
             }
         };
+        let message = format!("Created container {name}");
+        self.container_event(pod, name, EventType::Normal, reason::CREATED, &message);
         if let Err(e) = self.cri.start_container(&id).await {
+            failed(&e.to_string());
             waiting.insert(c.name.clone(), fail("RunContainerError", e.to_string()));
             return;
         }
+        let message = format!("Started container {name}");
+        self.container_event(pod, name, EventType::Normal, reason::STARTED, &message);
         tracing::info!(container = %c.name, id, restart_count, "container started");
         let pod_ip = target.pod_ips.first().map(String::as_str).unwrap_or("");
         if let Some(w) = self.post_start(pod, c, &id, pod_ip).await {
@@ -336,8 +387,16 @@ impl Kubelet {
             pod_ip,
         };
         let e = self.hooks.run(hook, target).await.err()?;
-        // An event-like line, as Go's FailedPostStartHook event.
+        // The hook's message stays in the log (it may hold secrets), as in Go.
         tracing::warn!(container = %c.name, id, reason = "FailedPostStartHook", "{e}");
+        let why = reason::FAILED_POST_START_HOOK;
+        self.container_event(
+            pod,
+            &c.name,
+            EventType::Warning,
+            why,
+            "PostStartHook failed",
+        );
         let kill = Kill {
             spec: Some(c),
             id,
@@ -345,18 +404,26 @@ impl Kubelet {
             grace: grace_period(pod),
             note: Some("FailedPostStartHook".into()),
         };
-        self.kill_container(pod, kill).await;
+        let _ = self.kill_container(pod, kill).await;
         Some(fail("PostStartHookError", e.message))
     }
 
     /// Kills one container instance as Go's `killContainer`: notes why (for its terminated
     /// state), runs its preStop hook within the grace period, then StopContainer with what is
     /// left of it (at least 2 s after a hook).
-    async fn kill_container(&self, pod: &Pod, kill: Kill<'_>) {
+    async fn kill_container(&self, pod: &Pod, kill: Kill<'_>) -> Result<(), String> {
         let name = kill.spec.map(|c| c.name.as_str()).unwrap_or_default();
         if let Some(note) = &kill.note {
             self.killed.record(&uid_of(pod), kill.id, note);
             tracing::info!(container = name, id = kill.id, "killing: {note}");
+        }
+        // A pod known only from the runtime (a sandbox being replaced) has no reference.
+        if !name.is_empty() && pod.metadata.uid.is_some() {
+            let message = match &kill.note {
+                Some(note) if !note.is_empty() => note.clone(),
+                _ => format!("Stopping container {name}"),
+            };
+            self.container_event(pod, name, EventType::Normal, reason::KILLING, &message);
         }
         let mut grace = kill.grace;
         let pre_stop = kill
@@ -372,12 +439,36 @@ impl Kubelet {
                 container_id: kill.id,
                 pod_ip: kill.pod_ip,
             };
-            let spent = self.hooks.pre_stop(hook, target, grace).await;
-            grace = lifecycle::remaining_grace(grace, spent);
+            let run = self.hooks.pre_stop(hook, target, grace).await;
+            if run.failed {
+                let why = reason::FAILED_PRE_STOP_HOOK;
+                self.container_event(pod, name, EventType::Warning, why, "PreStopHook failed");
+            }
+            grace = lifecycle::remaining_grace(grace, run.spent);
         }
         if let Err(e) = self.cri.stop_container(kill.id, grace).await {
             tracing::warn!(id = %kill.id, error = %e, "stopping container");
+            return Err(format!("KillContainer {name} ({}): {e}", kill.id));
         }
+        Ok(())
+    }
+
+    /// Records an event about `pod`.
+    fn pod_event(&self, pod: &Pod, kind: EventType, why: &str, message: &str) {
+        self.events.record(&pod_ref(pod), kind, why, message);
+    }
+
+    /// Records an event about one of `pod`'s containers.
+    fn container_event(
+        &self,
+        pod: &Pod,
+        container: &str,
+        kind: EventType,
+        why: &str,
+        message: &str,
+    ) {
+        self.events
+            .record(&container_ref(pod, container), kind, why, message);
     }
 
     /// A container's mounts, with what its /etc/hosts and subPathExpr need.
@@ -453,7 +544,13 @@ impl Kubelet {
 
     /// Stops every container (with the grace period, in parallel, each after its preStop
     /// hook when `pod` still has its spec) and every sandbox of a runtime pod.
-    async fn kill_runtime_pod(&self, runtime: &RuntimePod, pod: Option<&Pod>, grace: i64) {
+    /// What failed comes back, for Go's `FailedKillPod`.
+    async fn kill_runtime_pod(
+        &self,
+        runtime: &RuntimePod,
+        pod: Option<&Pod>,
+        grace: i64,
+    ) -> Vec<String> {
         let running: Vec<_> = runtime
             .containers
             .iter()
@@ -477,7 +574,7 @@ impl Kubelet {
             .filter(|ip| !ip.is_empty())
             .or_else(|| owner.status.as_ref().and_then(|s| s.pod_ip.as_deref()))
             .unwrap_or("");
-        futures::future::join_all(running.iter().map(|rc| {
+        let stops = futures::future::join_all(running.iter().map(|rc| {
             let kill = Kill {
                 spec: specs.iter().copied().find(|c| c.name == rc.name),
                 id: &rc.id,
@@ -488,11 +585,14 @@ impl Kubelet {
             self.kill_container(owner, kill)
         }))
         .await;
+        let mut errors: Vec<String> = stops.into_iter().filter_map(Result::err).collect();
         for sb in &runtime.sandboxes {
             if let Err(e) = self.cri.stop_pod_sandbox(&sb.id).await {
                 tracing::warn!(id = %sb.id, error = %e, "stopping sandbox");
+                errors.push(format!("KillPodSandbox {}: {e}", sb.id));
             }
         }
+        errors
     }
 
     /// KillPod for a pod gone from its source: containers get SIGTERM with the grace period,
@@ -513,7 +613,11 @@ impl Kubelet {
             pod.status = Some(s.status);
             pod
         });
-        self.kill_runtime_pod(&runtime, pod.as_ref(), grace).await;
+        let errors = self.kill_runtime_pod(&runtime, pod.as_ref(), grace).await;
+        if let (Some(pod), false) = (&pod, errors.is_empty()) {
+            let message = format!("error killing pod: {}", errors.join("; "));
+            self.pod_event(pod, EventType::Warning, reason::FAILED_KILL_POD, &message);
+        }
         // A pod deleted in the API reports how its containers ended before they are removed.
         if let Some(pod) = pod
             .as_ref()
@@ -632,6 +736,20 @@ fn mark_app_containers(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>) 
             .entry(c.name.clone())
             .or_insert_with(pod_actions::pod_initializing);
     }
+}
+
+/// The waiting reasons of Go's image errors, which its `Failed` event prints bare.
+fn is_image_reason(reason: &str) -> bool {
+    matches!(
+        reason,
+        "ErrImagePull"
+            | "ImagePullBackOff"
+            | "ErrImageNeverPull"
+            | "InvalidImageName"
+            | "ImageInspectError"
+            | "RegistryUnavailable"
+            | "SignatureValidationFailed"
+    )
 }
 
 fn fail(reason: &str, message: String) -> Waiting {

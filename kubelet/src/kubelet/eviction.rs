@@ -159,6 +159,13 @@ impl PodTerminator for Kubelet {
         Box::pin(async move {
             let uid = uid_of(pod);
             tracing::debug!(pod = %pod_name(pod), "stopping an evicted pod");
+            // Go records it before the kill, so the event is there even if the kill fails.
+            let object = crate::events::pod_ref(pod);
+            let (kind, reason) = (
+                crate::events::EventType::Warning,
+                crate::events::reason::EVICTED,
+            );
+            self.events.record(&object, kind, reason, message);
             self.stop_pod(&uid, grace_secs).await;
             let now = crate::status::now();
             self.update_state(&uid, |s| evicted_status(&mut s.status, message, &now));

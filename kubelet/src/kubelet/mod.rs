@@ -70,6 +70,8 @@ pub struct Kubelet {
     pub(crate) killed: crate::status::killed::KillNotes,
     /// Where statuses go besides `/pods` (the API's status manager in a cluster).
     pub(crate) status_sink: Arc<dyn crate::status::sink::StatusSink>,
+    /// Where the pods' events go (the API writer in a cluster, the log standalone).
+    pub(crate) events: Arc<dyn crate::events::EventRecorder>,
 }
 
 impl Kubelet {
@@ -112,6 +114,7 @@ impl Kubelet {
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
             status_sink: Arc::new(crate::status::sink::NoSink),
+            events: Arc::new(crate::events::LogRecorder),
             config,
             node,
             cri,
@@ -147,19 +150,28 @@ impl Kubelet {
     pub async fn ensure_image(&self, uid: &str, container: &Container) -> Result<String, Waiting> {
         // Only the pod's namespace and pull secrets, read under the lock: not a clone of its
         // whole state on every container start.
-        let pull = self
+        let (pull, object) = self
             .pods
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(uid)
-            .map(|s| crate::images::PullFor::pod(&s.pod))
-            .unwrap_or_else(|| crate::images::PullFor {
-                uid: uid.to_string(),
-                namespace: "default".into(),
-                pull_secrets: Vec::new(),
+            .map(|s| {
+                let object = crate::events::container_ref(&s.pod, &container.name);
+                (crate::images::PullFor::pod(&s.pod), object)
+            })
+            .unwrap_or_else(|| {
+                let pull = crate::images::PullFor {
+                    uid: uid.to_string(),
+                    namespace: "default".into(),
+                    pull_secrets: Vec::new(),
+                };
+                (pull, Default::default())
             });
         let known = |uid: &str| self.knows(uid);
-        self.images.ensure_image(&pull, container, &known).await
+        let events = (&*self.events, &object);
+        self.images
+            .ensure_image(&pull, container, &known, events)
+            .await
     }
 
     /// Whether pod `uid` is desired or still being killed.

@@ -196,27 +196,43 @@ impl HookRunner {
     }
 
     /// Runs a preStop hook for at most `grace` seconds (it is left behind when it takes
-    /// longer, as Go leaves it); the whole seconds it took, for [`remaining_grace`].
+    /// longer, as Go leaves it); how long it took (for [`remaining_grace`]) and whether it failed.
     pub async fn pre_stop(
         &self,
         handler: &LifecycleHandler,
         target: HookTarget<'_>,
         grace: i64,
-    ) -> i64 {
+    ) -> PreStopRun {
         let started = Instant::now();
+        let mut failed = false;
         let limit = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
         let pod = crate::types::pod_name(target.pod);
         let container = target.container.name.as_str();
         match tokio::time::timeout(limit, self.run(handler, target)).await {
             Ok(Ok(())) => tracing::debug!(%pod, container, "preStop hook completed"),
             // Go keeps the message out of the event (it may hold secrets): the log has it.
-            Ok(Err(e)) => tracing::warn!(%pod, container, reason = "FailedPreStopHook", "{e}"),
+            Ok(Err(e)) => {
+                failed = true;
+                tracing::warn!(%pod, container, reason = "FailedPreStopHook", "{e}")
+            }
             Err(_) => {
                 tracing::info!(%pod, container, grace, "preStop hook not completed in grace period")
             }
         }
-        i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX)
+        PreStopRun {
+            spent: i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX),
+            failed,
+        }
     }
+}
+
+/// How a preStop hook went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreStopRun {
+    /// Whole seconds it took.
+    pub spent: i64,
+    /// It failed (not: ran out of time), for Go's `FailedPreStopHook` event.
+    pub failed: bool,
 }
 
 /// The grace StopContainer gets after a preStop hook took `spent` of `grace` seconds: the

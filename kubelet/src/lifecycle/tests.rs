@@ -207,14 +207,27 @@ async fn pre_stop_hooks_are_cut_at_the_grace_period() {
         sleep: Some(SleepAction { seconds: 30 }),
         ..Default::default()
     };
-    let spent = hooks.pre_stop(&long, target(&p, &c, ""), 1).await;
-    assert_eq!(spent, 1);
+    let run = hooks.pre_stop(&long, target(&p, &c, ""), 1).await;
+    assert_eq!(
+        run,
+        PreStopRun {
+            spent: 1,
+            failed: false
+        }
+    );
+    let spent = run.spent;
     assert_eq!(remaining_grace(1, spent), MIN_GRACE_AFTER_HOOK);
     let (failing, _) = runner(|| exit(3, "", ""));
-    let spent = failing
+    let run = failing
         .pre_stop(&exec_hook(&["false"]), target(&p, &c, ""), 30)
         .await;
-    assert_eq!(spent, 0);
+    assert_eq!(
+        run,
+        PreStopRun {
+            spent: 0,
+            failed: true
+        }
+    );
 }
 
 #[test]

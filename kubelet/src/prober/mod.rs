@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::{Container, PodStatus, Probe};
 use tokio::sync::{mpsc, watch};
 
 use crate::cri::Cri;
+use crate::events::EventRecorder;
 use crate::types::Pod;
 use check::{Checker, Probes};
 use results::Results;
@@ -197,8 +198,8 @@ impl Manager {
     }
 
     /// Starts the workers the pod's probes need and does not have yet (Go's `AddPod`;
-    /// calling it on every sync is cheap).
-    pub fn add_pod(self: &Arc<Self>, pod: &Pod) {
+    /// calling it on every sync is cheap); new workers record their events to `events`.
+    pub fn add_pod(self: &Arc<Self>, pod: &Pod, events: &Arc<dyn EventRecorder>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if uid.is_empty() {
             return;
@@ -238,6 +239,7 @@ impl Manager {
                     probe: probe.clone(),
                     stop: stop_rx,
                     http: None,
+                    events: events.clone(),
                 };
                 self.runtime.spawn(worker.run());
             }

@@ -103,8 +103,8 @@ async fn readiness_follows_the_probe_and_updates_are_sent() {
         ..Default::default()
     };
     let p = pod(vec![c], vec![]);
-    manager.add_pod(&p);
-    manager.add_pod(&p);
+    manager.add_pod(&p, &log_events());
+    manager.add_pod(&p, &log_events());
     assert_eq!(manager.worker_count(), 1);
     // Before the first status, nothing is ready (there is a readiness worker).
     assert_eq!(manager.health("uid-1", "c", "a", true), (true, false));
@@ -158,12 +158,25 @@ async fn a_liveness_failure_is_sent_once_and_probing_holds() {
         liveness_probe: Some(probe()),
         ..Default::default()
     };
-    manager.add_pod(&pod(vec![c], vec![]));
+    let events = Arc::new(crate::events::MemoryRecorder::default());
+    let recorder: Arc<dyn crate::events::EventRecorder> = events.clone();
+    manager.add_pod(&pod(vec![c], vec![]), &recorder);
     manager.set_status("uid-1", &status(vec![running("c", "a", true)]));
     until("liveness failure", || {
         manager.result(ProbeKind::Liveness, "a") == Some(ProbeResult::Failure)
     })
     .await;
+    // Go's Unhealthy event for every failed run, about the container.
+    {
+        let recorded = events.events.lock().unwrap();
+        assert!(!recorded.is_empty());
+        for (_, field, kind, reason, message) in recorded.iter() {
+            assert_eq!(field, "spec.containers{c}");
+            assert_eq!(*kind, crate::events::EventType::Warning);
+            assert_eq!(reason, "Unhealthy");
+            assert!(message.starts_with("Liveness probe failed: "), "{message}");
+        }
+    }
     let first = updates.recv().await.unwrap();
     assert_eq!(
         (first.kind, first.result),
@@ -201,7 +214,7 @@ async fn started_waits_for_the_startup_probe() {
         startup_probe: Some(probe()),
         ..Default::default()
     };
-    manager.add_pod(&pod(vec![c], vec![]));
+    manager.add_pod(&pod(vec![c], vec![]), &log_events());
     assert_eq!(manager.health("uid-1", "c", "a", true), (false, false));
     manager.set_status("uid-1", &status(vec![running("c", "a", false)]));
     until("started", || {
@@ -228,7 +241,7 @@ async fn workers_go_to_app_containers_and_sidecars_only() {
         ..Default::default()
     };
     let p = pod(vec![probed("app"), plain], vec![probed("init"), sidecar]);
-    manager.add_pod(&p);
+    manager.add_pod(&p, &log_events());
     assert_eq!(manager.worker_count(), 4);
     assert!(manager.has_worker("uid-1", "side", ProbeKind::Liveness));
     assert!(!manager.has_worker("uid-1", "init", ProbeKind::Liveness));
@@ -241,6 +254,10 @@ async fn workers_go_to_app_containers_and_sidecars_only() {
     // No UID, no workers.
     let mut anonymous = p.clone();
     anonymous.metadata.uid = None;
-    manager.add_pod(&anonymous);
+    manager.add_pod(&anonymous, &log_events());
     assert_eq!(manager.worker_count(), 0);
+}
+
+fn log_events() -> Arc<dyn crate::events::EventRecorder> {
+    Arc::new(crate::events::LogRecorder)
 }

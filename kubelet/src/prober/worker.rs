@@ -21,6 +21,7 @@ use super::check::{Target, check_with_retries};
 use super::http::HttpGet;
 use super::results::{ProbeResult, Results};
 use super::{Manager, ProbeKind, WorkerKey};
+use crate::events::{EventRecorder, EventType, container_ref, reason};
 use crate::types::Pod;
 
 /// A probe's timing settings, API defaults filled in.
@@ -258,6 +259,8 @@ pub(crate) struct Worker {
     /// run until the pod IP changes, so it is built once (parsing URLs and headers at every
     /// run showed in profiles at hundreds of probes a second).
     pub(crate) http: Option<(String, HttpGet)>,
+    /// Where `Unhealthy` and `ProbeWarning` go.
+    pub(crate) events: Arc<dyn EventRecorder>,
 }
 
 impl Worker {
@@ -293,6 +296,11 @@ impl Worker {
             }
         }
         self.finish();
+    }
+
+    fn event(&self, kind: EventType, why: &str, message: &str) {
+        let object = container_ref(&self.pod, &self.container.name);
+        self.events.record(&object, kind, why, message);
     }
 
     fn finish(&self) {
@@ -346,8 +354,11 @@ impl Worker {
             match check_with_retries(self.manager.checker.as_ref(), &self.probe, target).await {
                 Ok(found) => found,
                 Err(e) => {
-                    // As Go: a probe that could not run says nothing about the container.
+                    // As Go: a probe that could not run says nothing about the container
+                    // (but the event tells).
                     tracing::debug!(probe = kind, container, error = %e, "probe errored");
+                    let message = format!("{kind} probe errored: {e}");
+                    self.event(EventType::Warning, reason::UNHEALTHY, &message);
                     return true;
                 }
             };
@@ -355,10 +366,15 @@ impl Worker {
             super::check::Outcome::Success => ProbeResult::Success,
             super::check::Outcome::Warning => {
                 tracing::debug!(probe = kind, container, "{kind} probe warning: {output}");
+                let message = format!("{kind} probe warning: {output}");
+                self.event(EventType::Warning, reason::PROBE_WARNING, &message);
                 ProbeResult::Success
             }
             super::check::Outcome::Failure => {
                 tracing::debug!(probe = kind, container, "{kind} probe failed: {output}");
+                // As Go: every failed run, not only the one crossing the threshold.
+                let message = format!("{kind} probe failed: {output}");
+                self.event(EventType::Warning, reason::UNHEALTHY, &message);
                 ProbeResult::Failure
             }
         };
