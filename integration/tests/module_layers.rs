@@ -60,6 +60,7 @@ const KUBELET: Rule = Rule {
                 "gc",
                 "log_rotation",
                 "pod_workers",
+                "node_status",
             ],
         ),
         (

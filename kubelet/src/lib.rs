@@ -9,7 +9,8 @@
 //!   (read-only, healthz and secure HTTP APIs, `/stats/summary`, `/metrics`).
 //! - managers: `pod_actions` (what one sync does, pure), `pod_workers` (one task per pod),
 //!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
-//!   Summary API), `eviction`, `log_rotation`.
+//!   Summary API), `eviction`, `log_rotation`, `node_status` (registration, the Node's status,
+//!   the node Lease).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
 //! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
@@ -37,6 +38,7 @@ pub(crate) mod logging;
 pub(crate) mod manifest;
 pub(crate) mod metrics;
 pub(crate) mod node;
+pub(crate) mod node_status;
 pub(crate) mod pleg;
 pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;
