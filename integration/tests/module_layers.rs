@@ -61,6 +61,7 @@ const KUBELET: Rule = Rule {
                 "log_rotation",
                 "pod_workers",
                 "event_recorder",
+                "node_status",
             ],
         ),
         (

@@ -11,6 +11,8 @@
 //!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
 //!   Summary API), `eviction`, `log_rotation`, `event_recorder` (events written to the API
 //!   server: correlation, spam filter, patches of repeats).
+//!   Summary API), `eviction`, `log_rotation`, `node_status` (registration, the Node's status,
+//!   the node Lease).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
 //! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
@@ -39,6 +41,7 @@ pub(crate) mod logging;
 pub(crate) mod manifest;
 pub(crate) mod metrics;
 pub(crate) mod node;
+pub(crate) mod node_status;
 pub(crate) mod pleg;
 pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;
