@@ -60,6 +60,9 @@ const KUBELET: Rule = Rule {
                 "gc",
                 "log_rotation",
                 "pod_workers",
+                "admission",
+                "status_manager",
+                "mirror_pods",
             ],
         ),
         (
