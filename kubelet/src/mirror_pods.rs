@@ -280,7 +280,8 @@ mod tests {
         let mut terminating_orphan = mirror("old", "h9", "m9");
         terminating_orphan.metadata.deletion_timestamp =
             terminating.metadata.deletion_timestamp.clone();
-        let cases: Vec<(&str, Vec<Pod>, Vec<Pod>, Vec<&str>)> = vec![
+        type Case = (&'static str, Vec<Pod>, Vec<Pod>, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
             (
                 "missing",
                 vec![static_pod("etcd", "h1")],

@@ -106,6 +106,15 @@ fn no_execute(key: &str) -> Taint {
 }
 
 /// (case, pod, node, admitted, expected reason or None, expected message).
+type Case = (
+    &'static str,
+    Pod,
+    NodeInfo,
+    Vec<Pod>,
+    Option<&'static str>,
+    &'static str,
+);
+
 #[test]
 fn admission_as_go_s() {
     let busy = pod("api", &[("cpu", "100m"), ("memory", "100Mi")]);
@@ -125,7 +134,7 @@ fn admission_as_go_s() {
         ],
         ..node()
     };
-    let cases: Vec<(&str, Pod, NodeInfo, Vec<Pod>, Option<&str>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "fits",
             pod("api", &[("cpu", "1")]),

@@ -177,10 +177,10 @@ async fn run(api: ApiHandle, node_name: String, tx: Sender<PodUpdate>, mirrors: 
             match item {
                 Ok(event) => {
                     retry = RETRY_MIN;
-                    if let Some(update) = mapper.map(event) {
-                        if tx.send(update).await.is_err() {
-                            return;
-                        }
+                    if let Some(update) = mapper.map(event)
+                        && tx.send(update).await.is_err()
+                    {
+                        return;
                     }
                 }
                 // The API server's own watch errors (410 Gone among them): the watcher

@@ -66,7 +66,7 @@ pub struct StatusManager(Arc<Inner>);
 /// What one sync of a pod came to.
 enum Outcome {
     /// Written, or nothing to write.
-    Synced(PodStatus),
+    Synced(Box<PodStatus>),
     /// Gone from the API (or replaced by another pod of that name), or deleted by us.
     Forget,
     /// Nothing can be done yet (a static pod without its mirror).
@@ -194,7 +194,7 @@ impl StatusManager {
             e.recheck = false;
             match result {
                 Ok(Outcome::Synced(sent)) => {
-                    e.sent = Some(sent);
+                    e.sent = Some(*sent);
                     e.retry = None;
                 }
                 Ok(Outcome::Wait) => {}
@@ -262,7 +262,7 @@ impl StatusManager {
             tracing::info!(pod = %pod_name(pod), "pod fully terminated and removed from the API");
             return Ok(Outcome::Forget);
         }
-        Ok(Outcome::Synced(entry.status.clone()))
+        Ok(Outcome::Synced(Box::new(entry.status.clone())))
     }
 }
 
