@@ -48,7 +48,8 @@ struct Entry {
 impl Entry {
     fn due(&self, now: Instant) -> bool {
         let waiting = self.retry.is_some_and(|(at, _)| at > now);
-        !waiting && (self.recheck || self.terminated || self.sent.as_ref() != Some(&self.status))
+        let deletable = self.terminated && self.pod.metadata.deletion_timestamp.is_some();
+        !waiting && (self.recheck || deletable || self.sent.as_ref() != Some(&self.status))
     }
 }
 
@@ -165,14 +166,31 @@ impl StatusManager {
                 .min();
             tokio::select! {
                 _ = self.0.wake.notified() => {}
-                _ = resync.tick() => {
-                    for e in self.entries().values_mut() {
-                        e.recheck = true;
-                    }
-                }
+                _ = resync.tick() => self.mark_drifted(),
                 _ = sleep_until(next_retry) => {}
             }
             self.sync_due().await;
+        }
+    }
+
+    /// The periodic check (Go's `syncBatch` → `needsReconcile`): pods whose status as the
+    /// watch last showed it (the pod's own, a static pod's mirror's) is not what the manager
+    /// holds are re-checked against the API.
+    fn mark_drifted(&self) {
+        let mut entries = self.entries();
+        for e in entries.values_mut() {
+            let seen = if is_static(&e.pod) {
+                let name = pod_name(&e.pod);
+                self.0.mirrors.get(&name).and_then(|m| m.status)
+            } else {
+                e.pod.status.clone()
+            };
+            let Some(mut seen) = seen else {
+                e.recheck = true;
+                continue;
+            };
+            rules::normalize(&mut seen);
+            e.recheck = rules::merge_with_api(Some(&seen), e.status.clone()) != seen;
         }
     }
 
@@ -217,7 +235,7 @@ impl StatusManager {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let is_static = is_static(pod);
         let uid = if is_static {
-            let Some(mirror) = self.0.mirrors.get(&format!("{namespace}/{name}")) else {
+            let Some(mirror) = self.0.mirrors.get(&pod_name(pod)) else {
                 tracing::debug!(pod = %pod_name(pod), "static pod without a mirror pod; status not written");
                 return Ok(Outcome::Wait);
             };

@@ -132,11 +132,48 @@ pub fn normalize(status: &mut PodStatus) {
     }
 }
 
-/// The kubelet's status merged into what the API has: conditions the kubelet does not own
-/// (set by others, e.g. readiness gates' or `DisruptionTarget`) are kept, and a terminal phase
-/// in the API is never undone.
+/// The status fields the kubelet writes; the others (`nominatedNodeName`, `resize`,
+/// `resourceClaimStatuses`, ...) belong to other writers and are left as the API has them.
+pub const KUBELET_FIELDS: [&str; 13] = [
+    "phase",
+    "reason",
+    "message",
+    "conditions",
+    "hostIP",
+    "hostIPs",
+    "podIP",
+    "podIPs",
+    "startTime",
+    "qosClass",
+    "containerStatuses",
+    "initContainerStatuses",
+    "ephemeralContainerStatuses",
+];
+
+/// `status` as a JSON object.
+fn object(status: &PodStatus) -> Map<String, Value> {
+    match serde_json::to_value(status) {
+        Ok(Value::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+/// The kubelet's status merged into what the API has: fields and conditions the kubelet does
+/// not own (set by others, e.g. readiness gates' or `DisruptionTarget`) are kept, and a
+/// terminal phase in the API is never undone.
 pub fn merge_with_api(api: Option<&PodStatus>, mut ours: PodStatus) -> PodStatus {
     let Some(api) = api else { return ours };
+    let foreign: Map<String, Value> = object(api)
+        .into_iter()
+        .filter(|(k, _)| !KUBELET_FIELDS.contains(&k.as_str()))
+        .collect();
+    if !foreign.is_empty() {
+        let mut merged = object(&ours);
+        merged.extend(foreign);
+        if let Ok(s) = serde_json::from_value(Value::Object(merged)) {
+            ours = s;
+        }
+    }
     let owned = crate::status::conditions::KUBELET_CONDITIONS;
     let mine: Vec<String> = ours
         .conditions
@@ -162,15 +199,15 @@ pub fn merge_with_api(api: Option<&PodStatus>, mut ours: PodStatus) -> PodStatus
 }
 
 /// The merge patch of `pods/<name>/status` from `api` to `ours`, with the UID precondition in
-/// the body as the Go kubelet sends it: every field of `ours`, lists whole, and `null` for the
-/// fields only the API has.
+/// the body as the Go kubelet sends it: the kubelet's fields of `ours`, lists whole, and `null`
+/// for those of its fields only the API has.
 pub fn patch_body(uid: &str, api: Option<&PodStatus>, ours: &PodStatus) -> Value {
-    let mut status = match serde_json::to_value(ours) {
-        Ok(Value::Object(m)) => m,
-        _ => Map::new(),
-    };
-    if let Some(Ok(Value::Object(old))) = api.map(serde_json::to_value) {
-        for k in old.keys() {
+    let mut status: Map<String, Value> = object(ours)
+        .into_iter()
+        .filter(|(k, _)| KUBELET_FIELDS.contains(&k.as_str()))
+        .collect();
+    for k in api.map(object).unwrap_or_default().keys() {
+        if KUBELET_FIELDS.contains(&k.as_str()) {
             status.entry(k.clone()).or_insert(Value::Null);
         }
     }

@@ -178,7 +178,9 @@ fn api_conditions_and_terminal_phase_survive_the_merge() {
 fn patch_has_the_uid_and_clears_what_only_the_api_has() {
     let mut api = phase("Pending");
     api.message = Some("old".into());
-    let ours = phase("Running");
+    api.nominated_node_name = Some("n1".into());
+    let ours = merge_with_api(Some(&api), phase("Running"));
+    assert_eq!(ours.nominated_node_name.as_deref(), Some("n1"));
     let body = patch_body("u1", Some(&api), &ours);
     assert_eq!(
         body,
