@@ -62,6 +62,9 @@ const KUBELET: Rule = Rule {
                 "pod_workers",
                 "event_recorder",
                 "node_status",
+                "admission",
+                "status_manager",
+                "mirror_pods",
             ],
         ),
         (

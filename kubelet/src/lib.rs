@@ -13,13 +13,17 @@
 //!   server: correlation, spam filter, patches of repeats).
 //!   Summary API), `eviction`, `log_rotation`, `node_status` (registration, the Node's status,
 //!   the node Lease).
+//!   Summary API), `eviction`, `log_rotation`, `admission` (does a pod fit the node, pure),
+//!   `status_manager` (pod statuses written to the API, pods deleted when done), `mirror_pods`
+//!   (static pods' mirrors in the API).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
-//! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
+//! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
 //!   (the event recorder seam).
 
+pub(crate) mod admission;
 pub mod app;
 pub(crate) mod backoff;
 pub(crate) mod config;
@@ -40,6 +44,7 @@ pub(crate) mod log_rotation;
 pub(crate) mod logging;
 pub(crate) mod manifest;
 pub(crate) mod metrics;
+pub(crate) mod mirror_pods;
 pub(crate) mod node;
 pub(crate) mod node_status;
 pub(crate) mod pleg;
@@ -51,6 +56,7 @@ pub(crate) mod server;
 pub(crate) mod source;
 pub(crate) mod stats;
 pub(crate) mod status;
+pub(crate) mod status_manager;
 pub(crate) mod sync_pod;
 pub(crate) mod types;
 pub(crate) mod view;

@@ -376,6 +376,79 @@ mod tests {
     }
 
     #[test]
+    fn api_updates_as_go_s_check_and_update_pod() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let base = || pod("a", "1", "x:1");
+        let deleting = || {
+            let mut p = base();
+            p.metadata.deletion_timestamp = Some(Time("2024-01-01T00:00:00Z".parse().unwrap()));
+            p.metadata.deletion_grace_period_seconds = Some(30);
+            p
+        };
+        let cases: Vec<(&str, Pod, Option<PodOp>)> = vec![
+            ("same pod", base(), None),
+            (
+                "only the resourceVersion and managed fields",
+                {
+                    let mut p = base();
+                    p.metadata.resource_version = Some("99".into());
+                    p.metadata.generation = Some(2);
+                    p
+                },
+                None,
+            ),
+            (
+                "only the status (our own write)",
+                {
+                    let mut p = base();
+                    p.status = Some(PodStatus {
+                        phase: Some("Running".into()),
+                        ..Default::default()
+                    });
+                    p
+                },
+                Some(PodOp::Reconcile),
+            ),
+            ("deletionTimestamp set", deleting(), Some(PodOp::Update)),
+            (
+                "an annotation",
+                {
+                    let mut p = base();
+                    p.metadata.annotations = Some([("k".to_string(), "v".to_string())].into());
+                    p
+                },
+                Some(PodOp::Update),
+            ),
+            ("the spec", pod("a", "1", "x:2"), Some(PodOp::Update)),
+        ];
+        for (what, new, want) in cases {
+            let mut c = PodConfig::new();
+            c.apply(set("api", vec![base()]));
+            let out = c.apply(PodUpdate {
+                op: PodOp::Update,
+                pods: vec![new],
+                source: "api".into(),
+            });
+            assert_eq!(out.iter().map(|u| u.op).next(), want, "{what}");
+        }
+        // A shorter grace period on a pod already being deleted is an update too.
+        let mut c = PodConfig::new();
+        c.apply(set("api", vec![deleting()]));
+        let mut shorter = deleting();
+        shorter.metadata.deletion_grace_period_seconds = Some(0);
+        let out = c.apply(PodUpdate {
+            op: PodOp::Update,
+            pods: vec![shorter],
+            source: "api".into(),
+        });
+        assert_eq!(summary(&out), [(PodOp::Update, s(&["1"]))]);
+        assert_eq!(
+            out[0].pods[0].metadata.deletion_grace_period_seconds,
+            Some(0)
+        );
+    }
+
+    #[test]
     fn unusable_pods_are_dropped() {
         let mut c = PodConfig::new();
         let no_uid = pod("a", "", "x:1");

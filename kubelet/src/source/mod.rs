@@ -2,9 +2,12 @@
 //! (polled), each sending its full set of valid static pods as a Reconcile, and their merge
 //! into one stream of Add/Update/Remove/Reconcile.
 //!
+//! [`api`]: the API server's pods for this node (API-server mode), mirror pods kept apart.
+//!
 //! A manifest that cannot be read, parsed or validated is reported (a warning in the log,
 //! and in the source's [`Problems`]) and skipped; the other pods still go out.
 
+pub mod api;
 mod file;
 mod merge;
 mod url;
@@ -13,6 +16,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+#[allow(unused_imports)] // TEMP: until app wiring of API-server mode lands
+pub use api::{API_SOURCE, MirrorTable, spawn_api_source};
 pub use file::spawn_file_source;
 pub use merge::PodConfig;
 pub use url::spawn_url_source;
