@@ -10,7 +10,8 @@
 //! - managers: `pod_actions` (what one sync does, pure), `pod_workers` (one task per pod),
 //!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
 //!   Summary API), `eviction`, `log_rotation`.
-//! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
+//! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache),
+//!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation).
 //! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
@@ -19,6 +20,7 @@
 
 pub mod app;
 pub(crate) mod backoff;
+pub(crate) mod certificate;
 pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod cri;

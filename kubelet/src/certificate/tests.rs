@@ -1,0 +1,1 @@
+//! Tests of the certificate module's pure parts.
