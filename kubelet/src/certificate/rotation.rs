@@ -47,7 +47,7 @@ impl Drop for RotationTask {
 /// `fraction` of its lifetime.
 pub fn rotation_deadline(not_before: i64, not_after: i64, fraction: f64) -> i64 {
     let total = not_after.saturating_sub(not_before).max(0) as f64;
-    not_before.saturating_add((total * fraction) as i64)
+    not_before.saturating_add((total * fraction).round() as i64)
 }
 
 /// Go's `jitteryDuration`: 70 % plus up to 20 % more, for `random` in [0, 1).
