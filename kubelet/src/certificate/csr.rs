@@ -283,33 +283,32 @@ pub async fn create(
 ) -> Result<(String, Option<String>), CertificateError> {
     let csr = object(template, request, name);
     let what = name.unwrap_or("csr-…");
-    match api.create(&PostParams::default(), &csr).await {
-        Ok(created) => Ok((
+    match (api.create(&PostParams::default(), &csr).await, name) {
+        (Ok(created), _) => Ok((
             created.metadata.name.unwrap_or_else(|| what.into()),
             created.metadata.uid,
         )),
-        Err(kube::Error::Api(status)) if status.code == 409 && name.is_some() => {
-            let name = name.unwrap_or_default();
+        (Err(kube::Error::Api(status)), Some(fixed)) if status.code == 409 => {
             tracing::info!(
-                csr = name,
+                csr = fixed,
                 "the CSR for this node exists already, reusing it"
             );
             let existing = api
-                .get(name)
+                .get(fixed)
                 .await
                 .map_err(|source| CertificateError::Api {
-                    what: format!("getting certificate signing request {name}"),
+                    what: format!("getting certificate signing request {fixed}"),
                     source,
                 })?;
             compatible(&existing, &csr, &request.public_key_der).map_err(|reason| {
                 CertificateError::content(
-                    format!("existing certificate signing request {name}"),
+                    format!("existing certificate signing request {fixed}"),
                     format!("not compatible: {reason}"),
                 )
             })?;
-            Ok((name.to_string(), existing.metadata.uid))
+            Ok((fixed.to_string(), existing.metadata.uid))
         }
-        Err(source) => Err(CertificateError::Api {
+        (Err(source), _) => Err(CertificateError::Api {
             what: format!(
                 "creating certificate signing request {what} (signer {})",
                 template.signer_name

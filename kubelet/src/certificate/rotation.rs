@@ -192,13 +192,11 @@ impl Rotator {
     ) -> Result<kube::Client, CertificateError> {
         match &self.target {
             Target::Client {
-                handle,
                 bootstrap: Some(bootstrap),
                 ..
             } if current.is_none_or(|c| c.not_after <= pem::unix_now()) => {
                 tracing::info!(bootstrap = %bootstrap.display(), "the client certificate has expired, asking with the bootstrap kubeconfig");
                 let config = kubeconfig::load(bootstrap).await?;
-                let _ = handle;
                 kubeconfig::client(config, bootstrap)
             }
             Target::Client { handle, .. } | Target::Serving { handle, .. } => Ok(handle.client()),

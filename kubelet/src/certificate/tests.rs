@@ -555,3 +555,149 @@ fn reloading_cert_swaps_what_it_presents() {
     // A key that is not the certificate's is refused.
     assert!(pem::certified_key(format!("{c1}{k2}").as_bytes()).is_err());
 }
+
+/// A kube client on a stub API server: creating a CSR answers it named `csr-x1` (or
+/// conflicts, with `conflict`), and listing or getting it shows `status`.
+fn stub_client(status: CertificateSigningRequestStatus, conflict: bool) -> kube::Client {
+    use http_body_util::{BodyExt, Full};
+    let svc = tower::service_fn(move |req: hyper::Request<kube::client::Body>| {
+        let status = status.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            let path = parts.uri.path().to_string();
+            let base = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+            let (code, json) = if parts.method == hyper::Method::POST && path == base {
+                let mut csr: CertificateSigningRequest = serde_json::from_slice(&body).unwrap();
+                if conflict {
+                    let name = csr.metadata.name.clone().unwrap();
+                    (
+                        409,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "AlreadyExists", "code": 409,
+                            "message": format!("certificatesigningrequests {name} already exists")}),
+                    )
+                } else {
+                    assert_eq!(csr.metadata.generate_name.as_deref(), Some("csr-"));
+                    csr.metadata.name = Some("csr-x1".into());
+                    csr.metadata.uid = Some("u1".into());
+                    csr.metadata.resource_version = Some("1".into());
+                    (201, serde_json::to_value(&csr).unwrap())
+                }
+            } else if parts.method == hyper::Method::GET && path == base {
+                let query = parts.uri.query().unwrap_or_default().to_string();
+                if query.contains("watch=true") {
+                    // Nothing more happens: the watch never answers.
+                    std::future::pending::<()>().await;
+                    unreachable!()
+                } else {
+                    assert!(query.contains("fieldSelector=metadata.name"), "{query}");
+                    let csr = serde_json::json!({
+                        "metadata": {"name": "csr-x1", "uid": "u1", "resourceVersion": "2"},
+                        "spec": {"request": "", "signerName": csr::CLIENT_SIGNER},
+                        "status": status,
+                    });
+                    (
+                        200,
+                        serde_json::json!({"apiVersion": "certificates.k8s.io/v1",
+                            "kind": "CertificateSigningRequestList",
+                            "metadata": {"resourceVersion": "2"}, "items": [csr]}),
+                    )
+                }
+            } else {
+                (
+                    404,
+                    serde_json::json!({"kind": "Status", "code": 404, "message": path}),
+                )
+            };
+            let bytes = serde_json::to_vec(&json).unwrap();
+            Ok::<_, std::convert::Infallible>(
+                hyper::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(Full::new(bytes::Bytes::from(bytes)))
+                    .unwrap(),
+            )
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+fn condition(type_: &str) -> CertificateSigningRequestCondition {
+    CertificateSigningRequestCondition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: Some(format!("{type_}Reason")),
+        message: Some("said the test".into()),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_csr_is_created_then_waited_for_until_issued() {
+    let t = Template::client("n1");
+    let req = csr::make_request(&t, &csr::generate_key().unwrap()).unwrap();
+    let timeout = std::time::Duration::from_secs(5);
+
+    let issued = CertificateSigningRequestStatus {
+        certificate: Some(ByteString(b"CERT PEM".to_vec())),
+        conditions: Some(vec![condition("Approved")]),
+    };
+    let cert = csr::request_certificate(stub_client(issued, false), &t, &req, None, timeout)
+        .await
+        .unwrap();
+    assert_eq!(cert, b"CERT PEM");
+
+    let denied = CertificateSigningRequestStatus {
+        certificate: None,
+        conditions: Some(vec![condition("Denied")]),
+    };
+    let err = csr::request_certificate(stub_client(denied, false), &t, &req, None, timeout)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, CertificateError::Denied { name, reason, .. } if name == "csr-x1" && reason == "DeniedReason"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pending_csr_times_out_naming_it() {
+    let t = Template::client("n1");
+    let req = csr::make_request(&t, &csr::generate_key().unwrap()).unwrap();
+    let pending = CertificateSigningRequestStatus {
+        certificate: None,
+        conditions: Some(vec![condition("Approved")]),
+    };
+    let err = csr::request_certificate(
+        stub_client(pending, false),
+        &t,
+        &req,
+        None,
+        std::time::Duration::from_secs(30),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, CertificateError::Timeout { name, .. } if name == "csr-x1"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_conflicting_fixed_name_must_be_compatible() {
+    let t = Template::client("n1");
+    let req = csr::make_request(&t, &csr::generate_key().unwrap()).unwrap();
+    let client = stub_client(CertificateSigningRequestStatus::default(), true);
+    let err = csr::request_certificate(
+        client,
+        &t,
+        &req,
+        Some("node-csr-abc"),
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .unwrap_err();
+    // The stub's GET of the name is a 404: the existing CSR cannot be looked at.
+    assert!(err.to_string().contains("node-csr-abc"), "{err}");
+}
