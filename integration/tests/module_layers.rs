@@ -47,7 +47,7 @@ const KUBELET: Rule = Rule {
                 "status",
             ],
         ),
-        ("runtime access", &["cri", "pleg"]),
+        ("runtime access", &["cri", "pleg", "certificate"]),
         (
             "managers",
             &[

@@ -18,6 +18,10 @@
 //!   (static pods' mirrors in the API).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
 //! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge), `podspec` (a
+//!   Summary API), `eviction`, `log_rotation`.
+//! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache),
+//!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation).
+//! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
 //!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
@@ -26,6 +30,7 @@
 pub(crate) mod admission;
 pub mod app;
 pub(crate) mod backoff;
+pub(crate) mod certificate;
 pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod cri;

@@ -30,6 +30,7 @@ use super::auth::{self, Authenticator, AuthnError, Authorizer, Forbidden, Policy
 use super::extra::is_subpath;
 use super::tls::{self, ServingFiles, TlsError};
 use super::{Body, ExtraRoutes, NodeView, Routes, api_request, common_route, json, text};
+use crate::certificate::ReloadingCert;
 use crate::config::{AuthorizationMode, Config};
 
 /// How long a client may take to finish the TLS handshake.
@@ -95,9 +96,19 @@ impl SecureServer {
     /// if needed), authentication and authorization from `config`, and binds
     /// `address:port`. Connections wait in the backlog until [`SecureServer::serve`].
     pub async fn bind(config: &Config) -> Result<Self, SecureError> {
+        Self::bind_with(config, None).await
+    }
+
+    /// As [`SecureServer::bind`], presenting the certificate of `serving` when given (the one
+    /// `serverTLSBootstrap` obtains and rotates); until it has one, the self-signed pair
+    /// stands in.
+    pub async fn bind_with(
+        config: &Config,
+        serving: Option<Arc<ReloadingCert>>,
+    ) -> Result<Self, SecureError> {
         let owned = config.clone();
         let (server_config, shared, files) =
-            tokio::task::spawn_blocking(move || setup(&owned)).await??;
+            tokio::task::spawn_blocking(move || setup(&owned, serving)).await??;
         let addr = SocketAddr::new(config.address, config.port);
         let listener = TcpListener::bind(addr)
             .await
@@ -167,9 +178,11 @@ impl SecureServer {
     }
 }
 
-/// TLS, authentication and authorization from `config`. Blocking.
+/// TLS, authentication and authorization from `config` (the certificate from `serving` when
+/// given). Blocking.
 fn setup(
     config: &Config,
+    serving: Option<Arc<ReloadingCert>>,
 ) -> Result<(Arc<rustls::ServerConfig>, Shared, ServingFiles), SecureError> {
     let authz = match config.authorization.mode {
         AuthorizationMode::AlwaysAllow => Authorizer::AlwaysAllow,
@@ -214,7 +227,15 @@ fn setup(
         .as_deref()
         .map(tls::client_verifier)
         .transpose()?;
-    let server_config = tls::server_config(&files, clients.clone())?;
+    let server_config = match serving {
+        Some(serving) => {
+            if serving.set_if_empty(tls::certified_key(&files)?) {
+                tracing::info!(cert = %files.cert_file.display(), "serving the self-signed certificate until one is issued");
+            }
+            tls::server_config_resolving(serving, clients.clone())?
+        }
+        None => tls::server_config(&files, clients.clone())?,
+    };
     let shared = Shared {
         authn: Authenticator::new(clients, config.authentication.anonymous),
         authz,

@@ -28,8 +28,8 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ServerConfig, WebPkiClientVerifier};
-use rustls::sign::CertifiedKey;
+use rustls::server::{ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{DigitallySignedStruct, DistinguishedName as HintName, RootCertStore};
 
 use super::x509;
@@ -304,6 +304,13 @@ pub fn server_config(
     files: &ServingFiles,
     clients: Option<Arc<dyn ClientCertVerifier>>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
+    let key = certified_key(files)?;
+    server_config_resolving(Arc::new(SingleCertAndKey::from(key)), clients)
+}
+
+/// The serving pair as a rustls signing key, the key checked against the certificate.
+/// Blocking: reads the files.
+pub fn certified_key(files: &ServingFiles) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = read_chain(&files.cert_file)?;
     let key = read_key(&files.key_file)?;
     if let Ok(v) = x509::validity(&chain[0])
@@ -311,23 +318,38 @@ pub fn server_config(
     {
         tracing::warn!(cert = %files.cert_file.display(), "the serving certificate has expired");
     }
-    let rustls_err = |what: String| move |source| TlsError::Rustls { what, source };
+    let pair =
+        CertifiedKey::from_der(chain, key, &provider()).map_err(|source| TlsError::Rustls {
+            what: format!(
+                "serving certificate {} with key {}",
+                files.cert_file.display(),
+                files.key_file.display()
+            ),
+            source,
+        })?;
+    Ok(Arc::new(pair))
+}
+
+/// The server side of TLS with the certificate chosen per handshake by `certs` (one that
+/// changes while the server runs: a rotated serving certificate), and client certificates
+/// asked for as in [`server_config`].
+pub fn server_config_resolving(
+    certs: Arc<dyn ResolvesServerCert>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(rustls_err("TLS versions".into()))?;
+        .map_err(|source| TlsError::Rustls {
+            what: "TLS versions".into(),
+            source,
+        })?;
     let builder = match clients {
         Some(inner) => {
             builder.with_client_cert_verifier(Arc::new(DeferredClientVerifier { inner }))
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder
-        .with_single_cert(chain, key)
-        .map_err(rustls_err(format!(
-            "serving certificate {} with key {}",
-            files.cert_file.display(),
-            files.key_file.display()
-        )))?;
+    let mut config = builder.with_cert_resolver(certs);
     // HTTP/1.1 is all the server speaks; clients offering h2 as well fall back to it.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))

@@ -330,3 +330,62 @@ async fn configured_serving_files_are_used_and_checked() {
     let err = SecureServer::bind(&missing).await.unwrap_err();
     assert!(err.to_string().contains("nope.crt"), "{err}");
 }
+
+#[tokio::test]
+async fn a_reloading_certificate_is_swapped_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        port: 0,
+        root_dir: dir.path().join("root"),
+        node_name: "node-a".into(),
+        ..Config::default()
+    };
+    let serving = Arc::new(ReloadingCert::new());
+    let server = SecureServer::bind_with(&config, Some(serving.clone()))
+        .await
+        .unwrap();
+    let addr = server.local_addr().unwrap();
+    let files = server.serving_files().clone();
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(server.serve(Arc::new(Stub), ExtraRoutes::default(), async {
+        let _ = rx.await;
+    }));
+    let url = format!("https://127.0.0.1:{}/healthz", addr.port());
+    let trusting = |pem: &[u8]| {
+        let mut b = reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .use_rustls_tls();
+        for cert in reqwest::Certificate::from_pem_bundle(pem).unwrap() {
+            b = b.add_root_certificate(cert);
+        }
+        b.build().unwrap()
+    };
+
+    // Until one is issued, the self-signed pair stands in.
+    let self_signed = trusting(&std::fs::read(&files.cert_file).unwrap());
+    self_signed.get(&url).send().await.unwrap();
+
+    // An issued certificate (another CA) is presented from the next handshake on.
+    let (ca_pem, issuer) = ca("cluster-ca");
+    let mut params = CertificateParams::default();
+    params.distinguished_name = DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "system:node:node-a");
+    params.subject_alt_names = vec![rcgen::SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST))];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let pair = format!("{}{}", cert.pem(), key.serialize_pem());
+    serving.set(crate::certificate::pem::certified_key(pair.as_bytes()).unwrap());
+    trusting(ca_pem.as_bytes()).get(&url).send().await.unwrap();
+    let fresh = trusting(&std::fs::read(&files.cert_file).unwrap());
+    assert!(
+        fresh.get(&url).send().await.is_err(),
+        "no longer self-signed"
+    );
+
+    let _ = tx.send(());
+    task.await.unwrap().unwrap();
+}
