@@ -1,6 +1,7 @@
 //! The KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, YAML or JSON): the fields
 //! ferrolet uses are read with the Go kubelet's names and value forms; other fields of the
-//! real schema are reported as ignored and anything else as unknown (warnings, as the Go
+//! real schema are accepted, and named in one "not implemented" warning when set to other than
+//! their Go default; anything else is an unknown field (one warning each, as the Go
 //! kubelet's lenient decoding warns), while a bad value is refused with its field named.
 
 use std::collections::BTreeMap;

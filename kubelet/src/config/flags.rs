@@ -131,12 +131,12 @@ pub struct Flags {
     /// (authentication.anonymous.enabled) [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub anonymous_auth: Option<bool>,
-    /// Bearer-token webhook authentication (authentication.webhook.enabled); needs an API
-    /// server, so only false is accepted [default: false].
+    /// Bearer tokens checked by TokenReview (authentication.webhook.enabled); API-server
+    /// mode only [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub authentication_token_webhook: Option<bool>,
-    /// AlwaysAllow, Static (rules from --authorization-policy-file) or Webhook (needs an API
-    /// server: refused) (authorization.mode) [default: AlwaysAllow].
+    /// AlwaysAllow, Static (rules from --authorization-policy-file) or Webhook
+    /// (SubjectAccessReview; API-server mode only) (authorization.mode) [default: AlwaysAllow].
     #[arg(long, value_name = "MODE")]
     pub authorization_mode: Option<String>,
     /// The rules of --authorization-mode=Static (ferrolet's own; YAML or JSON).
