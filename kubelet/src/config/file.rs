@@ -1,6 +1,7 @@
 //! The KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, YAML or JSON): the fields
 //! ferrolet uses are read with the Go kubelet's names and value forms; other fields of the
-//! real schema are reported as ignored and anything else as unknown (warnings, as the Go
+//! real schema are accepted, and named in one "not implemented" warning when set to other than
+//! their Go default; anything else is an unknown field (one warning each, as the Go
 //! kubelet's lenient decoding warns), while a bad value is refused with its field named.
 
 use std::collections::BTreeMap;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use serde_yaml_ng::{Mapping, Value};
 
-use super::{Config, ConfigError, LogFormat, serving};
+use super::{ChangeDetection, Config, ConfigError, LogFormat, node, serving};
 use crate::duration::parse_duration;
 use crate::manifest::quantity::parse_quantity;
 
@@ -19,101 +20,142 @@ pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The kind accepted.
 pub const KIND: &str = "KubeletConfiguration";
 
-/// Fields of the Go kubelet's KubeletConfiguration that ferrolet does not act on: accepted
-/// with a warning, so a file written for the Go kubelet still loads.
-const IGNORED_FIELDS: &[&str] = &[
-    "tlsCipherSuites",
-    "tlsCurvePreferences",
-    "tlsMinVersion",
-    "rotateCertificates",
-    "serverTLSBootstrap",
-    "registryPullQPS",
-    "registryBurst",
-    "imagePullCredentialsVerificationPolicy",
-    "preloadedImagesVerificationAllowlist",
-    "eventRecordQPS",
-    "eventBurst",
-    "enableDebuggingHandlers",
-    "enableContentionProfiling",
-    "oomScoreAdj",
-    "streamingConnectionIdleTimeout",
-    "nodeStatusUpdateFrequency",
-    "nodeStatusReportFrequency",
-    "nodeLeaseDurationSeconds",
-    "imageMaximumGCAge",
-    "volumeStatsAggPeriod",
-    "kubeletCgroups",
-    "systemCgroups",
-    "cgroupsPerQOS",
-    "cgroupDriver",
-    "cpuManagerPolicy",
-    "singleProcessOOMKill",
-    "cpuManagerPolicyOptions",
-    "cpuManagerReconcilePeriod",
-    "draManagerReconcilePeriod",
-    "memoryManagerPolicy",
-    "topologyManagerPolicy",
-    "topologyManagerScope",
-    "topologyManagerPolicyOptions",
-    "qosReserved",
-    "hairpinMode",
-    "podCIDR",
-    "podPidsLimit",
-    "runOnce",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
-    "nodeStatusMaxImages",
-    "maxOpenFiles",
-    "contentType",
-    "kubeAPIQPS",
-    "kubeAPIBurst",
-    "maxParallelImagePulls",
-    "podsPerCore",
-    "enableControllerAttachDetach",
-    "protectKernelDefaults",
-    "makeIPTablesUtilChains",
-    "iptablesMasqueradeBit",
-    "iptablesDropBit",
-    "featureGates",
-    "failSwapOn",
-    "memorySwap",
-    "containerLogMaxWorkers",
-    "containerLogMonitorInterval",
-    "configMapAndSecretChangeDetectionStrategy",
-    "systemReserved",
-    "kubeReserved",
-    "reservedSystemCPUs",
-    "showHiddenMetricsForVersion",
-    "systemReservedCgroup",
-    "kubeReservedCgroup",
-    "enforceNodeAllocatable",
-    "allowedUnsafeSysctls",
-    "volumePluginDir",
-    "providerID",
-    "kernelMemcgNotification",
-    "enableSystemLogHandler",
-    "enableSystemLogQuery",
-    "shutdownGracePeriod",
-    "shutdownGracePeriodCriticalPods",
-    "shutdownGracePeriodByPodPriority",
-    "crashLoopBackOff",
-    "reservedMemory",
-    "enableProfilingHandler",
-    "enableDebugFlagsHandler",
-    "seccompDefault",
-    "memoryThrottlingFactor",
-    "memoryReservationPolicy",
-    "registerWithTaints",
-    "registerNode",
-    "tracing",
-    "localStorageCapacityIsolation",
-    "failCgroupV1",
-    "userNamespaces",
-    "podHousekeepingPeriod",
+/// Fields of the Go kubelet's KubeletConfiguration that ferrolet does not act on, each with
+/// its Go default ("" = the zero value): accepted so that a file written for the Go kubelet
+/// still loads, and named in the start-up warning when set to anything but the default (a
+/// zero value is the default too, as Go's defaulting fills zero values in).
+const IGNORED_FIELDS: &[(&str, &str)] = &[
+    ("tlsCipherSuites", ""),
+    ("tlsCurvePreferences", ""),
+    ("tlsMinVersion", ""),
+    ("registryPullQPS", "5"),
+    ("registryBurst", "10"),
+    (
+        "imagePullCredentialsVerificationPolicy",
+        "NeverVerifyPreloadedImages",
+    ),
+    ("preloadedImagesVerificationAllowlist", ""),
+    ("eventRecordQPS", "50"),
+    ("eventBurst", "100"),
+    ("enableDebuggingHandlers", "true"),
+    ("enableContentionProfiling", "false"),
+    ("oomScoreAdj", "-999"),
+    // No streaming endpoints: no idle streams to time out.
+    ("streamingConnectionIdleTimeout", "4h0m0s"),
+    ("imageMaximumGCAge", ""),
+    ("volumeStatsAggPeriod", "1m0s"),
+    ("kubeletCgroups", ""),
+    ("systemCgroups", ""),
+    ("cgroupsPerQOS", "true"),
+    ("cgroupDriver", "cgroupfs"),
+    ("cpuManagerPolicy", "none"),
+    ("singleProcessOOMKill", ""),
+    ("cpuManagerPolicyOptions", ""),
+    ("cpuManagerReconcilePeriod", "10s"),
+    ("draManagerReconcilePeriod", ""),
+    ("memoryManagerPolicy", "None"),
+    ("topologyManagerPolicy", "none"),
+    ("topologyManagerScope", "container"),
+    ("topologyManagerPolicyOptions", ""),
+    ("qosReserved", ""),
+    ("hairpinMode", "promiscuous-bridge"),
+    ("podCIDR", ""),
+    ("podPidsLimit", "-1"),
+    ("runOnce", "false"),
+    ("cpuCFSQuota", "true"),
+    ("cpuCFSQuotaPeriod", "100ms"),
+    ("maxOpenFiles", "1000000"),
+    ("contentType", "application/vnd.kubernetes.protobuf"),
+    ("kubeAPIQPS", "50"),
+    ("kubeAPIBurst", "100"),
+    ("maxParallelImagePulls", ""),
+    ("podsPerCore", ""),
+    ("enableControllerAttachDetach", "true"),
+    ("protectKernelDefaults", "false"),
+    ("makeIPTablesUtilChains", "true"),
+    ("iptablesMasqueradeBit", "14"),
+    ("iptablesDropBit", "15"),
+    ("featureGates", ""),
+    ("failSwapOn", "true"),
+    ("memorySwap", ""),
+    ("containerLogMaxWorkers", "1"),
+    ("containerLogMonitorInterval", "10s"),
+    ("reservedSystemCPUs", ""),
+    ("showHiddenMetricsForVersion", ""),
+    ("systemReservedCgroup", ""),
+    ("kubeReservedCgroup", ""),
+    ("enforceNodeAllocatable", "[pods]"),
+    ("allowedUnsafeSysctls", ""),
+    ("kernelMemcgNotification", "false"),
+    ("enableSystemLogHandler", "true"),
+    ("enableSystemLogQuery", "false"),
+    ("shutdownGracePeriod", ""),
+    ("shutdownGracePeriodCriticalPods", ""),
+    ("shutdownGracePeriodByPodPriority", ""),
+    ("crashLoopBackOff", ""),
+    ("reservedMemory", ""),
+    ("enableProfilingHandler", "true"),
+    ("enableDebugFlagsHandler", "true"),
+    ("seccompDefault", "false"),
+    ("memoryThrottlingFactor", "0.9"),
+    ("memoryReservationPolicy", ""),
+    ("tracing", ""),
+    ("localStorageCapacityIsolation", "true"),
+    ("failCgroupV1", "false"),
+    ("userNamespaces", ""),
+    ("podHousekeepingPeriod", ""),
 ];
 
-/// Fields of `logging` (component-base LoggingConfiguration) other than format/verbosity.
-const IGNORED_LOGGING_FIELDS: &[&str] = &["flushFrequency", "vmodule", "options"];
+/// Fields of `logging` (component-base LoggingConfiguration) other than format/verbosity,
+/// with their defaults as [`IGNORED_FIELDS`].
+const IGNORED_LOGGING_FIELDS: &[(&str, &str)] =
+    &[("flushFrequency", "5s"), ("vmodule", ""), ("options", "")];
+
+/// What reading the file has to say: one warning per unknown field, and the fields set that
+/// ferrolet does not implement (gathered into one warning by [`super::Config::load`]).
+#[derive(Debug, Default)]
+pub(super) struct Notes {
+    /// Unknown fields and the like, one line each.
+    pub warnings: Vec<String>,
+    /// Fields of the schema set to something ferrolet does not do.
+    pub ignored: Vec<String>,
+}
+
+/// Whether `v` asks for nothing but the Go default `default` ("" = the zero value).
+fn is_default(v: &Value, default: &str) -> bool {
+    let zero = |v: &Value| match v {
+        Value::Null => true,
+        Value::Bool(b) => !*b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => {
+            s.is_empty()
+                || parse_duration(s).is_ok_and(|d| d.is_zero())
+                || parse_quantity(s).is_ok_and(|q| q.nanos() == 0)
+        }
+        Value::Sequence(items) => items.is_empty(),
+        Value::Mapping(_) | Value::Tagged(_) => false,
+    };
+    match v {
+        Value::Bool(b) => b.to_string() == default || (default.is_empty() && !*b),
+        Value::String(s) => {
+            zero(v)
+                || s == default
+                || parse_duration(s)
+                    .ok()
+                    .zip(parse_duration(default).ok())
+                    .is_some_and(|(a, b)| a == b)
+        }
+        Value::Number(n) => zero(v) || n.to_string() == default,
+        Value::Sequence(items) => {
+            let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
+            zero(v) || strings.is_some_and(|s| format!("[{}]", s.join(",")) == default)
+        }
+        // An object is the default when everything in it is.
+        Value::Mapping(m) => m.values().all(|v| is_default(v, "")),
+        Value::Null => true,
+        Value::Tagged(_) => false,
+    }
+}
 
 pub(super) fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -122,12 +164,8 @@ pub(super) fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// Reads `text` (the file at `path`) over `config`; returns the warnings.
-pub(super) fn apply(
-    config: &mut Config,
-    path: &Path,
-    text: &str,
-) -> Result<Vec<String>, ConfigError> {
+/// Reads `text` (the file at `path`) over `config`; returns what it has to say.
+pub(super) fn apply(config: &mut Config, path: &Path, text: &str) -> Result<Notes, ConfigError> {
     let parse_err = |reason: String| ConfigError::Parse {
         path: path.to_path_buf(),
         reason,
@@ -149,36 +187,46 @@ pub(super) fn apply(
     if kind != KIND {
         return Err(invalid("kind", format!("{kind:?} is not {KIND:?}")));
     }
-    let mut warnings = Vec::new();
+    let mut notes = Notes::default();
+    let (mut report_frequency_set, mut update_frequency_set) = (false, false);
     for (k, v) in &map {
         let Some(key) = k.as_str() else {
-            warnings.push(format!(
+            notes.warnings.push(format!(
                 "{}: a non-string key {k:?} (ignored)",
                 path.display()
             ));
             continue;
         };
-        if !field(config, key, v)? {
-            if key == "logging" {
-                logging(config, path, v, &mut warnings)?;
-            } else if key == "authentication" {
-                serving::authentication(config, path, v, &mut warnings)?;
-            } else if key == "authorization" {
-                serving::authorization(config, path, v, &mut warnings)?;
-            } else if IGNORED_FIELDS.contains(&key) {
-                warnings.push(format!(
-                    "{}: field {key:?} is not supported by ferrolet (ignored)",
-                    path.display()
-                ));
-            } else {
-                warnings.push(format!(
-                    "{}: unknown field {key:?} (ignored)",
-                    path.display()
-                ));
+        match key {
+            "nodeStatusReportFrequency" => report_frequency_set = duration(key, v)?.is_some(),
+            "nodeStatusUpdateFrequency" => update_frequency_set = duration(key, v)?.is_some(),
+            _ => {}
+        }
+        if field(config, key, v)? {
+            continue;
+        }
+        if key == "logging" {
+            logging(config, path, v, &mut notes)?;
+        } else if key == "authentication" {
+            serving::authentication(config, path, v, &mut notes.warnings)?;
+        } else if key == "authorization" {
+            serving::authorization(config, path, v, &mut notes.warnings)?;
+        } else if let Some((_, default)) = IGNORED_FIELDS.iter().find(|(f, _)| *f == key) {
+            if !is_default(v, default) {
+                notes.ignored.push(key.to_string());
             }
+        } else {
+            notes.warnings.push(format!(
+                "{}: unknown field {key:?} (ignored)",
+                path.display()
+            ));
         }
     }
-    Ok(warnings)
+    // Go's defaulting: the report period follows an update period set without it.
+    if !report_frequency_set && update_frequency_set {
+        config.node_status_report_frequency = config.node_status_update_frequency;
+    }
+    Ok(notes)
 }
 
 /// Applies one top-level field; false when it is not one ferrolet reads.
@@ -241,6 +289,40 @@ fn field(c: &mut Config, key: &str, v: &Value) -> Result<bool, ConfigError> {
             integer(key, v, i64::from(i32::MIN), i64::from(i32::MAX))?.map(|n| n as i32),
         ),
         "imageMinimumGCAge" => set(&mut c.gc.image_minimum_gc_age, duration(key, v)?),
+        "registerNode" => set(&mut c.register_node, boolean(key, v)?),
+        "registerWithTaints" => c.register_with_taints = taint_list(key, v)?,
+        "rotateCertificates" => set(&mut c.rotate_certificates, boolean(key, v)?),
+        "serverTLSBootstrap" => set(&mut c.server_tls_bootstrap, boolean(key, v)?),
+        "nodeStatusUpdateFrequency" => set(&mut c.node_status_update_frequency, duration(key, v)?),
+        "nodeStatusReportFrequency" => set(&mut c.node_status_report_frequency, duration(key, v)?),
+        "nodeLeaseDurationSeconds" => set(
+            &mut c.node_lease_duration_seconds,
+            integer(key, v, 0, i64::from(i32::MAX))?
+                .filter(|n| *n != 0)
+                .map(|n| n as u32),
+        ),
+        "nodeStatusMaxImages" => set(
+            &mut c.node_status_max_images,
+            integer(key, v, i64::from(i32::MIN), i64::from(i32::MAX))?.map(|n| n as i32),
+        ),
+        "kubeReserved" => c.kube_reserved = string_map(key, v)?,
+        "systemReserved" => c.system_reserved = string_map(key, v)?,
+        "providerID" => c.provider_id = string(key, v)?.unwrap_or_default(),
+        "configMapAndSecretChangeDetectionStrategy" => {
+            if let Some(s) = nonempty(key, v)? {
+                c.config_map_and_secret_change_detection_strategy = ChangeDetection::parse(&s)
+                    .ok_or_else(|| {
+                        invalid(
+                            key,
+                            format!("{s:?} is not one of \"Get\", \"Cache\", \"Watch\""),
+                        )
+                    })?;
+            }
+        }
+        "volumePluginDir" => set(
+            &mut c.volume_plugin_dir,
+            nonempty(key, v)?.map(PathBuf::from),
+        ),
         k if crate::eviction::config::FIELDS.contains(&k) => {
             crate::eviction::config::apply_field(&mut c.eviction, k, v)
                 .map_err(|(field, reason)| invalid(&field, reason))?;
@@ -250,12 +332,7 @@ fn field(c: &mut Config, key: &str, v: &Value) -> Result<bool, ConfigError> {
     Ok(true)
 }
 
-fn logging(
-    c: &mut Config,
-    path: &Path,
-    v: &Value,
-    warnings: &mut Vec<String>,
-) -> Result<(), ConfigError> {
+fn logging(c: &mut Config, path: &Path, v: &Value, notes: &mut Notes) -> Result<(), ConfigError> {
     let map = match v {
         Value::Null => return Ok(()),
         Value::Mapping(m) => m,
@@ -278,14 +355,20 @@ fn logging(
                     c.verbosity = n as u8;
                 }
             }
-            Some(k) if IGNORED_LOGGING_FIELDS.contains(&k) => warnings.push(format!(
-                "{}: field \"logging.{k}\" is not supported by ferrolet (ignored)",
+            Some(k) => match IGNORED_LOGGING_FIELDS.iter().find(|(f, _)| *f == k) {
+                Some((_, default)) => {
+                    if !is_default(v, default) {
+                        notes.ignored.push(format!("logging.{k}"));
+                    }
+                }
+                None => notes.warnings.push(format!(
+                    "{}: unknown field \"logging.{k}\" (ignored)",
+                    path.display()
+                )),
+            },
+            None => notes.warnings.push(format!(
+                "{}: a non-string key in \"logging\" (ignored)",
                 path.display()
-            )),
-            _ => warnings.push(format!(
-                "{}: unknown field \"logging.{}\" (ignored)",
-                path.display(),
-                k.as_str().unwrap_or("?")
             )),
         }
     }
@@ -335,7 +418,7 @@ pub(super) fn nonempty(key: &str, v: &Value) -> Result<Option<String>, ConfigErr
 }
 
 /// A Go duration string; zero means the default, as Go's defaulting treats it.
-fn duration(key: &str, v: &Value) -> Result<Option<Duration>, ConfigError> {
+pub(super) fn duration(key: &str, v: &Value) -> Result<Option<Duration>, ConfigError> {
     match string(key, v)? {
         None => Ok(None),
         Some(s) => {
@@ -457,4 +540,78 @@ fn header_map(key: &str, v: &Value) -> Result<BTreeMap<String, Vec<String>>, Con
         out.insert(name.to_string(), values);
     }
     Ok(out)
+}
+
+/// `map[string]string` (`kubeReserved`, `systemReserved`); values checked by the config check.
+fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, ConfigError> {
+    let map = match v {
+        Value::Null => return Ok(BTreeMap::new()),
+        Value::Mapping(m) => m,
+        other => {
+            return Err(invalid(
+                key,
+                format!("must be a map of strings, not {}", type_name(other)),
+            ));
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in map {
+        let k = k
+            .as_str()
+            .ok_or_else(|| invalid(key, "keys must be strings"))?;
+        let field = format!("{key}[{k}]");
+        let v = match v {
+            Value::String(s) => s.clone(),
+            // `pid: 100` is a number in YAML, a quantity string in Go's schema.
+            Value::Number(n) => n.to_string(),
+            other => {
+                return Err(invalid(
+                    &field,
+                    format!("must be a string, not {}", type_name(other)),
+                ));
+            }
+        };
+        out.insert(k.to_string(), v);
+    }
+    Ok(out)
+}
+
+/// `registerWithTaints`: a list of `{key, value, effect}` objects.
+fn taint_list(key: &str, v: &Value) -> Result<Vec<k8s_openapi::api::core::v1::Taint>, ConfigError> {
+    let items = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Sequence(items) => items,
+        other => {
+            return Err(invalid(
+                key,
+                format!("must be a list of taints, not {}", type_name(other)),
+            ));
+        }
+    };
+    let mut specs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("{key}[{i}]");
+        let Value::Mapping(m) = item else {
+            return Err(invalid(&field, "must be an object"));
+        };
+        let get = |k: &str| -> Result<String, ConfigError> {
+            match m.get(k) {
+                None => Ok(String::new()),
+                Some(v) => Ok(string(&format!("{field}.{k}"), v)?.unwrap_or_default()),
+            }
+        };
+        for k in m.keys() {
+            let k = k.as_str().unwrap_or("?");
+            if !matches!(k, "key" | "value" | "effect" | "timeAdded") {
+                return Err(invalid(&field, format!("unknown field {k:?}")));
+            }
+        }
+        let (k, value, effect) = (get("key")?, get("value")?, get("effect")?);
+        specs.push(if value.is_empty() {
+            format!("{k}:{effect}")
+        } else {
+            format!("{k}={value}:{effect}")
+        });
+    }
+    node::taints(key, specs.iter().map(String::as_str))
 }

@@ -131,17 +131,71 @@ pub struct Flags {
     /// (authentication.anonymous.enabled) [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub anonymous_auth: Option<bool>,
-    /// Bearer-token webhook authentication (authentication.webhook.enabled); needs an API
-    /// server, so only false is accepted [default: false].
+    /// Bearer tokens checked by TokenReview (authentication.webhook.enabled); API-server
+    /// mode only [default: false].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub authentication_token_webhook: Option<bool>,
-    /// AlwaysAllow, Static (rules from --authorization-policy-file) or Webhook (needs an API
-    /// server: refused) (authorization.mode) [default: AlwaysAllow].
+    /// AlwaysAllow, Static (rules from --authorization-policy-file) or Webhook
+    /// (SubjectAccessReview; API-server mode only) (authorization.mode) [default: AlwaysAllow].
     #[arg(long, value_name = "MODE")]
     pub authorization_mode: Option<String>,
     /// The rules of --authorization-mode=Static (ferrolet's own; YAML or JSON).
     #[arg(long, value_name = "FILE")]
     pub authorization_policy_file: Option<PathBuf>,
+    /// How to reach the API server; given = API-server mode, absent = standalone.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// A kubeconfig whose credentials request the kubelet's client certificate (kept in
+    /// --cert-dir) when the --kubeconfig file does not exist yet.
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// The node's IP, or a comma-separated dual-stack pair [default: the host's].
+    #[arg(long, value_name = "IP[,IP]")]
+    pub node_ip: Option<String>,
+    /// Labels the node registers with, `key=value[,key=value...]`; repeatable.
+    #[arg(long, value_name = "KEY=VALUE[,...]")]
+    pub node_labels: Vec<String>,
+    /// Register the node with the API server (registerNode) [default: true].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub register_node: Option<bool>,
+    /// Taints the node registers with, `key=value:Effect[,...]` (registerWithTaints).
+    #[arg(long, value_name = "KEY=VALUE:EFFECT[,...]")]
+    pub register_with_taints: Option<String>,
+    /// Renew the client certificate from the API server as it nears expiry
+    /// (rotateCertificates) [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub rotate_certificates: Option<bool>,
+    /// Request the serving certificate from the API server (serverTLSBootstrap)
+    /// [default: false].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub rotate_server_certificates: Option<bool>,
+    /// The sandbox image; image garbage collection keeps it (the flag's only effect since
+    /// the Go kubelet 1.27).
+    #[arg(long, value_name = "IMAGE")]
+    pub pod_infra_container_image: Option<String>,
+    /// "" (none) or "external" (a cloud controller manager initializes the node).
+    #[arg(long, value_name = "PROVIDER")]
+    pub cloud_provider: Option<String>,
+    /// The node's ID in the machine database, its spec.providerID (providerID).
+    #[arg(long, value_name = "ID")]
+    pub provider_id: Option<String>,
+    /// How often the node status is computed, and posted if changed
+    /// (nodeStatusUpdateFrequency) [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
+    pub node_status_update_frequency: Option<Duration>,
+    /// Most images listed in the node status, -1 = all (nodeStatusMaxImages) [default: 50].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub node_status_max_images: Option<i32>,
+    /// Resources kept for Kubernetes daemons, `cpu=100m,memory=1Gi,...` (kubeReserved).
+    #[arg(long, value_name = "RESOURCE=QUANTITY[,...]")]
+    pub kube_reserved: Vec<String>,
+    /// Resources kept for the system, `cpu=100m,memory=1Gi,...` (systemReserved).
+    #[arg(long, value_name = "RESOURCE=QUANTITY[,...]")]
+    pub system_reserved: Vec<String>,
+    /// Flexvolume plugins' directory; ferrolet has no flexvolume (volumePluginDir)
+    /// [default: /usr/libexec/kubernetes/kubelet-plugins/volume/exec/].
+    #[arg(long, value_name = "DIR")]
+    pub volume_plugin_dir: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -230,6 +284,20 @@ mod tests {
             ("v", d.verbosity.to_string()),
             ("log-format", format!("{:?}", d.log_format).to_lowercase()),
             ("port", d.port.to_string()),
+            ("register-node", d.register_node.to_string()),
+            ("rotate-certificates", d.rotate_certificates.to_string()),
+            (
+                "rotate-server-certificates",
+                d.server_tls_bootstrap.to_string(),
+            ),
+            (
+                "node-status-max-images",
+                d.node_status_max_images.to_string(),
+            ),
+            (
+                "volume-plugin-dir",
+                d.volume_plugin_dir.display().to_string(),
+            ),
             ("anonymous-auth", d.authentication.anonymous.to_string()),
             (
                 "authentication-token-webhook",
@@ -257,9 +325,18 @@ mod tests {
             ("runtime-request-timeout", d.runtime_request_timeout),
             ("minimum-container-ttl-duration", d.gc.minimum_container_ttl),
             ("minimum-image-ttl-duration", d.gc.image_minimum_gc_age),
+            (
+                "node-status-update-frequency",
+                d.node_status_update_frequency,
+            ),
         ];
         // Defaults that are another setting, not a value.
-        let derived = ["image-service-endpoint", "tls-cert-file", "cert-dir"];
+        let derived = [
+            "image-service-endpoint",
+            "tls-cert-file",
+            "cert-dir",
+            "node-ip",
+        ];
         // Nothing unless given, as in the Go kubelet's help.
         let unset = [
             "config",
@@ -272,6 +349,15 @@ mod tests {
             "tls-private-key-file",
             "client-ca-file",
             "authorization-policy-file",
+            "kubeconfig",
+            "bootstrap-kubeconfig",
+            "node-labels",
+            "register-with-taints",
+            "pod-infra-container-image",
+            "cloud-provider",
+            "provider-id",
+            "kube-reserved",
+            "system-reserved",
         ];
         for (long, want) in &values {
             assert_eq!(

@@ -3,6 +3,7 @@
 
 mod file;
 mod flags;
+mod node;
 mod serving;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 pub use flags::{Flags, LogFormat};
+pub use node::{ChangeDetection, CloudProvider, TAINT_EXTERNAL_CLOUD_PROVIDER};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
 
 use crate::manifest::names;
@@ -124,7 +126,55 @@ pub struct Config {
     pub authorization: Authorization,
     /// Node-pressure eviction (`evictionHard`, `evictionSoft`, …).
     pub eviction: crate::eviction::EvictionConfig,
+    /// `--kubeconfig`: how to reach the API server; none = standalone mode.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--bootstrap-kubeconfig`: credentials to request a client certificate with while
+    /// `kubeconfig` does not exist yet.
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// `--node-ip`: one IP or a dual-stack pair; empty = the host's default.
+    pub node_ips: Vec<IpAddr>,
+    /// `--node-labels`: labels the node registers with (checked as Go does).
+    pub node_labels: BTreeMap<String, String>,
+    /// Register the node with the API server (`registerNode`, `--register-node`, true).
+    pub register_node: bool,
+    /// Taints the node registers with (`registerWithTaints`, `--register-with-taints`); see
+    /// [`Config::registration_taints`] for the full set.
+    pub register_with_taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// Renew the client certificate (`rotateCertificates`, `--rotate-certificates`, false).
+    pub rotate_certificates: bool,
+    /// Request the serving certificate by CSR (`serverTLSBootstrap`,
+    /// `--rotate-server-certificates`, false).
+    pub server_tls_bootstrap: bool,
+    /// `--pod-infra-container-image`: the sandbox image, which image GC must keep.
+    pub pod_infra_container_image: Option<String>,
+    /// `--cloud-provider` ("" or "external").
+    pub cloud_provider: CloudProvider,
+    /// The node's spec.providerID (`providerID`, `--provider-id`, "").
+    pub provider_id: String,
+    /// Period of node status computation and change posting (`nodeStatusUpdateFrequency`,
+    /// 10s).
+    pub node_status_update_frequency: Duration,
+    /// Longest time between node status posts without changes (`nodeStatusReportFrequency`,
+    /// 5m, or `nodeStatusUpdateFrequency` when only that one is set).
+    pub node_status_report_frequency: Duration,
+    /// Node lease duration, seconds (`nodeLeaseDurationSeconds`, 40).
+    pub node_lease_duration_seconds: u32,
+    /// Most images in the node status, -1 = no limit (`nodeStatusMaxImages`, 50).
+    pub node_status_max_images: i32,
+    /// Resources reserved for Kubernetes daemons, name → quantity (`kubeReserved`).
+    pub kube_reserved: BTreeMap<String, String>,
+    /// Resources reserved for the system, name → quantity (`systemReserved`).
+    pub system_reserved: BTreeMap<String, String>,
+    /// How secret and config map volumes see changes
+    /// (`configMapAndSecretChangeDetectionStrategy`, Watch).
+    pub config_map_and_secret_change_detection_strategy: ChangeDetection,
+    /// Flexvolume plugin dir (`volumePluginDir`); ferrolet has no flexvolume support, so a
+    /// value other than the default is reported as not implemented.
+    pub volume_plugin_dir: PathBuf,
 }
+
+/// Go's default `volumePluginDir`.
+pub const DEFAULT_VOLUME_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/";
 
 /// ferrolet-cri's socket: our default runtime (the Go kubelet defaults to containerd's).
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/ferrolet/cri.sock";
@@ -171,31 +221,91 @@ impl Default for Config {
             authentication: Authentication::default(),
             authorization: Authorization::default(),
             eviction: crate::eviction::EvictionConfig::default(),
+            kubeconfig: None,
+            bootstrap_kubeconfig: None,
+            node_ips: Vec::new(),
+            node_labels: BTreeMap::new(),
+            register_node: true,
+            register_with_taints: Vec::new(),
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
+            pod_infra_container_image: None,
+            cloud_provider: CloudProvider::None,
+            provider_id: String::new(),
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
+            node_lease_duration_seconds: 40,
+            node_status_max_images: 50,
+            kube_reserved: BTreeMap::new(),
+            system_reserved: BTreeMap::new(),
+            config_map_and_secret_change_detection_strategy: ChangeDetection::Watch,
+            volume_plugin_dir: PathBuf::from(DEFAULT_VOLUME_PLUGIN_DIR),
         }
     }
 }
 
 impl Config {
     /// Defaults, then the `--config` file, then the flags given; resolves the node name and
-    /// checks every value. Returns the settings and the warnings (unknown or ignored fields,
-    /// each naming the field). Synchronous: it runs before the async runtime exists.
+    /// checks every value. Returns the settings and the warnings: one per unknown field (a
+    /// typo, most likely), then one line naming every flag and field that was set but that
+    /// ferrolet does not implement. Synchronous: it runs before the async runtime exists.
     pub fn load(flags: &Flags) -> Result<(Config, Vec<String>), ConfigError> {
         let mut config = Config::default();
-        let mut warnings = Vec::new();
+        let mut notes = file::Notes::default();
         if let Some(path) = &flags.config {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.clone(),
                 source,
             })?;
-            warnings = file::apply(&mut config, path, &text)?;
+            notes = file::apply(&mut config, path, &text)?;
         }
-        config.apply_flags(flags)?;
+        let ignored_flags = config.apply_flags(flags, &mut notes.warnings)?;
         config.node_name = node_name(config.hostname_override.as_deref())?;
         config.check()?;
+        let mut warnings = notes.warnings;
+        let mut ignored: Vec<String> = ignored_flags;
+        if !notes.ignored.is_empty()
+            && let Some(path) = &flags.config
+        {
+            ignored.push(format!("{}: {}", path.display(), notes.ignored.join(", ")));
+        }
+        if !ignored.is_empty() {
+            warnings.push(format!(
+                "not implemented by ferrolet (ignored): {}",
+                ignored.join(", ")
+            ));
+        }
         Ok((config, warnings))
     }
 
-    fn apply_flags(&mut self, f: &Flags) -> Result<(), ConfigError> {
+    /// API-server mode: a `--kubeconfig` is given (else standalone, as the Go kubelet).
+    pub fn api_server_mode(&self) -> bool {
+        self.kubeconfig.is_some()
+    }
+
+    /// The taints the node registers with: `registerWithTaints`, plus the external cloud
+    /// provider's `uninitialized` taint under `--cloud-provider=external`, as Go adds it.
+    #[allow(dead_code)] // TEMP: until app wiring of API-server mode lands
+    pub fn registration_taints(&self) -> Vec<k8s_openapi::api::core::v1::Taint> {
+        let mut taints = self.register_with_taints.clone();
+        if self.cloud_provider == CloudProvider::External {
+            taints.push(k8s_openapi::api::core::v1::Taint {
+                key: TAINT_EXTERNAL_CLOUD_PROVIDER.into(),
+                value: Some("true".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            });
+        }
+        taints
+    }
+
+    /// Applies the flags given; returns those given that ferrolet does not implement, and
+    /// pushes other warnings.
+    fn apply_flags(
+        &mut self,
+        f: &Flags,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<String>, ConfigError> {
         fn set<T: Clone>(slot: &mut T, v: &Option<T>) {
             if let Some(v) = v {
                 *slot = v.clone();
@@ -245,7 +355,83 @@ impl Config {
         }
         self.gc.apply_flags(&f.gc);
         serving::apply_flags(self, f)?;
-        Ok(())
+        self.apply_node_flags(f, warnings)
+    }
+
+    /// The flags of API-server mode and node registration.
+    fn apply_node_flags(
+        &mut self,
+        f: &Flags,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<String>, ConfigError> {
+        let path = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+        if f.kubeconfig.is_some() {
+            self.kubeconfig = path(&f.kubeconfig);
+        }
+        if f.bootstrap_kubeconfig.is_some() {
+            self.bootstrap_kubeconfig = path(&f.bootstrap_kubeconfig);
+        }
+        if let Some(ips) = &f.node_ip {
+            let (ips, w) = node::node_ips(ips)?;
+            self.node_ips = ips;
+            warnings.extend(w);
+        }
+        if !f.node_labels.is_empty() {
+            self.node_labels = node::pairs("--node-labels", &f.node_labels)?;
+        }
+        if let Some(b) = f.register_node {
+            self.register_node = b;
+        }
+        if let Some(t) = &f.register_with_taints {
+            let specs = t.split(',').filter(|s| !s.is_empty());
+            self.register_with_taints = node::taints("--register-with-taints", specs)?;
+        }
+        if let Some(b) = f.rotate_certificates {
+            self.rotate_certificates = b;
+        }
+        if let Some(b) = f.rotate_server_certificates {
+            self.server_tls_bootstrap = b;
+        }
+        if f.pod_infra_container_image.is_some() {
+            self.pod_infra_container_image = f
+                .pod_infra_container_image
+                .clone()
+                .filter(|s| !s.is_empty());
+        }
+        if let Some(p) = &f.cloud_provider {
+            self.cloud_provider = CloudProvider::parse(p).ok_or_else(|| ConfigError::Invalid {
+                field: "--cloud-provider".into(),
+                reason: format!(
+                    "unknown cloud provider {p:?}: only \"\" and \"external\" are supported"
+                ),
+            })?;
+        }
+        if let Some(id) = &f.provider_id {
+            self.provider_id = id.clone();
+        }
+        if let Some(d) = f.node_status_update_frequency.filter(|d| !d.is_zero()) {
+            self.node_status_update_frequency = d;
+        }
+        if let Some(n) = f.node_status_max_images {
+            self.node_status_max_images = n;
+        }
+        if !f.kube_reserved.is_empty() {
+            self.kube_reserved = node::pairs("kubeReserved (--kube-reserved)", &f.kube_reserved)?;
+        }
+        if !f.system_reserved.is_empty() {
+            self.system_reserved =
+                node::pairs("systemReserved (--system-reserved)", &f.system_reserved)?;
+        }
+        let mut ignored = Vec::new();
+        if let Some(dir) = &f.volume_plugin_dir {
+            self.volume_plugin_dir = dir.clone();
+            if !self.volume_plugin_dir.as_os_str().is_empty()
+                && self.volume_plugin_dir != Path::new(DEFAULT_VOLUME_PLUGIN_DIR)
+            {
+                ignored.push("--volume-plugin-dir".to_string());
+            }
+        }
+        Ok(ignored)
     }
 
     /// The start-up checks: values every part relies on.
@@ -306,9 +492,43 @@ impl Config {
             ));
         }
         serving::check(self)?;
+        self.check_node()?;
         self.eviction
             .validate()
             .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The checks of API-server mode and node registration, in Go's words.
+    fn check_node(&self) -> Result<(), ConfigError> {
+        let invalid = |field: &str, reason: &str| ConfigError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        };
+        if self.bootstrap_kubeconfig.is_some() && self.kubeconfig.is_none() {
+            return Err(invalid(
+                "--bootstrap-kubeconfig",
+                "needs --kubeconfig (where the kubelet writes the client configuration it \
+                 bootstraps)",
+            ));
+        }
+        node::check_node_labels(&self.node_labels)?;
+        node::check_reserved("kubeReserved (--kube-reserved)", &self.kube_reserved)?;
+        node::check_reserved("systemReserved (--system-reserved)", &self.system_reserved)?;
+        if self.node_status_max_images < -1 {
+            return Err(invalid(
+                "nodeStatusMaxImages (--node-status-max-images)",
+                "must be -1 or greater",
+            ));
+        }
+        if self.node_lease_duration_seconds == 0 {
+            return Err(invalid(
+                "nodeLeaseDurationSeconds",
+                "must be greater than 0",
+            ));
+        }
         Ok(())
     }
 }
@@ -553,36 +773,279 @@ mod tests {
     }
 
     #[test]
-    fn unknown_and_ignored_fields_warn() {
+    fn unknown_fields_warn_and_not_implemented_ones_share_one_line() {
         let yaml = format!(
-            "{HEAD}eventRecordQPS: 5\nfancyNewThing: 1\nlogging: {{flushFrequency: 5s, colour: red}}\n"
+            "{HEAD}eventRecordQPS: 5\nfancyNewThing: 1\ncgroupsPerQOS: false\nfailSwapOn: true\n\
+             cpuManagerPolicy: none\nmemorySwap: {{}}\nlogging: {{flushFrequency: 1s, vmodule: \"\", colour: red}}\n"
         );
-        let (_, warnings) = with_file(&yaml, &[]).unwrap();
-        assert_eq!(warnings.len(), 4, "{warnings:?}");
+        let (_, warnings) = with_file(&yaml, &["--volume-plugin-dir=/opt/flex"]).unwrap();
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert!(warnings[0].ends_with("unknown field \"fancyNewThing\" (ignored)"));
+        assert!(warnings[1].ends_with("unknown field \"logging.colour\" (ignored)"));
+        let last = &warnings[2];
         assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("\"eventRecordQPS\" is not supported")),
+            last.starts_with("not implemented by ferrolet (ignored): --volume-plugin-dir, /"),
+            "{last}"
+        );
+        // Set to their Go defaults (failSwapOn, cpuManagerPolicy, memorySwap, vmodule), fields
+        // ask for nothing ferrolet misses.
+        assert!(
+            last.ends_with(": eventRecordQPS, cgroupsPerQOS, logging.flushFrequency"),
+            "{last}"
+        );
+        // Nothing set that ferrolet lacks: no such line.
+        let (_, warnings) = with_file(&format!("{HEAD}cgroupDriver: cgroupfs\n"), &[]).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    /// The file `kubeadm init` (1.28) writes to /var/lib/kubelet/config.yaml, verbatim.
+    const KUBEADM_1_28: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: ""
+cpuManagerReconcilePeriod: 0s
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+"#;
+
+    #[test]
+    fn kubeadm_s_files_load_unchanged() {
+        let (c, warnings) = with_file(
+            KUBEADM_1_28,
+            &[
+                "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                "--kubeconfig=/etc/kubernetes/kubelet.conf",
+                "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+                "--pod-infra-container-image=registry.k8s.io/pause:3.9",
+                "--node-ip=192.168.1.10",
+                "--node-labels=node.kubernetes.io/exclude-from-external-load-balancers=,tier=a",
+                "--register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule",
+            ],
+        )
+        .unwrap();
+        assert!(c.api_server_mode());
+        assert_eq!(
+            c.bootstrap_kubeconfig,
+            Some("/etc/kubernetes/bootstrap-kubelet.conf".into())
+        );
+        let authn = &c.authentication;
+        assert!(authn.webhook && !authn.anonymous);
+        assert_eq!(authn.webhook_cache_ttl, Duration::from_secs(120), "0s = 2m");
+        assert_eq!(
+            authn.client_ca_file,
+            Some("/etc/kubernetes/pki/ca.crt".into())
+        );
+        let authz = &c.authorization;
+        assert_eq!(authz.mode, AuthorizationMode::Webhook);
+        assert_eq!(authz.webhook_cache_authorized_ttl, Duration::from_secs(300));
+        assert_eq!(
+            authz.webhook_cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
+        assert!(c.rotate_certificates && c.register_node && !c.server_tls_bootstrap);
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
+        assert_eq!(c.node_status_report_frequency, Duration::from_secs(300));
+        assert_eq!(
+            (c.node_lease_duration_seconds, c.node_status_max_images),
+            (40, 50)
+        );
+        assert_eq!(c.sync_frequency, Duration::from_secs(60));
+        assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+        assert_eq!(c.gc.image_minimum_gc_age, Duration::from_secs(120));
+        assert_eq!(c.static_pod_path, Some("/etc/kubernetes/manifests".into()));
+        assert_eq!(
+            c.container_runtime_endpoint,
+            "unix:///var/run/containerd/containerd.sock"
+        );
+        assert_eq!(
+            c.pod_infra_container_image.as_deref(),
+            Some("registry.k8s.io/pause:3.9")
+        );
+        assert_eq!(c.node_ips, ["192.168.1.10".parse::<IpAddr>().unwrap()]);
+        assert_eq!(c.node_labels.len(), 2);
+        assert_eq!(c.register_with_taints.len(), 1);
+        assert_eq!(c.cluster_domain, "cluster.local");
+        // Exactly one warning: the cgroup driver, the one thing asked for and not done.
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("not implemented by ferrolet (ignored): /")
+                && warnings[0].ends_with(": cgroupDriver"),
             "{warnings:?}"
         );
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("unknown field \"fancyNewThing\"")),
-            "{warnings:?}"
+    }
+
+    #[test]
+    fn node_settings_from_file_and_flags() {
+        let yaml = format!(
+            "{HEAD}registerNode: false\nregisterWithTaints: [{{key: a, value: b, effect: NoSchedule}}, {{key: c, effect: NoExecute}}]\n\
+             serverTLSBootstrap: true\nnodeStatusUpdateFrequency: 20s\nnodeLeaseDurationSeconds: 60\nnodeStatusMaxImages: -1\n\
+             kubeReserved: {{cpu: 100m, memory: 1Gi, pid: 100}}\nsystemReserved: {{memory: 512Mi}}\nproviderID: aws:///i-1\n\
+             configMapAndSecretChangeDetectionStrategy: Cache\nvolumePluginDir: /usr/libexec/kubernetes/kubelet-plugins/volume/exec/\n"
         );
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("\"logging.flushFrequency\"")),
-            "{warnings:?}"
+        let (c, warnings) = with_file(&yaml, &[]).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(!c.register_node && c.server_tls_bootstrap);
+        let taints: Vec<(&str, Option<&str>, &str)> = c
+            .register_with_taints
+            .iter()
+            .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+            .collect();
+        assert_eq!(
+            taints,
+            [("a", Some("b"), "NoSchedule"), ("c", None, "NoExecute")]
         );
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("unknown field \"logging.colour\"")),
-            "{warnings:?}"
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(20));
+        assert_eq!(
+            c.node_status_report_frequency,
+            Duration::from_secs(20),
+            "the report period follows an update period set alone, as Go's defaulting"
         );
+        assert_eq!(
+            (c.node_lease_duration_seconds, c.node_status_max_images),
+            (60, -1)
+        );
+        assert_eq!(c.kube_reserved["pid"], "100");
+        assert_eq!(c.system_reserved["memory"], "512Mi");
+        assert_eq!(c.provider_id, "aws:///i-1");
+        assert_eq!(
+            c.config_map_and_secret_change_detection_strategy,
+            ChangeDetection::Cache
+        );
+        assert!(!c.api_server_mode(), "no --kubeconfig: standalone");
+
+        let (c, _) = with_file(
+            &yaml,
+            &[
+                "--register-node",
+                "--register-with-taints=x=y:PreferNoSchedule",
+                "--node-status-update-frequency=30s",
+                "--node-status-max-images=10",
+                "--kube-reserved=cpu=1",
+                "--provider-id=gce://p/z/n",
+                "--cloud-provider=external",
+                "--rotate-certificates",
+                "--node-ip=10.0.0.1,fd00::1",
+            ],
+        )
+        .unwrap();
+        assert!(c.register_node && c.rotate_certificates);
+        assert_eq!(c.register_with_taints.len(), 1);
+        let all = c.registration_taints();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].key, TAINT_EXTERNAL_CLOUD_PROVIDER);
+        assert_eq!(
+            (all[1].value.as_deref(), all[1].effect.as_str()),
+            (Some("true"), "NoSchedule")
+        );
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(30));
+        assert_eq!(c.node_status_max_images, 10);
+        assert_eq!(c.kube_reserved.len(), 1, "the flag replaces the file's map");
+        assert_eq!(c.provider_id, "gce://p/z/n");
+        assert_eq!(c.node_ips.len(), 2);
+
+        let (c, _) = Config::load(&flags(&[])).unwrap();
+        assert_eq!(c.node_status_report_frequency, Duration::from_secs(300));
+        assert!(c.registration_taints().is_empty());
+    }
+
+    #[test]
+    fn node_settings_refused() {
+        for (yaml, args, want) in [
+            (
+                "",
+                &["--bootstrap-kubeconfig=/b"][..],
+                "--bootstrap-kubeconfig",
+            ),
+            ("", &["--node-labels=kubernetes.io/role=x"], "--node-labels"),
+            ("", &["--node-labels=novalue"], "--node-labels"),
+            (
+                "",
+                &["--register-with-taints=a=b"],
+                "--register-with-taints",
+            ),
+            ("", &["--cloud-provider=aws"], "--cloud-provider"),
+            ("", &["--node-ip=10.0.0.1,10.0.0.2"], "--node-ip"),
+            (
+                "",
+                &["--kube-reserved=gpu=1"],
+                "kubeReserved (--kube-reserved)",
+            ),
+            (
+                "",
+                &["--node-status-max-images=-2"],
+                "nodeStatusMaxImages (--node-status-max-images)",
+            ),
+            (
+                "systemReserved: {cpu: -1}\n",
+                &[],
+                "systemReserved (--system-reserved)",
+            ),
+            (
+                "registerWithTaints: [{key: a, effect: Never}]\n",
+                &[],
+                "registerWithTaints",
+            ),
+            ("registerNode: maybe\n", &[], "registerNode"),
+            (
+                "nodeLeaseDurationSeconds: -1\n",
+                &[],
+                "nodeLeaseDurationSeconds",
+            ),
+            (
+                "configMapAndSecretChangeDetectionStrategy: Poll\n",
+                &[],
+                "configMapAndSecretChangeDetectionStrategy",
+            ),
+            (
+                "nodeStatusUpdateFrequency: often\n",
+                &[],
+                "nodeStatusUpdateFrequency",
+            ),
+        ] {
+            assert_eq!(
+                invalid_field(with_file(&format!("{HEAD}{yaml}"), args)),
+                want,
+                "{yaml} {args:?}"
+            );
+        }
     }
 
     #[test]

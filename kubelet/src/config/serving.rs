@@ -1,13 +1,15 @@
 //! The secure kubelet API's settings (`enableServer`, `port`, `tlsCertFile`,
 //! `tlsPrivateKeyFile`, `authentication`, `authorization`) with the Go kubelet's names, and
 //! where standalone mode needs it our own defaults: webhook authentication off and
-//! `AlwaysAllow` authorization, since there is no API server to ask.
+//! `AlwaysAllow` authorization, since there may be no API server to ask. The webhook modes
+//! need `--kubeconfig`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_yaml_ng::Value;
 
-use super::file::{boolean, invalid, nonempty, type_name};
+use super::file::{boolean, duration, invalid, nonempty, type_name};
 use super::{Config, ConfigError, Flags};
 
 /// `authorization.mode`.
@@ -16,7 +18,7 @@ pub enum AuthorizationMode {
     /// Every authenticated request is allowed (ours, and the Go kubelet flag's, default).
     #[default]
     AlwaysAllow,
-    /// SubjectAccessReview against the API server: accepted in the file, refused at start-up.
+    /// A SubjectAccessReview per request, to the API server (needs `--kubeconfig`).
     Webhook,
     /// ferrolet's own: rules from `--authorization-policy-file`.
     Static,
@@ -44,7 +46,7 @@ impl AuthorizationMode {
 }
 
 /// Who may call the secure API (`authentication`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Authentication {
     /// CA bundle that signs client certificates (`authentication.x509.clientCAFile`); none =
     /// client certificates are not asked for.
@@ -52,24 +54,49 @@ pub struct Authentication {
     /// Requests without credentials pass as `system:anonymous`
     /// (`authentication.anonymous.enabled`, false).
     pub anonymous: bool,
-    /// Bearer tokens checked by TokenReview (`authentication.webhook.enabled`; false here,
-    /// refused when true: there is no API server to ask).
+    /// Bearer tokens checked by TokenReview (`authentication.webhook.enabled`; false unless
+    /// set, since it needs `--kubeconfig`).
     pub webhook: bool,
+    /// How long a token's review is reused (`authentication.webhook.cacheTTL`, 2m).
+    pub webhook_cache_ttl: Duration,
+}
+
+impl Default for Authentication {
+    fn default() -> Self {
+        Self {
+            client_ca_file: None,
+            anonymous: false,
+            webhook: false,
+            webhook_cache_ttl: Duration::from_secs(120),
+        }
+    }
 }
 
 /// What callers may do (`authorization`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Authorization {
     /// `authorization.mode` (`AlwaysAllow`).
     pub mode: AuthorizationMode,
     /// The rules of mode `Static` (`--authorization-policy-file`, ferrolet's own).
     pub policy_file: Option<PathBuf>,
+    /// How long an allowed review is reused (`authorization.webhook.cacheAuthorizedTTL`,
+    /// 5m).
+    pub webhook_cache_authorized_ttl: Duration,
+    /// How long a denied review is reused (`authorization.webhook.cacheUnauthorizedTTL`,
+    /// 30s).
+    pub webhook_cache_unauthorized_ttl: Duration,
 }
 
-/// Sub-fields of the Go schema that ferrolet accepts without acting on them.
-const IGNORED_AUTHN_FIELDS: &[&str] = &["webhook.cacheTTL"];
-const IGNORED_AUTHZ_FIELDS: &[&str] =
-    &["webhook.cacheAuthorizedTTL", "webhook.cacheUnauthorizedTTL"];
+impl Default for Authorization {
+    fn default() -> Self {
+        Self {
+            mode: AuthorizationMode::AlwaysAllow,
+            policy_file: None,
+            webhook_cache_authorized_ttl: Duration::from_secs(300),
+            webhook_cache_unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
+}
 
 /// The nested object at `key`, or none for null.
 fn object<'v>(key: &str, v: &'v Value) -> Result<Option<&'v serde_yaml_ng::Mapping>, ConfigError> {
@@ -90,7 +117,6 @@ fn walk(
     v: &Value,
     path: &Path,
     groups: &[&str],
-    ignored: &[&str],
     warnings: &mut Vec<String>,
     mut leaf: impl FnMut(&str, &Value) -> Result<bool, ConfigError>,
 ) -> Result<(), ConfigError> {
@@ -126,18 +152,10 @@ fn walk(
             if leaf(&key, value)? {
                 continue;
             }
-            let warning = if ignored.contains(&key.as_str()) {
-                format!(
-                    "{}: field \"{top}.{key}\" is not supported by ferrolet (ignored)",
-                    path.display()
-                )
-            } else {
-                format!(
-                    "{}: unknown field \"{top}.{key}\" (ignored)",
-                    path.display()
-                )
-            };
-            warnings.push(warning);
+            warnings.push(format!(
+                "{}: unknown field \"{top}.{key}\" (ignored)",
+                path.display()
+            ));
         }
     }
     Ok(())
@@ -156,7 +174,6 @@ pub(super) fn authentication(
         v,
         path,
         &["x509", "anonymous", "webhook"],
-        IGNORED_AUTHN_FIELDS,
         warnings,
         |key, v| {
             let field = format!("authentication.{key}");
@@ -172,6 +189,11 @@ pub(super) fn authentication(
                 "webhook.enabled" => {
                     if let Some(b) = boolean(&field, v)? {
                         authn.webhook = b;
+                    }
+                }
+                "webhook.cacheTTL" => {
+                    if let Some(d) = duration(&field, v)? {
+                        authn.webhook_cache_ttl = d;
                     }
                 }
                 _ => return Ok(false),
@@ -194,14 +216,26 @@ pub(super) fn authorization(
         v,
         path,
         &["webhook"],
-        IGNORED_AUTHZ_FIELDS,
         warnings,
         |key, v| {
-            if key != "mode" {
-                return Ok(false);
-            }
-            if let Some(m) = nonempty("authorization.mode", v)? {
-                authz.mode = mode("authorization.mode", &m)?;
+            let field = format!("authorization.{key}");
+            match key {
+                "mode" => {
+                    if let Some(m) = nonempty(&field, v)? {
+                        authz.mode = mode(&field, &m)?;
+                    }
+                }
+                "webhook.cacheAuthorizedTTL" => {
+                    if let Some(d) = duration(&field, v)? {
+                        authz.webhook_cache_authorized_ttl = d;
+                    }
+                }
+                "webhook.cacheUnauthorizedTTL" => {
+                    if let Some(d) = duration(&field, v)? {
+                        authz.webhook_cache_unauthorized_ttl = d;
+                    }
+                }
+                _ => return Ok(false),
             }
             Ok(true)
         },
@@ -276,24 +310,23 @@ pub(super) fn check(c: &Config) -> Result<(), ConfigError> {
         }
         _ => {}
     }
-    if c.authentication.webhook {
+    // Go's words when it builds the authenticator without an API client.
+    if c.authentication.webhook && !c.api_server_mode() {
         return Err(invalid(
             "authentication.webhook.enabled (--authentication-token-webhook)",
-            "webhook token authentication needs an API server, and ferrolet runs standalone \
-             (no API server yet): set it to false",
+            "no client provided, cannot use webhook authentication (it needs --kubeconfig)",
         ));
     }
     match (c.authorization.mode, &c.authorization.policy_file) {
-        (AuthorizationMode::Webhook, _) => Err(invalid(
+        (AuthorizationMode::Webhook, _) if !c.api_server_mode() => Err(invalid(
             "authorization.mode (--authorization-mode)",
-            "Webhook is not supported: it needs an API server, and ferrolet runs standalone \
-             (no API server yet); use AlwaysAllow or Static",
+            "no client provided, cannot use webhook authorization (it needs --kubeconfig)",
         )),
         (AuthorizationMode::Static, None) => Err(invalid(
             "authorization.mode (--authorization-mode)",
             "Static needs --authorization-policy-file",
         )),
-        (AuthorizationMode::AlwaysAllow, Some(_)) => Err(invalid(
+        (AuthorizationMode::AlwaysAllow | AuthorizationMode::Webhook, Some(_)) => Err(invalid(
             "--authorization-policy-file",
             "is only read with authorization.mode Static",
         )),
@@ -372,24 +405,25 @@ mod tests {
             Some("/etc/k/ca.crt".into())
         );
         assert!(c.authentication.anonymous);
-        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("\"authentication.webhook.cacheTTL\" is not supported")),
+            warnings[0].contains("unknown field \"authentication.oidc.issuer\""),
             "{warnings:?}"
         );
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("unknown field \"authentication.oidc.issuer\"")),
-            "{warnings:?}"
+        let yaml = "authentication: {webhook: {enabled: true, cacheTTL: 10s}}\n\
+                    authorization: {mode: Webhook, webhook: {cacheAuthorizedTTL: 1m, cacheUnauthorizedTTL: 5s}}\n";
+        let (c, warnings) = load(Some(yaml), &["--kubeconfig=/k.conf"]).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(c.authentication.webhook);
+        assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
+        assert_eq!(c.authorization.mode, AuthorizationMode::Webhook);
+        assert_eq!(
+            c.authorization.webhook_cache_authorized_ttl,
+            Duration::from_secs(60)
         );
-        assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains("\"authorization.webhook.cacheAuthorizedTTL\"")),
-            "{warnings:?}"
+        assert_eq!(
+            c.authorization.webhook_cache_unauthorized_ttl,
+            Duration::from_secs(5)
         );
         let (c, _) = load(Some("enableServer: false\nport: 0\n"), &[]).unwrap();
         assert!(!c.enable_server);
@@ -444,10 +478,16 @@ mod tests {
             field,
             "authentication.webhook.enabled (--authentication-token-webhook)"
         );
-        assert!(reason.contains("API server"), "{reason}");
+        assert!(
+            reason.starts_with("no client provided, cannot use webhook authentication"),
+            "{reason}"
+        );
         let (field, reason) = refused(load(Some("authorization: {mode: Webhook}\n"), &[]));
         assert_eq!(field, "authorization.mode (--authorization-mode)");
-        assert!(reason.contains("Webhook is not supported"), "{reason}");
+        assert!(
+            reason.starts_with("no client provided, cannot use webhook authorization"),
+            "{reason}"
+        );
         let (field, _) = refused(load(None, &["--authentication-token-webhook"]));
         assert!(
             field.starts_with("authentication.webhook.enabled"),

@@ -1,11 +1,14 @@
 //! Who calls the secure API and what they may do, as the Go kubelet decides it.
 //!
-//! Authentication: a client certificate that chains to `clientCAFile` names the user (its
-//! common name) and groups (its organizations, plus `system:authenticated`); without one, the
+//! Authentication, in Go's union order: a client certificate that chains to `clientCAFile`
+//! names the user (its common name) and groups (its organizations, plus
+//! `system:authenticated`); else a bearer token, when webhook authentication is on, names
+//! the user its `TokenReview` gives ([`webhook`](super::webhook)); without either, the
 //! request is `system:anonymous` in `system:unauthenticated` when anonymous requests are on,
-//! and 401 otherwise. A certificate that does not verify is 401 even then (Go's union
-//! authenticator fails on the x509 error before trying anonymous); one that verifies but has
-//! no common name counts as no credential.
+//! and 401 otherwise. A certificate that does not verify, or a token the API server does not
+//! accept, is 401 even then (Go fails on the error before trying anonymous), unless the other
+//! credential authenticates; a certificate that verifies but has no common name counts as no
+//! credential.
 //!
 //! Authorization sees the request as Go's node attributes: verb from the method (`get`,
 //! `create`, …), resource `nodes`, and a subresource from the path, fine-grained first with
@@ -13,8 +16,9 @@
 //! `/runningpods/` → `pods`, `/healthz` → `healthz`, `/configz` → `configz`, `/stats/` →
 //! `stats`, `/metrics` → `metrics`, `/logs/` → `log`, `/checkpoint/` → `checkpoint`, anything
 //! else → `proxy`. `AlwaysAllow` allows all; `Static` (ferrolet's own, [`Policy`]) allows
-//! what one of its rules grants for any of those subresources. A denial is 403 with Go's
-//! message.
+//! what one of its rules grants for any of those subresources; `Webhook` asks a
+//! `SubjectAccessReview` for each in turn until one is allowed. A denial is 403 with Go's
+//! message; a review that fails is 500 with Go's `Authorization error (…)`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +29,7 @@ use rustls::server::danger::ClientCertVerifier;
 use serde::Deserialize;
 
 use super::extra::is_subpath;
+use super::webhook::{TokenAuthenticator, WebhookAuthorizer};
 use super::x509;
 
 /// The user of requests without credentials.
@@ -62,13 +67,21 @@ pub enum AuthnError {
     /// The client certificate does not verify against the client CAs.
     #[error("verifying the client certificate: {0}")]
     BadCertificate(String),
+    /// The API server does not authenticate the bearer token.
+    #[error("invalid bearer token")]
+    InvalidToken,
+    /// The token could not be reviewed.
+    #[error("reviewing the bearer token: {0}")]
+    TokenReview(String),
 }
 
-/// Identifies callers from their TLS client certificates.
+/// Identifies callers from their TLS client certificates and, with webhook authentication,
+/// their bearer tokens.
 #[derive(Clone)]
 pub struct Authenticator {
     clients: Option<Arc<dyn ClientCertVerifier>>,
     anonymous: bool,
+    tokens: Option<Arc<TokenAuthenticator>>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -76,6 +89,7 @@ impl std::fmt::Debug for Authenticator {
         f.debug_struct("Authenticator")
             .field("client_cas", &self.clients.is_some())
             .field("anonymous", &self.anonymous)
+            .field("token_webhook", &self.tokens.is_some())
             .finish()
     }
 }
@@ -84,38 +98,101 @@ impl Authenticator {
     /// Certificates checked by `clients` (the client CAs), if any; anonymous requests let in
     /// when `anonymous`.
     pub fn new(clients: Option<Arc<dyn ClientCertVerifier>>, anonymous: bool) -> Self {
-        Self { clients, anonymous }
+        Self {
+            clients,
+            anonymous,
+            tokens: None,
+        }
+    }
+
+    /// Bearer tokens checked by `tokens` too (webhook authentication).
+    pub fn with_tokens(mut self, tokens: Arc<TokenAuthenticator>) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+
+    /// The user of a request whose connection presented `peer` and whose `Authorization`
+    /// header is `authorization`: certificate, then bearer token, then anonymous.
+    pub async fn authenticate_request(
+        &self,
+        peer: &[CertificateDer<'_>],
+        authorization: Option<&[u8]>,
+    ) -> Result<User, AuthnError> {
+        let mut error = match self.certificate_at(peer, UnixTime::now()) {
+            Ok(Some(user)) => return Ok(user),
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        if let (Some(tokens), Some(token)) = (&self.tokens, authorization.and_then(bearer_token)) {
+            match tokens.authenticate(token).await {
+                Ok(Some(user)) => return Ok(user),
+                Ok(None) => error = Some(AuthnError::InvalidToken),
+                Err(e) => error = Some(AuthnError::TokenReview(e.to_string())),
+            }
+        }
+        self.anonymous_or(error)
     }
 
     /// The user of a request whose connection presented `peer` (leaf first), now.
+    #[cfg(test)]
     pub fn authenticate(&self, peer: &[CertificateDer<'_>]) -> Result<User, AuthnError> {
         self.authenticate_at(peer, UnixTime::now())
     }
 
     /// [`Authenticator::authenticate`] at time `now`.
+    #[cfg(test)]
     pub fn authenticate_at(
         &self,
         peer: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<User, AuthnError> {
-        if let (Some(clients), Some((leaf, intermediates))) = (&self.clients, peer.split_first()) {
-            clients
-                .verify_client_cert(leaf, intermediates, now)
-                .map_err(|e| AuthnError::BadCertificate(e.to_string()))?;
-            let subject =
-                x509::subject(leaf).map_err(|e| AuthnError::BadCertificate(e.to_string()))?;
-            if let Some(name) = subject.common_name.filter(|n| !n.is_empty()) {
-                let mut groups = subject.organizations;
-                groups.push(AUTHENTICATED_GROUP.into());
-                return Ok(User { name, groups });
-            }
-        }
-        if self.anonymous {
-            Ok(User::anonymous())
-        } else {
-            Err(AuthnError::NoCredentials)
+        match self.certificate_at(peer, now) {
+            Ok(Some(user)) => Ok(user),
+            Ok(None) => self.anonymous_or(None),
+            Err(e) => self.anonymous_or(Some(e)),
         }
     }
+
+    /// The user a verified client certificate names, if one was presented and has a name.
+    fn certificate_at(
+        &self,
+        peer: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<Option<User>, AuthnError> {
+        let (Some(clients), Some((leaf, intermediates))) = (&self.clients, peer.split_first())
+        else {
+            return Ok(None);
+        };
+        clients
+            .verify_client_cert(leaf, intermediates, now)
+            .map_err(|e| AuthnError::BadCertificate(e.to_string()))?;
+        let subject = x509::subject(leaf).map_err(|e| AuthnError::BadCertificate(e.to_string()))?;
+        Ok(subject.common_name.filter(|n| !n.is_empty()).map(|name| {
+            let mut groups = subject.organizations;
+            groups.push(AUTHENTICATED_GROUP.into());
+            User { name, groups }
+        }))
+    }
+
+    /// After no credential authenticated: the first error, else anonymous if allowed.
+    fn anonymous_or(&self, error: Option<AuthnError>) -> Result<User, AuthnError> {
+        match error {
+            Some(e) => Err(e),
+            None if self.anonymous => Ok(User::anonymous()),
+            None => Err(AuthnError::NoCredentials),
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header as Go's bearer-token authenticator
+/// reads it: the scheme case-insensitive, one space before the token, anything after a
+/// further space ignored; none for another scheme or an empty token.
+pub fn bearer_token(header: &[u8]) -> Option<&str> {
+    let header = std::str::from_utf8(header).ok()?.trim();
+    let mut parts = header.splitn(3, ' ');
+    let scheme = parts.next()?;
+    let token = parts.next()?;
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// A request as the authorizer sees it (resource `nodes`, this node).
@@ -160,34 +237,72 @@ pub fn attributes(method: &Method, path: &str) -> Attributes {
     Attributes { verb, subresources }
 }
 
-/// A denied request: 403 with its message, Go's `Forbidden (user=…, …)`.
+/// A request that is not allowed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{0}")]
-pub struct Forbidden(pub String);
+pub enum Denied {
+    /// 403 with Go's `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 500 with Go's `Authorization error (user=…, verb=…, resource=nodes, subresource=…)`:
+    /// the decision could not be had; `cause` is for the log.
+    #[error("{message}")]
+    Error {
+        /// The response's text.
+        message: String,
+        /// Why.
+        cause: String,
+    },
+}
 
 /// Decides what authenticated callers may do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Authorizer {
     /// Everything (`authorization.mode: AlwaysAllow`).
     AlwaysAllow,
     /// What a rule of the policy grants (`authorization.mode: Static`).
     Static(Policy),
+    /// What the API server's SubjectAccessReviews allow (`authorization.mode: Webhook`).
+    Webhook(Arc<WebhookAuthorizer>),
 }
 
 impl Authorizer {
-    /// Allowed, or the Go kubelet's 403 message.
-    pub fn authorize(&self, user: &User, attrs: &Attributes) -> Result<(), Forbidden> {
+    /// Allowed, or why not in the Go kubelet's words. The subresources are asked in order
+    /// (fine-grained first, then `proxy`) until one is allowed; an error stops at once.
+    pub async fn authorize(&self, user: &User, attrs: &Attributes) -> Result<(), Denied> {
         let allowed = match self {
             Authorizer::AlwaysAllow => true,
             Authorizer::Static(policy) => attrs
                 .subresources
                 .iter()
                 .any(|sub| policy.allows(user, attrs.verb, sub)),
+            Authorizer::Webhook(webhook) => {
+                let mut allowed = false;
+                for sub in &attrs.subresources {
+                    match webhook.allows(user, attrs.verb, sub).await {
+                        Ok(true) => {
+                            allowed = true;
+                            break;
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            return Err(Denied::Error {
+                                message: format!(
+                                    "Authorization error (user={}, verb={}, resource=nodes, \
+                                     subresource={sub})",
+                                    user.name, attrs.verb
+                                ),
+                                cause: e.to_string(),
+                            });
+                        }
+                    }
+                }
+                allowed
+            }
         };
         if allowed {
             return Ok(());
         }
-        Err(Forbidden(format!(
+        Err(Denied::Forbidden(format!(
             "Forbidden (user={}, verb={}, resource=nodes, subresource(s)=[{}])",
             user.name,
             attrs.verb,
@@ -512,18 +627,19 @@ mod tests {
         }
     }
 
-    #[test]
-    fn always_allow_allows() {
+    #[tokio::test]
+    async fn always_allow_allows() {
         let attrs = attributes(&Method::DELETE, "/anything");
         assert!(
             Authorizer::AlwaysAllow
                 .authorize(&User::anonymous(), &attrs)
+                .await
                 .is_ok()
         );
     }
 
-    #[test]
-    fn static_policy() {
+    #[tokio::test]
+    async fn static_policy() {
         let policy = Policy::parse(
             "rules:\n\
              - groups: [system:masters]\n  verbs: ['*']\n  subresources: ['*']\n\
@@ -535,22 +651,24 @@ mod tests {
         let get = |p: &str| attributes(&Method::GET, p);
         let admin = user("root", &["system:masters", AUTHENTICATED_GROUP]);
         let prom = user("prometheus", &[AUTHENTICATED_GROUP]);
-        assert!(authz.authorize(&admin, &get("/pods")).is_ok());
+        assert!(authz.authorize(&admin, &get("/pods")).await.is_ok());
         assert!(
             authz
                 .authorize(&admin, &attributes(&Method::POST, "/exec/a/b/c"))
+                .await
                 .is_ok()
         );
-        assert!(authz.authorize(&prom, &get("/metrics")).is_ok());
-        assert!(authz.authorize(&prom, &get("/healthz")).is_ok());
+        assert!(authz.authorize(&prom, &get("/metrics")).await.is_ok());
+        assert!(authz.authorize(&prom, &get("/healthz")).await.is_ok());
         assert!(
             authz
                 .authorize(&User::anonymous(), &get("/healthz"))
+                .await
                 .is_ok()
         );
         assert_eq!(
-            authz.authorize(&prom, &get("/pods")),
-            Err(Forbidden(
+            authz.authorize(&prom, &get("/pods")).await,
+            Err(Denied::Forbidden(
                 "Forbidden (user=prometheus, verb=get, resource=nodes, subresource(s)=[pods proxy])"
                     .into()
             ))
@@ -558,8 +676,9 @@ mod tests {
         assert_eq!(
             authz
                 .authorize(&User::anonymous(), &get("/stats/summary"))
+                .await
                 .unwrap_err()
-                .0,
+                .to_string(),
             "Forbidden (user=system:anonymous, verb=get, resource=nodes, subresource(s)=[stats])"
         );
         // `proxy` is the fallback of the fine-grained paths.
@@ -570,9 +689,139 @@ mod tests {
             .unwrap(),
         );
         let ops = user("ops", &[]);
-        assert!(proxy_only.authorize(&ops, &get("/pods")).is_ok());
-        assert!(proxy_only.authorize(&ops, &get("/configz")).is_ok());
-        assert!(proxy_only.authorize(&ops, &get("/metrics")).is_err());
+        assert!(proxy_only.authorize(&ops, &get("/pods")).await.is_ok());
+        assert!(proxy_only.authorize(&ops, &get("/configz")).await.is_ok());
+        assert!(proxy_only.authorize(&ops, &get("/metrics")).await.is_err());
+    }
+
+    #[test]
+    fn bearer_tokens_as_go_reads_them() {
+        for (header, want) in [
+            ("Bearer abc", Some("abc")),
+            ("bearer abc", Some("abc")),
+            ("BEARER abc", Some("abc")),
+            ("  Bearer abc  ", Some("abc")),
+            ("Bearer abc extra", Some("abc")),
+            ("Bearer ", None),
+            ("Bearer", None),
+            ("Bearer  abc", None),
+            ("Basic abc", None),
+            ("", None),
+        ] {
+            assert_eq!(bearer_token(header.as_bytes()), want, "{header:?}");
+        }
+        assert_eq!(bearer_token(b"Bearer \xff"), None);
+    }
+
+    fn token_authn(clients: Option<Arc<dyn ClientCertVerifier>>, anonymous: bool) -> Authenticator {
+        let mut reviews = super::super::webhook::tests::Reviews::default();
+        reviews.tokens.insert("good".into(), user("bob", &["dev"]));
+        let tokens = TokenAuthenticator::new(Arc::new(reviews), std::time::Duration::from_secs(60));
+        Authenticator::new(clients, anonymous).with_tokens(Arc::new(tokens))
+    }
+
+    #[tokio::test]
+    async fn certificate_then_token_then_anonymous() {
+        let (ca_cert, issuer) = ca("clients");
+        let alice = client(&issuer, "alice", &[], ExtendedKeyUsagePurpose::ClientAuth);
+        let (_, other) = ca("someone else");
+        let stranger = client(&other, "mallory", &[], ExtendedKeyUsagePurpose::ClientAuth);
+        let good = Some(&b"Bearer good"[..]);
+        let bad = Some(&b"Bearer bad"[..]);
+        for anonymous in [false, true] {
+            let authn = token_authn(Some(verifier(&ca_cert)), anonymous);
+            let who = |r: Result<User, AuthnError>| r.map(|u| u.name);
+            // The certificate comes first.
+            let cert = std::slice::from_ref(&alice);
+            assert_eq!(
+                who(authn.authenticate_request(cert, good).await),
+                Ok("alice".into())
+            );
+            // Then the token, whose user gains system:authenticated.
+            let bob = authn.authenticate_request(&[], good).await.unwrap();
+            assert_eq!(bob.groups, ["dev", AUTHENTICATED_GROUP]);
+            // A bad certificate still lets a good token in, as Go's union does.
+            let strange = std::slice::from_ref(&stranger);
+            assert_eq!(
+                who(authn.authenticate_request(strange, good).await),
+                Ok("bob".into())
+            );
+            // A rejected token is 401 even with anonymous requests on.
+            assert_eq!(
+                authn.authenticate_request(&[], bad).await,
+                Err(AuthnError::InvalidToken)
+            );
+            assert!(matches!(
+                authn.authenticate_request(strange, None).await,
+                Err(AuthnError::BadCertificate(_))
+            ));
+            // No credential at all (another scheme is none): anonymous, if allowed.
+            let basic = Some(&b"Basic good"[..]);
+            let none = authn.authenticate_request(&[], basic).await;
+            if anonymous {
+                assert_eq!(none, Ok(User::anonymous()));
+            } else {
+                assert_eq!(none, Err(AuthnError::NoCredentials));
+            }
+        }
+        // Without webhook authentication a token is no credential.
+        let plain = Authenticator::new(None, true);
+        assert_eq!(
+            plain.authenticate_request(&[], good).await,
+            Ok(User::anonymous())
+        );
+    }
+
+    #[tokio::test]
+    async fn webhook_authorization_falls_back_to_proxy() {
+        use super::super::webhook::tests::Reviews;
+        let mut reviews = Reviews::default();
+        for (u, sub) in [("ops", "proxy"), ("prom", "metrics"), ("dash", "pods")] {
+            reviews.allowed.push((u.into(), "get".into(), sub.into()));
+        }
+        reviews.failing.push("broken".into());
+        let webhook = WebhookAuthorizer::new(
+            Arc::new(reviews),
+            "node-a",
+            std::time::Duration::from_secs(300),
+            std::time::Duration::from_secs(30),
+        );
+        let authz = Authorizer::Webhook(Arc::new(webhook));
+        let get = |p: &str| attributes(&Method::GET, p);
+        let ops = user("ops", &[]);
+        assert!(
+            authz.authorize(&ops, &get("/pods")).await.is_ok(),
+            "pods, then proxy"
+        );
+        assert!(
+            authz
+                .authorize(&ops, &get("/containerLogs/a/b/c"))
+                .await
+                .is_ok()
+        );
+        assert_eq!(
+            authz.authorize(&ops, &get("/metrics")).await,
+            Err(Denied::Forbidden(
+                "Forbidden (user=ops, verb=get, resource=nodes, subresource(s)=[metrics])".into()
+            ))
+        );
+        let prom = user("prom", &[]);
+        assert!(
+            authz
+                .authorize(&prom, &get("/metrics/cadvisor"))
+                .await
+                .is_ok()
+        );
+        assert!(authz.authorize(&prom, &get("/pods")).await.is_err());
+        let dash = user("dash", &[]);
+        assert!(authz.authorize(&dash, &get("/runningpods/")).await.is_ok());
+        match authz.authorize(&user("broken", &[]), &get("/pods")).await {
+            Err(Denied::Error { message, .. }) => assert_eq!(
+                message,
+                "Authorization error (user=broken, verb=get, resource=nodes, subresource=pods)"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
         "authentication",
         json!({
             "x509": x509,
-            "webhook": {"enabled": authn.webhook, "cacheTTL": "0s"},
+            "webhook": {"enabled": authn.webhook, "cacheTTL": go_duration(authn.webhook_cache_ttl)},
             "anonymous": {"enabled": authn.anonymous},
         }),
     );
@@ -74,7 +74,10 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
         "authorization",
         json!({
             "mode": config.authorization.mode.as_str(),
-            "webhook": {"cacheAuthorizedTTL": "0s", "cacheUnauthorizedTTL": "0s"},
+            "webhook": {
+                "cacheAuthorizedTTL": go_duration(config.authorization.webhook_cache_authorized_ttl),
+                "cacheUnauthorizedTTL": go_duration(config.authorization.webhook_cache_unauthorized_ttl),
+            },
         }),
     );
     if config.healthz_port != 0 {

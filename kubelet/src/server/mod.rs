@@ -22,6 +22,7 @@ pub mod pods;
 pub mod secure;
 pub mod stats;
 pub mod tls;
+pub mod webhook;
 pub mod x509;
 
 pub use extra::{ApiRequest, Endpoint, ExtraRoutes};

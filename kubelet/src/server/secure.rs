@@ -8,8 +8,10 @@
 //!   none is registered for `/stats/` or `/metrics`, those answer 501;
 //! - `/exec`, `/attach`, `/portForward`, `/run`, `/cri`: 501 until streaming lands.
 //!
-//! Unauthenticated requests get 401 `Unauthorized` and denied ones 403 with the Go kubelet's
-//! `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`.
+//! Unauthenticated requests get 401 `Unauthorized`, denied ones 403 with the Go kubelet's
+//! `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, and those whose
+//! SubjectAccessReview fails 500 `Authorization error (…)`. The webhook modes review through
+//! the API client given to [`SecureServer::bind_with_api`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -26,12 +28,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 
-use super::auth::{self, Authenticator, AuthnError, Authorizer, Forbidden, Policy, PolicyError};
+use super::auth::{self, Authenticator, AuthnError, Authorizer, Denied, Policy, PolicyError};
 use super::extra::is_subpath;
 use super::tls::{self, ServingFiles, TlsError};
+use super::webhook::{KubeReviews, ReviewClient, TokenAuthenticator, WebhookAuthorizer};
 use super::{Body, ExtraRoutes, NodeView, Routes, api_request, common_route, json, text};
 use crate::certificate::ReloadingCert;
 use crate::config::{AuthorizationMode, Config};
+use crate::kube_client::ApiHandle;
 
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -62,6 +66,9 @@ pub enum SecureError {
         /// The error.
         source: std::io::Error,
     },
+    /// A webhook mode without an API client (Go's words).
+    #[error("no client provided, cannot use webhook {0}")]
+    NoClient(&'static str),
     /// The set-up task died.
     #[error("setting up TLS: {0}")]
     Task(#[from] tokio::task::JoinError),
@@ -95,6 +102,7 @@ impl SecureServer {
     /// Sets up TLS (the configured serving pair, or the self-signed one in the cert dir, made
     /// if needed), authentication and authorization from `config`, and binds
     /// `address:port`. Connections wait in the backlog until [`SecureServer::serve`].
+    /// Standalone: the webhook modes are refused.
     pub async fn bind(config: &Config) -> Result<Self, SecureError> {
         Self::bind_with(config, None).await
     }
@@ -109,6 +117,27 @@ impl SecureServer {
         let owned = config.clone();
         let (server_config, shared, files) =
             tokio::task::spawn_blocking(move || setup(&owned, serving)).await??;
+        Self::bind_with_reviews(config, None).await
+    }
+
+    /// [`SecureServer::bind`] in API-server mode: the webhook modes review through `api`.
+    #[allow(dead_code)] // TEMP: until app wiring of API-server mode lands
+    pub async fn bind_with_api(
+        config: &Config,
+        api: Option<ApiHandle>,
+    ) -> Result<Self, SecureError> {
+        let reviews = api.map(|a| Arc::new(KubeReviews::new(a)) as Arc<dyn ReviewClient>);
+        Self::bind_with_reviews(config, reviews).await
+    }
+
+    /// [`SecureServer::bind`] with the webhook modes reviewing through `reviews`.
+    pub async fn bind_with_reviews(
+        config: &Config,
+        reviews: Option<Arc<dyn ReviewClient>>,
+    ) -> Result<Self, SecureError> {
+        let owned = config.clone();
+        let (server_config, shared, files) =
+            tokio::task::spawn_blocking(move || setup(&owned, reviews)).await??;
         let addr = SocketAddr::new(config.address, config.port);
         let listener = TcpListener::bind(addr)
             .await
@@ -183,6 +212,10 @@ impl SecureServer {
 fn setup(
     config: &Config,
     serving: Option<Arc<ReloadingCert>>,
+/// TLS, authentication and authorization from `config`, reviews through `reviews`. Blocking.
+fn setup(
+    config: &Config,
+    reviews: Option<Arc<dyn ReviewClient>>,
 ) -> Result<(Arc<rustls::ServerConfig>, Shared, ServingFiles), SecureError> {
     let authz = match config.authorization.mode {
         AuthorizationMode::AlwaysAllow => Authorizer::AlwaysAllow,
@@ -195,16 +228,27 @@ fn setup(
             Authorizer::Static(Policy::load(path)?)
         }
         AuthorizationMode::Webhook => {
-            return Err(SecureError::Unsupported(
-                "authorization.mode Webhook needs an API server (not supported yet)".into(),
-            ));
+            let client = reviews
+                .clone()
+                .ok_or(SecureError::NoClient("authorization"))?;
+            let authz = &config.authorization;
+            Authorizer::Webhook(Arc::new(WebhookAuthorizer::new(
+                client,
+                &config.node_name,
+                authz.webhook_cache_authorized_ttl,
+                authz.webhook_cache_unauthorized_ttl,
+            )))
         }
     };
-    if config.authentication.webhook {
-        return Err(SecureError::Unsupported(
-            "authentication.webhook.enabled needs an API server (not supported yet)".into(),
-        ));
-    }
+    let tokens = if config.authentication.webhook {
+        let client = reviews.ok_or(SecureError::NoClient("authentication"))?;
+        Some(Arc::new(TokenAuthenticator::new(
+            client,
+            config.authentication.webhook_cache_ttl,
+        )))
+    } else {
+        None
+    };
     let configured = config
         .tls_cert_file
         .as_deref()
@@ -236,8 +280,13 @@ fn setup(
         }
         None => tls::server_config(&files, clients.clone())?,
     };
+    let server_config = tls::server_config(&files, clients.clone())?;
+    let mut authn = Authenticator::new(clients, config.authentication.anonymous);
+    if let Some(tokens) = tokens {
+        authn = authn.with_tokens(tokens);
+    }
     let shared = Shared {
-        authn: Authenticator::new(clients, config.authentication.anonymous),
+        authn,
         authz,
         configz: super::configz::configz(config, Some(&files)).into(),
     };
@@ -292,24 +341,36 @@ async fn handle(
     extra: &ExtraRoutes,
     remote: SocketAddr,
 ) -> Response<Body> {
-    let user = match shared.authn.authenticate(peer) {
+    let authorization = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let user = match shared.authn.authenticate_request(peer, authorization).await {
         Ok(user) => user,
         Err(e) => {
+            // The errors never hold the token.
             match &e {
-                AuthnError::BadCertificate(_) => {
+                AuthnError::BadCertificate(_) | AuthnError::TokenReview(_) => {
                     tracing::warn!(%remote, error = %e, "unable to authenticate the request");
                 }
-                AuthnError::NoCredentials => {
-                    tracing::debug!(%remote, path = req.uri().path(), "unauthenticated request");
+                AuthnError::NoCredentials | AuthnError::InvalidToken => {
+                    tracing::debug!(%remote, path = req.uri().path(), error = %e, "unauthenticated request");
                 }
             }
             return text(StatusCode::UNAUTHORIZED, "Unauthorized");
         }
     };
     let attrs = auth::attributes(req.method(), req.uri().path());
-    if let Err(Forbidden(message)) = shared.authz.authorize(&user, &attrs) {
-        tracing::info!(%remote, path = req.uri().path(), "{message}");
-        return text(StatusCode::FORBIDDEN, message);
+    match shared.authz.authorize(&user, &attrs).await {
+        Ok(()) => {}
+        Err(Denied::Forbidden(message)) => {
+            tracing::info!(%remote, path = req.uri().path(), "{message}");
+            return text(StatusCode::FORBIDDEN, message);
+        }
+        Err(Denied::Error { message, cause }) => {
+            tracing::error!(%remote, path = req.uri().path(), error = %cause, "{message}");
+            return text(StatusCode::INTERNAL_SERVER_ERROR, message);
+        }
     }
     tracing::trace!(user = %user.name, method = %req.method(), path = req.uri().path(), "kubelet API request");
     route(req, shared, view, extra).await

@@ -107,6 +107,15 @@ impl Running {
 /// The server on 127.0.0.1:0 with its root dir in a temp dir; `tweak` adjusts the config
 /// (the temp dir is given to place files in).
 async fn start(tweak: impl FnOnce(&mut Config, &Path), extra: ExtraRoutes) -> Running {
+    start_with(tweak, extra, None).await
+}
+
+/// [`start`] with the webhook modes reviewing through `reviews`.
+async fn start_with(
+    tweak: impl FnOnce(&mut Config, &Path),
+    extra: ExtraRoutes,
+    reviews: Option<Arc<dyn ReviewClient>>,
+) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config {
         address: IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -116,7 +125,9 @@ async fn start(tweak: impl FnOnce(&mut Config, &Path), extra: ExtraRoutes) -> Ru
         ..Config::default()
     };
     tweak(&mut config, dir.path());
-    let server = SecureServer::bind(&config).await.unwrap();
+    let server = SecureServer::bind_with_reviews(&config, reviews)
+        .await
+        .unwrap();
     let addr = server.local_addr().unwrap();
     let files = server.serving_files().clone();
     let (tx, rx) = oneshot::channel();
@@ -388,4 +399,81 @@ async fn a_reloading_certificate_is_swapped_without_a_restart() {
 
     let _ = tx.send(());
     task.await.unwrap().unwrap();
+async fn webhook_modes_review_tokens_and_requests() {
+    use crate::server::webhook::tests::{Reviews, user};
+    let mut reviews = Reviews::default();
+    reviews.tokens.insert("bob-token".into(), user("bob", &[]));
+    reviews
+        .tokens
+        .insert("carol-token".into(), user("carol", &[]));
+    reviews
+        .allowed
+        .push(("bob".into(), "get".into(), "proxy".into()));
+    reviews.failing.push("carol".into());
+    let webhook = |c: &mut Config, _: &Path| {
+        c.authentication.webhook = true;
+        c.authorization.mode = AuthorizationMode::Webhook;
+    };
+    let server = start_with(webhook, ExtraRoutes::default(), Some(Arc::new(reviews))).await;
+    let client = server.client(None);
+    let get = |token: Option<&'static str>, path: &'static str| {
+        let url = format!("https://127.0.0.1:{}{path}", server.addr.port());
+        let mut req = client.get(url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    };
+    assert_eq!(
+        get(Some("bob-token"), "/pods").await.0,
+        200,
+        "pods, then proxy"
+    );
+    assert_eq!(
+        get(Some("bob-token"), "/metrics").await,
+        (
+            403,
+            "Forbidden (user=bob, verb=get, resource=nodes, subresource(s)=[metrics])".into()
+        )
+    );
+    assert_eq!(
+        get(Some("nobody"), "/pods").await,
+        (401, "Unauthorized".into())
+    );
+    assert_eq!(get(None, "/pods").await, (401, "Unauthorized".into()));
+    assert_eq!(
+        get(Some("carol-token"), "/pods").await,
+        (
+            500,
+            "Authorization error (user=carol, verb=get, resource=nodes, subresource=pods)".into()
+        )
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn webhook_modes_need_a_client() {
+    for (authn, want) in [(true, "authentication"), (false, "authorization")] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            root_dir: dir.path().to_path_buf(),
+            port: 0,
+            address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            node_name: "node-a".into(),
+            ..Config::default()
+        };
+        if authn {
+            config.authentication.webhook = true;
+        } else {
+            config.authorization.mode = AuthorizationMode::Webhook;
+        }
+        let err = SecureServer::bind(&config).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("no client provided, cannot use webhook {want}")
+        );
+    }
 }
