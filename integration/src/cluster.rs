@@ -64,10 +64,8 @@ impl ClusterNode {
             .await
             .unwrap_or_else(|e| panic!("starting the test API server: {e:#}"));
         let node_name = node_name_for(name);
-        let dir = std::env::temp_dir().join(format!(
-            "ferrolet-cluster-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("ferrolet-cluster-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
         let kubeconfig = dir.join("kubelet.conf");
         let mut kubelet = opts.kubelet;
@@ -82,7 +80,10 @@ impl ClusterNode {
                 api.add_token(
                     token,
                     "system:bootstrap:ferrolet",
-                    &["system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"],
+                    &[
+                        "system:bootstrappers",
+                        "system:bootstrappers:kubeadm:default-node-token",
+                    ],
                 );
                 api.write_token_kubeconfig(&bootstrap, token)
                     .unwrap_or_else(|e| panic!("writing {}: {e:#}", bootstrap.display()));
@@ -93,17 +94,18 @@ impl ClusterNode {
                 ]);
             }
         }
-        kubelet.extra_args.extend([
-            "--kubeconfig".to_string(),
-            kubeconfig.display().to_string(),
-        ]);
+        kubelet
+            .extra_args
+            .extend(["--kubeconfig".to_string(), kubeconfig.display().to_string()]);
         for (key, value) in CLUSTER_DEFAULTS {
             let set = kubelet
                 .extra_config
                 .lines()
                 .any(|l| l.trim_start().starts_with(&format!("{key}:")));
             if !set {
-                kubelet.extra_config.push_str(&format!("\n{key}: {value}\n"));
+                kubelet
+                    .extra_config
+                    .push_str(&format!("\n{key}: {value}\n"));
             }
         }
         let node = KubeletNode::start_with(name, kubelet).await;
@@ -117,8 +119,15 @@ impl ClusterNode {
 
     /// Waits until the Node object exists and satisfies `pred`.
     pub async fn wait_node(&self, what: &str, pred: impl FnMut(&Value) -> bool) -> Value {
-        self.wait_object("nodes", "", &self.node_name.clone(), what, pred, Duration::from_secs(60))
-            .await
+        self.wait_object(
+            "nodes",
+            "",
+            &self.node_name.clone(),
+            what,
+            pred,
+            Duration::from_secs(60),
+        )
+        .await
     }
 
     /// Creates a pod bound to this node (`spec.nodeName` set, as the scheduler would) from
@@ -154,7 +163,8 @@ impl ClusterNode {
         pred: impl FnMut(&Value) -> bool,
         limit: Duration,
     ) -> Value {
-        self.wait_object("pods", NAMESPACE, name, what, pred, limit).await
+        self.wait_object("pods", NAMESPACE, name, what, pred, limit)
+            .await
     }
 
     /// Waits until the API's pod `name` is Running with its Ready condition True.
@@ -164,12 +174,10 @@ impl ClusterNode {
             "Running and Ready",
             |p| {
                 p["status"]["phase"] == "Running"
-                    && p["status"]["conditions"]
-                        .as_array()
-                        .is_some_and(|cs| {
-                            cs.iter()
-                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                        })
+                    && p["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
             },
             Duration::from_secs(90),
         )
@@ -239,7 +247,8 @@ impl ClusterNode {
                 pod["metadata"]["namespace"].as_str().unwrap_or(NAMESPACE),
                 pod["metadata"]["name"].as_str().unwrap_or(""),
             );
-            let is_mirror = pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
+            let is_mirror =
+                pod["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string();
             if is_mirror {
                 continue;
             }
@@ -249,7 +258,7 @@ impl ClusterNode {
                     "pods",
                     ns,
                     name,
-                    DeleteOptions {
+                    &DeleteOptions {
                         grace_period_seconds: Some(1),
                         ..Default::default()
                     },
@@ -264,7 +273,9 @@ impl ClusterNode {
                 .await
                 .unwrap_or_default()
                 .iter()
-                .filter(|p| !p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string())
+                .filter(|p| {
+                    !p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string()
+                })
                 .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
                 .collect();
             if left.is_empty() {

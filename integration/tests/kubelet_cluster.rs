@@ -48,9 +48,10 @@ async fn node_registers_with_its_fields_and_renews_its_lease() {
     let node = ClusterNode::start("api-reg").await;
     let n = node
         .wait_node("Ready", |n| {
-            n["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+            n["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
         })
         .await;
     let name = node.node_name.as_str();
@@ -61,21 +62,45 @@ async fn node_registers_with_its_fields_and_renews_its_lease() {
     let status = &n["status"];
     for key in ["cpu", "memory", "pods", "ephemeral-storage"] {
         assert!(status["capacity"][key].is_string(), "capacity {key}: {n:#}");
-        assert!(status["allocatable"][key].is_string(), "allocatable {key}: {n:#}");
+        assert!(
+            status["allocatable"][key].is_string(),
+            "allocatable {key}: {n:#}"
+        );
     }
     assert_eq!(status["capacity"]["pods"], "110");
     let addresses = status["addresses"].as_array().unwrap();
     assert!(addresses.iter().any(|a| a["type"] == "InternalIP"), "{n:#}");
-    assert!(addresses.iter().any(|a| a["type"] == "Hostname" && a["address"] == name));
+    assert!(
+        addresses
+            .iter()
+            .any(|a| a["type"] == "Hostname" && a["address"] == name)
+    );
     let info = &status["nodeInfo"];
-    for key in ["machineID", "bootID", "kernelVersion", "osImage", "kubeletVersion"] {
-        assert!(info[key].as_str().is_some_and(|v| !v.is_empty()), "nodeInfo.{key}: {n:#}");
+    for key in [
+        "machineID",
+        "bootID",
+        "kernelVersion",
+        "osImage",
+        "kubeletVersion",
+    ] {
+        assert!(
+            info[key].as_str().is_some_and(|v| !v.is_empty()),
+            "nodeInfo.{key}: {n:#}"
+        );
     }
     assert!(
-        info["containerRuntimeVersion"].as_str().unwrap().contains("://"),
+        info["containerRuntimeVersion"]
+            .as_str()
+            .unwrap()
+            .contains("://"),
         "{n:#}"
     );
-    assert!(status["daemonEndpoints"]["kubeletEndpoint"]["Port"].as_i64().unwrap() > 0);
+    assert!(
+        status["daemonEndpoints"]["kubeletEndpoint"]["Port"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
     for kind in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
         let c = status["conditions"]
             .as_array()
@@ -94,16 +119,29 @@ async fn node_registers_with_its_fields_and_renews_its_lease() {
         .expect("the node's lease");
     assert_eq!(lease["spec"]["holderIdentity"], name);
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 8);
-    assert_eq!(lease["metadata"]["ownerReferences"][0]["kind"], "Node", "{lease:#}");
-    assert_eq!(lease["metadata"]["ownerReferences"][0]["uid"], n["metadata"]["uid"]);
+    assert_eq!(
+        lease["metadata"]["ownerReferences"][0]["kind"], "Node",
+        "{lease:#}"
+    );
+    assert_eq!(
+        lease["metadata"]["ownerReferences"][0]["uid"],
+        n["metadata"]["uid"]
+    );
     let first = lease["spec"]["renewTime"].as_str().unwrap().to_string();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let now = node.api.get("leases", "kube-node-lease", name).await.unwrap();
+        let now = node
+            .api
+            .get("leases", "kube-node-lease", name)
+            .await
+            .unwrap();
         if now["spec"]["renewTime"].as_str() != Some(first.as_str()) {
             break;
         }
-        assert!(Instant::now() < deadline, "lease not renewed within 10 s: {now:#}");
+        assert!(
+            Instant::now() < deadline,
+            "lease not renewed within 10 s: {now:#}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     node.teardown().await;
@@ -112,10 +150,7 @@ async fn node_registers_with_its_fields_and_renews_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_pod_runs_reports_status_and_probe_changes() {
     let node = ClusterNode::start("api-run").await;
-    let mut pod = busybox(
-        "web",
-        "touch /tmp/ready; while true; do sleep 1; done",
-    );
+    let mut pod = busybox("web", "touch /tmp/ready; while true; do sleep 1; done");
     pod["spec"]["containers"][0]["readinessProbe"] = json!({
         "exec": {"command": ["cat", "/tmp/ready"]},
         "periodSeconds": 1,
@@ -129,9 +164,15 @@ async fn api_pod_runs_reports_status_and_probe_changes() {
     node.create_pod(pod).await;
     let p = node.wait_api_running("web").await;
     let status = &p["status"];
-    assert!(status["podIP"].as_str().is_some_and(|ip| !ip.is_empty()), "{p:#}");
+    assert!(
+        status["podIP"].as_str().is_some_and(|ip| !ip.is_empty()),
+        "{p:#}"
+    );
     assert_eq!(status["podIPs"][0]["ip"], status["podIP"]);
-    assert!(status["hostIP"].as_str().is_some_and(|ip| !ip.is_empty()), "{p:#}");
+    assert!(
+        status["hostIP"].as_str().is_some_and(|ip| !ip.is_empty()),
+        "{p:#}"
+    );
     assert!(status["startTime"].is_string());
     assert_eq!(status["qosClass"], "BestEffort");
     for kind in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
@@ -139,7 +180,10 @@ async fn api_pod_runs_reports_status_and_probe_changes() {
     }
     let c = main_status(&p);
     assert!(c["containerID"].as_str().unwrap().contains("://"), "{p:#}");
-    assert!(c["imageID"].as_str().is_some_and(|i| !i.is_empty()), "{p:#}");
+    assert!(
+        c["imageID"].as_str().is_some_and(|i| !i.is_empty()),
+        "{p:#}"
+    );
     assert_eq!(c["ready"], true);
     assert!(c["state"]["running"]["startedAt"].is_string());
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
@@ -149,11 +193,21 @@ async fn api_pod_runs_reports_status_and_probe_changes() {
     let id = containers[0].id.clone();
     let api = node.node.node.api().await;
     api.exec_ok(&id, &["rm", "/tmp/ready"]).await;
-    node.wait_api_pod("web", "not Ready", |p| condition(p, "Ready") == Some("False"), Duration::from_secs(20))
-        .await;
+    node.wait_api_pod(
+        "web",
+        "not Ready",
+        |p| condition(p, "Ready") == Some("False"),
+        Duration::from_secs(20),
+    )
+    .await;
     api.exec_ok(&id, &["touch", "/tmp/ready"]).await;
-    node.wait_api_pod("web", "Ready again", |p| condition(p, "Ready") == Some("True"), Duration::from_secs(20))
-        .await;
+    node.wait_api_pod(
+        "web",
+        "Ready again",
+        |p| condition(p, "Ready") == Some("True"),
+        Duration::from_secs(20),
+    )
+    .await;
     // Liveness fails: the container restarts, the restart count shows in the API.
     api.exec_ok(&id, &["touch", "/tmp/die"]).await;
     let p = node
@@ -164,7 +218,10 @@ async fn api_pod_runs_reports_status_and_probe_changes() {
             Duration::from_secs(40),
         )
         .await;
-    assert!(main_status(&p)["lastState"]["terminated"].is_object(), "{p:#}");
+    assert!(
+        main_status(&p)["lastState"]["terminated"].is_object(),
+        "{p:#}"
+    );
     node.teardown().await;
 }
 
@@ -174,7 +231,8 @@ async fn a_deleted_pod_runs_its_prestop_hook_then_is_gone() {
     let host = node.node.host_dir();
     let mut pod = busybox("leaving", IDLE);
     pod["spec"]["terminationGracePeriodSeconds"] = json!(20);
-    pod["spec"]["volumes"] = json!([{"name": "out", "hostPath": {"path": host.display().to_string()}}]);
+    pod["spec"]["volumes"] =
+        json!([{"name": "out", "hostPath": {"path": host.display().to_string()}}]);
     pod["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "out", "mountPath": "/out"}]);
     pod["spec"]["containers"][0]["lifecycle"] = json!({
         "preStop": {"exec": {"command": ["sh", "-c", "echo bye > /out/prestop"]}},
@@ -183,12 +241,19 @@ async fn a_deleted_pod_runs_its_prestop_hook_then_is_gone() {
     node.wait_api_running("leaving").await;
     let started = Instant::now();
     let deleted = node.delete_pod("leaving").await;
-    assert!(deleted["metadata"]["deletionTimestamp"].is_string(), "{deleted:#}");
-    node.wait_api_pod_gone("leaving", Duration::from_secs(20)).await;
+    assert!(
+        deleted["metadata"]["deletionTimestamp"].is_string(),
+        "{deleted:#}"
+    );
+    node.wait_api_pod_gone("leaving", Duration::from_secs(20))
+        .await;
     let took = started.elapsed();
     let hook = std::fs::read_to_string(host.join("prestop")).unwrap_or_default();
     assert_eq!(hook.trim(), "bye", "the preStop hook did not run");
-    assert!(took < Duration::from_secs(20), "gone after {took:?}, beyond the grace period");
+    assert!(
+        took < Duration::from_secs(20),
+        "gone after {took:?}, beyond the grace period"
+    );
     node.teardown().await;
 }
 
@@ -209,12 +274,18 @@ async fn a_pod_that_does_not_fit_is_failed_out_of_cpu_and_never_started() {
         .await;
     assert_eq!(p["status"]["reason"], "OutOfcpu", "{p:#}");
     assert!(
-        p["status"]["message"].as_str().unwrap_or("").contains("cpu"),
+        p["status"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("cpu"),
         "{p:#}"
     );
     let uid = p["metadata"]["uid"].as_str().unwrap();
     let (sandboxes, containers) = node.node.runtime_objects(uid).await;
-    assert!(sandboxes.is_empty() && containers.is_empty(), "a rejected pod was started");
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "a rejected pod was started"
+    );
     node.teardown().await;
 }
 
@@ -232,15 +303,21 @@ async fn a_static_pod_has_a_mirror_pod_that_comes_back_when_deleted() {
     let mirror_name = format!("static-{}", node.node_name);
     let mirror = node.wait_api_running(&mirror_name).await;
     let annotations = &mirror["metadata"]["annotations"];
-    assert!(annotations["kubernetes.io/config.mirror"].is_string(), "{mirror:#}");
-    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node", "{mirror:#}");
+    assert!(
+        annotations["kubernetes.io/config.mirror"].is_string(),
+        "{mirror:#}"
+    );
+    assert_eq!(
+        mirror["metadata"]["ownerReferences"][0]["kind"], "Node",
+        "{mirror:#}"
+    );
     let first_uid = mirror["metadata"]["uid"].as_str().unwrap().to_string();
     node.api
         .delete_with(
             "pods",
             NAMESPACE,
             &mirror_name,
-            ferrolet_integration::apiserver::DeleteOptions {
+            &ferrolet_integration::apiserver::DeleteOptions {
                 grace_period_seconds: Some(0),
                 ..Default::default()
             },
@@ -251,7 +328,11 @@ async fn a_static_pod_has_a_mirror_pod_that_comes_back_when_deleted() {
         .wait_api_pod(
             &mirror_name,
             "recreated",
-            |p| p["metadata"]["uid"].as_str().is_some_and(|u| u != first_uid),
+            |p| {
+                p["metadata"]["uid"]
+                    .as_str()
+                    .is_some_and(|u| u != first_uid)
+            },
             Duration::from_secs(30),
         )
         .await;
@@ -260,7 +341,8 @@ async fn a_static_pod_has_a_mirror_pod_that_comes_back_when_deleted() {
     let p = node.wait_api_running(&mirror_name).await;
     assert_eq!(main_status(&p)["restartCount"], 0, "{p:#}");
     node.node.remove_manifest("static.yaml");
-    node.wait_api_pod_gone(&mirror_name, Duration::from_secs(30)).await;
+    node.wait_api_pod_gone(&mirror_name, Duration::from_secs(30))
+        .await;
     node.teardown().await;
 }
 
@@ -285,7 +367,8 @@ async fn image_pull_secrets_come_from_the_api() {
         .await
         .unwrap();
     let mut pod = busybox("private", IDLE);
-    pod["spec"]["containers"][0]["image"] = json!(format!("{AUTH_REGISTRY}/ferrolet/busybox:{TAG}"));
+    pod["spec"]["containers"][0]["image"] =
+        json!(format!("{AUTH_REGISTRY}/ferrolet/busybox:{TAG}"));
     pod["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
     node.create_pod(pod).await;
     node.wait_api_running("private").await;
@@ -299,7 +382,8 @@ async fn a_killed_ferrolet_loses_and_doubles_nothing_even_with_a_deletion_pendin
     let mut slow = busybox("goes", IDLE);
     slow["spec"]["terminationGracePeriodSeconds"] = json!(30);
     // A preStop hook that outlives the crash below: the kill is still pending at the restart.
-    slow["spec"]["containers"][0]["lifecycle"] = json!({"preStop": {"exec": {"command": ["sleep", "4"]}}});
+    slow["spec"]["containers"][0]["lifecycle"] =
+        json!({"preStop": {"exec": {"command": ["sleep", "4"]}}});
     node.create_pod(slow).await;
     let stays = node.wait_api_running("stays").await;
     node.wait_api_running("goes").await;
@@ -308,7 +392,8 @@ async fn a_killed_ferrolet_loses_and_doubles_nothing_even_with_a_deletion_pendin
     tokio::time::sleep(Duration::from_secs(1)).await;
     node.node.kill_kubelet();
     node.node.restart_kubelet().await;
-    node.wait_api_pod_gone("goes", Duration::from_secs(40)).await;
+    node.wait_api_pod_gone("goes", Duration::from_secs(40))
+        .await;
     let stays_uid = stays["metadata"]["uid"].as_str().unwrap();
     // Wait a few syncs: nothing restarts, nothing is created twice.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -316,7 +401,11 @@ async fn a_killed_ferrolet_loses_and_doubles_nothing_even_with_a_deletion_pendin
     assert_eq!(main_status(&after)["containerID"], before, "{after:#}");
     assert_eq!(main_status(&after)["restartCount"], 0);
     let (sandboxes, containers) = node.node.runtime_objects(stays_uid).await;
-    assert_eq!((sandboxes.len(), containers.len()), (1, 1), "{sandboxes:?} {containers:?}");
+    assert_eq!(
+        (sandboxes.len(), containers.len()),
+        (1, 1),
+        "{sandboxes:?} {containers:?}"
+    );
     node.teardown().await;
 }
 
@@ -333,7 +422,9 @@ async fn pods_keep_running_while_the_api_server_is_away_and_statuses_catch_up() 
     tokio::time::sleep(Duration::from_secs(60)).await;
     let (_, containers) = node.node.runtime_objects(&uid).await;
     assert!(
-        containers.iter().any(|c| c.state == ferrolet_proto::cri::ContainerState::ContainerRunning as i32),
+        containers
+            .iter()
+            .any(|c| c.state == ferrolet_proto::cri::ContainerState::ContainerRunning as i32),
         "steady stopped while the API server was away"
     );
     node.api.resume().await.unwrap();
@@ -347,7 +438,8 @@ async fn pods_keep_running_while_the_api_server_is_away_and_statuses_catch_up() 
     let n = node
         .wait_node("heartbeating again", |n| {
             n["status"]["conditions"].as_array().is_some_and(|cs| {
-                cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
             })
         })
         .await;
@@ -381,8 +473,15 @@ async fn events_are_written_for_pull_start_and_crash_loop_and_stay_bounded() {
     tokio::time::sleep(Duration::from_secs(45)).await;
     let events = node.pod_events("crashy").await;
     let got = reasons(&events);
-    assert!(got.iter().any(|r| r == "BackOff"), "events of crashy: {got:?}");
-    assert!(events.len() <= 30, "{} events for one crash-looping pod: {got:?}", events.len());
+    assert!(
+        got.iter().any(|r| r == "BackOff"),
+        "events of crashy: {got:?}"
+    );
+    assert!(
+        events.len() <= 30,
+        "{} events for one crash-looping pod: {got:?}",
+        events.len()
+    );
     let started = events.iter().find(|e| e["reason"] == "Started").unwrap();
     assert!(started["count"].as_i64().unwrap_or(1) >= 2, "{started:#}");
     node.teardown().await;
@@ -404,15 +503,29 @@ async fn tls_bootstrap_gets_a_node_certificate_through_an_approved_csr() {
     .await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let csr = loop {
-        let csrs = node.api.list("certificatesigningrequests", None).await.unwrap();
+        let csrs = node
+            .api
+            .list("certificatesigningrequests", None)
+            .await
+            .unwrap();
         if let Some(csr) = csrs.into_iter().next() {
             break csr;
         }
-        assert!(Instant::now() < deadline, "no CSR within 30 s:\n{}", node.node.kubelet_log());
+        assert!(
+            Instant::now() < deadline,
+            "no CSR within 30 s:\n{}",
+            node.node.kubelet_log()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
-    assert!(node.api.get("nodes", "", &node.node_name).await.is_err(), "registered before approval");
+    assert_eq!(
+        csr["spec"]["signerName"],
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
+    assert!(
+        node.api.get("nodes", "", &node.node_name).await.is_err(),
+        "registered before approval"
+    );
     node.api
         .approve_csr(csr["metadata"]["name"].as_str().unwrap())
         .await

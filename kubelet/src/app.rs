@@ -13,8 +13,12 @@ use tokio::sync::mpsc;
 
 use crate::config::{Config, ConfigError, Flags};
 use crate::cri::Cri;
-use crate::kubelet::Kubelet;
+use crate::kube_client::ApiHandle;
+use crate::kubelet::cluster::{Cluster, ClusterFacts};
+use crate::kubelet::{Kubelet, Seams};
 use crate::podspec::NodeContext;
+use crate::source::MirrorTable;
+use crate::status_manager::StatusManager;
 use crate::{logging, node, server, source};
 
 /// Why the kubelet could not start.
@@ -40,6 +44,9 @@ pub enum AppError {
     /// The kubelet API could not start (certificate, port).
     #[error("starting the kubelet API")]
     Api(#[source] server::secure::SecureError),
+    /// The kubeconfig, the TLS bootstrap or the serving certificate failed.
+    #[error("joining the cluster")]
+    Cluster(#[source] crate::certificate::CertificateError),
 }
 
 /// Runs the kubelet with the process's arguments until a termination signal.
@@ -95,9 +102,19 @@ async fn run(config: Config) -> Result<(), AppError> {
             path: config.root_dir.clone(),
             source,
         })?;
-    // Before the runtime is up, so a bad certificate or a taken port fails the start at once.
+    // The cluster's credentials first (a TLS bootstrap waits here for its CSR's approval),
+    // then the API server before the runtime is up, so a bad certificate or a taken port
+    // fails the start at once.
+    let credentials = match config.api_server_mode() {
+        true => Some(join(&config).await?),
+        false => None,
+    };
     let secure = if config.enable_server {
-        let server = server::secure::SecureServer::bind(&config).await;
+        let (api, serving) = match &credentials {
+            Some(c) => (Some(c.api.clone()), c.serving.clone()),
+            None => (None, None),
+        };
+        let server = server::secure::SecureServer::bind_with_api(&config, api, serving).await;
         Some(server.map_err(AppError::Api)?)
     } else {
         None
@@ -114,9 +131,26 @@ async fn run(config: Config) -> Result<(), AppError> {
         memory_capacity: node::memory_capacity(),
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
-    let kubelet = Kubelet::new(config.clone(), node, cri).await;
+    let (seams, statuses) = match &credentials {
+        Some(c) => {
+            let statuses = StatusManager::new(c.api.clone(), MirrorTable::default());
+            statuses.spawn();
+            let seams = Seams {
+                events: crate::event_recorder::spawn(c.api.clone(), &config.node_name),
+                status_sink: Arc::new(statuses.clone()),
+                secrets: Arc::new(crate::credentials::api::ApiSecrets::new(c.api.clone())),
+            };
+            (seams, Some(statuses))
+        }
+        None => (Seams::default(), None),
+    };
+    let events = seams.events.clone();
+    let kubelet = Kubelet::new(config.clone(), node, cri, seams).await;
     tokio::spawn(crate::heap::release_free_pages());
     let (tx, rx) = mpsc::channel(64);
+    if let (Some(c), Some(statuses)) = (&credentials, statuses) {
+        start_cluster(&kubelet, c, statuses, events, tx.clone());
+    }
     if let Some(dir) = &config.static_pod_path {
         source::spawn_file_source(
             dir.clone(),
@@ -180,6 +214,113 @@ async fn run(config: Config) -> Result<(), AppError> {
     }
     let _ = stop_tx.send(true);
     Ok(())
+}
+
+/// The cluster credentials: the API client (after a TLS bootstrap if needed), its rotation,
+/// and the serving certificate with `serverTLSBootstrap`.
+struct Credentials {
+    api: ApiHandle,
+    serving: Option<Arc<crate::certificate::ReloadingCert>>,
+    /// Rotations stop when dropped: held for the process's lifetime.
+    _rotations: Vec<crate::certificate::RotationTask>,
+}
+
+async fn join(config: &Config) -> Result<Credentials, AppError> {
+    let node_ips = if config.node_ips.is_empty() {
+        vec![node::host_ip()]
+    } else {
+        config.node_ips.clone()
+    };
+    let settings = crate::certificate::CertificateSettings {
+        cert_dir: config.cert_dir(),
+        kubeconfig: config.kubeconfig.clone().unwrap_or_default(),
+        bootstrap_kubeconfig: config.bootstrap_kubeconfig.clone(),
+        rotate_certificates: config.rotate_certificates,
+        server_tls_bootstrap: config.server_tls_bootstrap,
+        node_name: config.node_name.clone(),
+        hostnames: vec![config.node_name.clone()],
+        node_addresses: node_ips,
+        bootstrap_timeout: crate::certificate::BOOTSTRAP_TIMEOUT,
+    };
+    let (api, rotation) = crate::certificate::connect(&settings)
+        .await
+        .map_err(AppError::Cluster)?;
+    tracing::info!(node = %config.node_name, "connected to the API server");
+    let mut rotations: Vec<_> = rotation.into_iter().collect();
+    let serving = if settings.server_tls_bootstrap {
+        let (cert, task) = crate::certificate::serving_certificate(&settings, api.clone())
+            .await
+            .map_err(AppError::Cluster)?;
+        rotations.push(task);
+        Some(cert)
+    } else {
+        None
+    };
+    Ok(Credentials {
+        api,
+        serving,
+        _rotations: rotations,
+    })
+}
+
+/// API-server mode's loops: the node's registration, status and lease, mirror pods, and the
+/// API pod source (merged with the file and URL sources through `tx`).
+fn start_cluster(
+    kubelet: &Arc<Kubelet>,
+    credentials: &Credentials,
+    statuses: StatusManager,
+    events: Arc<dyn crate::events::EventRecorder>,
+    tx: mpsc::Sender<crate::types::PodUpdate>,
+) {
+    let config = &kubelet.config;
+    let api = credentials.api.clone();
+    let settings = crate::node_status::NodeStatusSettings {
+        node_name: config.node_name.clone(),
+        hostname: config.node_name.clone(),
+        register_node: config.register_node,
+        node_labels: config.node_labels.clone(),
+        register_with_taints: config.registration_taints(),
+        node_ip: config.node_ips.first().copied(),
+        max_pods: config.max_pods,
+        kube_reserved: config.kube_reserved.clone(),
+        system_reserved: config.system_reserved.clone(),
+        eviction_hard: kubelet
+            .eviction
+            .thresholds()
+            .iter()
+            .filter(|t| t.is_hard())
+            .cloned()
+            .collect(),
+        kubelet_port: config.port,
+        status_update_frequency: config.node_status_update_frequency,
+        status_report_frequency: config.node_status_report_frequency,
+        lease_duration_secs: config.node_lease_duration_seconds,
+        max_images: config.node_status_max_images,
+        root_dir: config.root_dir.clone(),
+    };
+    let facts = Arc::new(ClusterFacts::new(kubelet));
+    let node_status = crate::node_status::spawn(api.clone(), settings, facts, events);
+    let mirror_table = statuses.mirror_table();
+    let uid_of_node = node_status.clone();
+    let mirrors = crate::mirror_pods::MirrorPods::new(
+        &config.node_name,
+        Arc::new(move || uid_of_node.node().and_then(|n| n.metadata.uid.clone())),
+    );
+    source::spawn_api_source(
+        api.clone(),
+        config.node_name.clone(),
+        tx,
+        mirror_table.clone(),
+    );
+    let cluster = Cluster {
+        api,
+        node_status,
+        mirror_table,
+        mirrors,
+    };
+    if kubelet.cluster.set(cluster).is_err() {
+        tracing::warn!("the cluster parts were set twice");
+    }
 }
 
 async fn termination_signal() {

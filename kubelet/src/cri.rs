@@ -131,6 +131,29 @@ impl Cri {
         )
     }
 
+    /// Status: the runtime's conditions (RuntimeReady, NetworkReady).
+    pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
+        call!(
+            self,
+            runtime,
+            status,
+            "Status",
+            cri::StatusRequest::default()
+        )
+    }
+
+    /// ListImages, all of them.
+    pub async fn list_images(&self) -> Result<Vec<cri::Image>, CriError> {
+        call!(
+            self,
+            images,
+            list_images,
+            "ListImages",
+            cri::ListImagesRequest::default()
+        )
+        .map(|r| r.images)
+    }
+
     /// RunPodSandbox; returns the sandbox id.
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
         let req = cri::RunPodSandboxRequest {

@@ -2,8 +2,6 @@
 //! that have something to say take an `Arc<dyn EventRecorder>`; in a cluster it is the
 //! aggregating, rate-limited API writer (`event_recorder`), standalone it only logs.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
 /// `Normal` or `Warning`, as the Event's `type`.
@@ -134,15 +132,6 @@ pub type Recorded = (String, String, EventType, String, String);
 pub struct MemoryRecorder {
     /// The events, in order.
     pub events: std::sync::Mutex<Vec<Recorded>>,
-}
-
-#[cfg(test)]
-impl MemoryRecorder {
-    /// The reasons recorded, in order.
-    pub fn reasons(&self) -> Vec<String> {
-        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        events.iter().map(|e| e.3.clone()).collect()
-    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,6 @@
 //! client is built), so long-lived loops ask the handle for the current client each time they
 //! (re)connect instead of keeping one.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 use std::sync::{Arc, RwLock};
 
 /// The current API client, shared; cheap to clone.

@@ -9,20 +9,15 @@
 //!   (read-only, healthz and secure HTTP APIs, `/stats/summary`, `/metrics`).
 //! - managers: `pod_actions` (what one sync does, pure), `pod_workers` (one task per pod),
 //!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
-//!   Summary API), `eviction`, `log_rotation`, `event_recorder` (events written to the API
-//!   server: correlation, spam filter, patches of repeats).
-//!   Summary API), `eviction`, `log_rotation`, `node_status` (registration, the Node's status,
-//!   the node Lease).
 //!   Summary API), `eviction`, `log_rotation`, `admission` (does a pod fit the node, pure),
-//!   `status_manager` (pod statuses written to the API, pods deleted when done), `mirror_pods`
-//!   (static pods' mirrors in the API).
-//! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache).
-//! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge), `podspec` (a
-//!   Summary API), `eviction`, `log_rotation`.
+//!   `node_status` (registration, the Node's status, the node Lease), `status_manager` (pod
+//!   statuses written to the API, pods deleted when done), `mirror_pods` (static pods'
+//!   mirrors in the API), `event_recorder` (events written to the API server: correlation,
+//!   spam filter, patches of repeats).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache),
 //!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation).
-//! - pod model: `manifest`, `source` (directory and URL sources, their merge), `podspec` (a
-//!   pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
+//! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge),
+//!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
 //!   (the event recorder seam).

@@ -5,8 +5,6 @@
 //! changed) is deleted and created again; a mirror without a static pod (an orphan) is deleted.
 //! [`MirrorPods::reconcile`] decides (pure), [`MirrorPods::apply`] carries it out.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -31,7 +31,6 @@ pub use source::{BoxFut, RuntimeSource, fill_container};
 pub use crate::metrics::RelistStats;
 
 /// How long without a successful relist makes the PLEG unhealthy (Go's `RelistThreshold`).
-#[cfg(test)]
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// Status calls a relist makes at once.
 const STATUS_CONCURRENCY: usize = 16;
@@ -145,7 +144,6 @@ impl Pleg {
     }
 
     /// Whether relists succeed often enough (Go's PLEG health check, 3 minutes).
-    #[cfg(test)]
     pub fn healthy(&self) -> Result<(), String> {
         match self.last_relist() {
             None => Err("pleg has yet to be successful".into()),

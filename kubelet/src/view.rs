@@ -2,7 +2,6 @@
 //! health, and where container logs are.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use ferrolet_proto::cri::ContainerState;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
@@ -15,8 +14,7 @@ use crate::stats::StatsError;
 use crate::stats::types::Summary;
 use crate::types::Pod;
 
-/// PLEG not relisting for this long makes the node unhealthy (the Go kubelet's threshold).
-const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+use crate::pleg::RELIST_THRESHOLD;
 
 impl NodeView for Kubelet {
     fn pods(&self) -> Vec<Pod> {

@@ -160,8 +160,7 @@ async fn run(args: Args, cancel: Arc<AtomicBool>) -> Result<()> {
 async fn client_from(path: &PathBuf) -> Result<Client> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("reading {}", path.display()))?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     Ok(Client::try_from(config)?)
 }
 
@@ -174,11 +173,16 @@ async fn measure(
 ) -> Result<()> {
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let ready = wait_for(Duration::from_secs(120), || async {
-        nodes.get_opt(&args.node).await.ok().flatten().is_some_and(|n| {
-            n.status
-                .and_then(|s| s.conditions)
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
+        nodes
+            .get_opt(&args.node)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|n| {
+                n.status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
     })
     .await;
     if !ready {
@@ -186,9 +190,19 @@ async fn measure(
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
     let clock = Arc::new(Mutex::new(Clock::default()));
-    let watch = tokio::spawn(watch_running(pods.clone(), args.node.clone(), clock.clone()));
-    println!("# ferrolet-api-bench: node {}, image {}", args.node, args.image);
-    println!("{:>6} {:>10} {:>10} {:>12}", "N", "p50_ms", "p99_ms", "all_ms");
+    let watch = tokio::spawn(watch_running(
+        pods.clone(),
+        args.node.clone(),
+        clock.clone(),
+    ));
+    println!(
+        "# ferrolet-api-bench: node {}, image {}",
+        args.node, args.image
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>12}",
+        "N", "p50_ms", "p99_ms", "all_ms"
+    );
 
     let mut singles = Vec::new();
     for i in 0..args.single_runs {
@@ -272,7 +286,11 @@ async fn burst(
                 }],
             },
         }))?;
-        clock.lock().await.created.insert(name.clone(), Instant::now());
+        clock
+            .lock()
+            .await
+            .created
+            .insert(name.clone(), Instant::now());
         pods.create(&PostParams::default(), &pod).await?;
         anyhow::Ok(())
     });
@@ -340,12 +358,10 @@ async fn delete_all(client: &Client, args: &Args) -> Result<()> {
             .list(&ListParams::default().fields(&format!("spec.nodeName={}", args.node)))
             .await
         {
-            Ok(l) => !l.items.iter().any(|p| {
-                p.metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|n| ours.contains(n))
-            }),
+            Ok(l) => !l
+                .items
+                .iter()
+                .any(|p| p.metadata.name.as_ref().is_some_and(|n| ours.contains(n))),
             Err(_) => false,
         }
     })

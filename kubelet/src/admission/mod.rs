@@ -9,8 +9,6 @@
 //! (static, mirror, or priority ≥ 2000000000) are admitted despite resource shortfalls: the Go
 //! kubelet preempts other pods to make room for them (not done here: see [`Admitted`]).
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 pub mod resources;
 pub mod selection;
 

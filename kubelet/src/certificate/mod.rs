@@ -8,8 +8,6 @@
 //! swapped atomically ([`store`]), and `kubelet-client.key.tmp`, the bootstrap key kept until
 //! its CSR is answered.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 pub mod bootstrap;
 pub mod csr;
 pub mod kubeconfig;
@@ -27,9 +25,7 @@ use std::time::Duration;
 
 use crate::kube_client::ApiHandle;
 
-#[allow(unused_imports)] // TEMP: until app wiring of API-server mode lands
-pub use rotation::{RotationTask, spawn_client_rotation};
-#[allow(unused_imports)] // TEMP: until app wiring of API-server mode lands
+pub use rotation::RotationTask;
 pub use serving::{ReloadingCert, serving_certificate};
 
 /// How long the bootstrap CSR may wait for its certificate (Go's hour).

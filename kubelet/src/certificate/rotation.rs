@@ -30,13 +30,6 @@ pub struct RotationTask {
     handle: tokio::task::JoinHandle<()>,
 }
 
-impl RotationTask {
-    /// Whether the task has ended (it ends only when aborted).
-    pub fn is_finished(&self) -> bool {
-        self.handle.is_finished()
-    }
-}
-
 impl Drop for RotationTask {
     fn drop(&mut self) {
         self.handle.abort();

@@ -285,7 +285,6 @@ impl Config {
 
     /// The taints the node registers with: `registerWithTaints`, plus the external cloud
     /// provider's `uninitialized` taint under `--cloud-provider=external`, as Go adds it.
-    #[allow(dead_code)] // TEMP: until app wiring of API-server mode lands
     pub fn registration_taints(&self) -> Vec<k8s_openapi::api::core::v1::Taint> {
         let mut taints = self.register_with_taints.clone();
         if self.cloud_provider == CloudProvider::External {

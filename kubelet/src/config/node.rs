@@ -14,7 +14,6 @@ use crate::manifest::quantity::parse_quantity;
 
 /// The taint the Go kubelet registers with under `--cloud-provider=external`, until the cloud
 /// controller manager has initialized the node.
-#[allow(dead_code)] // TEMP: until app wiring of API-server mode lands
 pub const TAINT_EXTERNAL_CLOUD_PROVIDER: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /// `--cloud-provider`: none, or an external cloud controller manager (the in-tree ones are

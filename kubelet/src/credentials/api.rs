@@ -2,8 +2,6 @@
 //! strategy: one GET per pull (pulls are rare, and the Node authorizer lets a node read only
 //! the secrets of pods bound to it). A secret that cannot be read is logged by name only.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Secret;
 

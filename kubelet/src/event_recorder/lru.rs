@@ -51,11 +51,13 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
     }
 
     /// Whether `key` is held (without touching its recency).
+    #[cfg(test)]
     pub fn contains(&self, key: &K) -> bool {
         self.entries.contains_key(key)
     }
 
     /// How many entries are held.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }

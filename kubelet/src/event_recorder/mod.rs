@@ -3,8 +3,6 @@
 //! background task correlates it (spam filter, aggregation, repeats as patches) and writes
 //! it as a `core/v1` Event, retrying while the API server is unreachable.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 pub mod correlator;
 mod lru;
 pub mod sink;

@@ -161,7 +161,6 @@ impl EvictionManager {
     }
 
     /// Whether the node is under `condition` now.
-    #[cfg(test)]
     pub fn has_condition(&self, condition: Condition) -> bool {
         self.state().node_conditions.contains(&condition)
     }

@@ -2,6 +2,7 @@
 //! workers, housekeeping, and the pods' statuses as the API shows them. [`eviction`]: the
 //! eviction manager's loop over the kubelet's pods.
 
+pub mod cluster;
 mod eviction;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,8 +41,39 @@ pub struct PodState {
     pub waiting: BTreeMap<String, Waiting>,
     /// When the kubelet first synced it.
     pub start_time: Option<Time>,
-    /// Being killed (removed from its source).
+    /// Being killed (removed from its source, or deleted in the API).
     pub terminating: bool,
+    /// Killed after its deletion in the API; kept until the API object is gone.
+    pub terminated: bool,
+    /// Refused by admission: never started, its status says why.
+    pub rejected: bool,
+}
+
+impl PodState {
+    /// Whether syncs (events, probes, the resync) may start or restart its containers.
+    pub fn syncable(&self) -> bool {
+        !self.terminating && !self.rejected
+    }
+}
+
+/// What the kubelet hands its parts, which differ between standalone and cluster mode.
+pub struct Seams {
+    /// Where events go.
+    pub events: Arc<dyn crate::events::EventRecorder>,
+    /// Where pod statuses go besides `/pods`.
+    pub status_sink: Arc<dyn crate::status::sink::StatusSink>,
+    /// Where pull secrets come from.
+    pub secrets: Arc<dyn crate::credentials::SecretSource>,
+}
+
+impl Default for Seams {
+    fn default() -> Self {
+        Self {
+            events: Arc::new(crate::events::LogRecorder),
+            status_sink: Arc::new(crate::status::sink::NoSink),
+            secrets: Arc::new(crate::credentials::NoSecrets),
+        }
+    }
 }
 
 /// The kubelet.
@@ -72,11 +104,13 @@ pub struct Kubelet {
     pub(crate) status_sink: Arc<dyn crate::status::sink::StatusSink>,
     /// Where the pods' events go (the API writer in a cluster, the log standalone).
     pub(crate) events: Arc<dyn crate::events::EventRecorder>,
+    /// API-server mode's parts; unset standalone.
+    pub(crate) cluster: std::sync::OnceLock<cluster::Cluster>,
 }
 
 impl Kubelet {
     /// A kubelet on a connected runtime.
-    pub async fn new(config: Config, node: NodeContext, cri: Cri) -> Arc<Self> {
+    pub async fn new(config: Config, node: NodeContext, cri: Cri, seams: Seams) -> Arc<Self> {
         let runtime_name = match cri.version().await {
             Ok(v) => v.runtime_name,
             Err(e) => {
@@ -84,11 +118,8 @@ impl Kubelet {
                 "cri".into()
             }
         };
-        let credentials = crate::credentials::Credentials::load(
-            &config.root_dir,
-            Arc::new(crate::credentials::NoSecrets),
-        )
-        .await;
+        let credentials =
+            crate::credentials::Credentials::load(&config.root_dir, seams.secrets).await;
         let stats = Arc::new(crate::stats::StatsProvider::new(
             Arc::new(crate::stats::CriStatsSource::new(
                 cri.clone(),
@@ -113,8 +144,9 @@ impl Kubelet {
             probes: crate::prober::Manager::new(cri.clone()),
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
-            status_sink: Arc::new(crate::status::sink::NoSink),
-            events: Arc::new(crate::events::LogRecorder),
+            status_sink: seams.status_sink,
+            events: seams.events,
+            cluster: std::sync::OnceLock::new(),
             config,
             node,
             cri,
@@ -256,7 +288,7 @@ impl Kubelet {
                 }
                 Some(event) = pleg_rx.recv() => {
                     if let Some(state) = self.pod_state(&event.uid)
-                        && !state.terminating
+                        && state.syncable()
                     {
                         workers.update(&event.uid, Work::Sync(Box::new(state.pod)));
                     }
@@ -265,14 +297,14 @@ impl Kubelet {
                     // Liveness failures kill, readiness and startup changes show in the status.
                     if update.needs_sync()
                         && let Some(state) = self.pod_state(&update.pod_uid)
-                        && !state.terminating
+                        && state.syncable()
                     {
                         workers.update(&update.pod_uid, Work::Sync(Box::new(state.pod)));
                     }
                 }
                 _ = resync.tick() => {
                     for state in self.pods() {
-                        if !state.terminating {
+                        if state.syncable() {
                             let uid = uid_of(&state.pod);
                             workers.update(&uid, Work::Sync(Box::new(state.pod)));
                         }
@@ -293,6 +325,7 @@ impl Kubelet {
                     if config.seen_all(&self.sources()) {
                         gc.set_sources_ready();
                         self.housekeeping(&workers).await;
+                        self.sync_mirror_pods().await;
                     }
                 }
             }
@@ -307,6 +340,9 @@ impl Kubelet {
         }
         if self.config.static_pod_url.is_some() {
             sources.push(crate::source::HTTP_SOURCE);
+        }
+        if self.cluster.get().is_some() {
+            sources.push(crate::source::API_SOURCE);
         }
         sources
     }
@@ -325,14 +361,20 @@ impl Kubelet {
                     self.begin_graceful_deletion(workers, &uid, pod);
                 }
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
-                    let known = {
+                    if !self.knows(&uid) && !self.admitted(&uid, &pod) {
+                        continue;
+                    }
+                    let (known, rejected) = {
                         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
                         let known = pods.contains_key(&uid);
                         let state = pods.entry(uid.clone()).or_default();
                         state.pod = pod.clone();
                         state.terminating = false;
-                        known
+                        (known, state.rejected)
                     };
+                    if rejected {
+                        continue;
+                    }
                     // A re-listed, unchanged pod needs no sync of its own: PLEG events and the
                     // resync cover it (else N manifests written one by one cost N² syncs).
                     if change.op != PodOp::Reconcile || !known {
@@ -343,12 +385,52 @@ impl Kubelet {
                 PodOp::Remove => {
                     let grace = grace_period(&pod);
                     self.status_sink.pod_removed(&uid);
+                    let done = {
+                        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+                        let done = pods.get(&uid).is_some_and(|s| s.terminated || s.rejected);
+                        if done {
+                            pods.remove(&uid);
+                        }
+                        done
+                    };
+                    // Killed already (deleted in the API), or never started (rejected).
+                    if done {
+                        continue;
+                    }
                     self.update_state(&uid, |s| s.terminating = true);
                     tracing::info!(pod = %pod_name(&pod), grace, "pod removed from its source; stopping it");
                     workers.update(&uid, Work::Kill(Box::new(pod), grace));
                 }
             }
         }
+    }
+
+    /// Admits a pod seen for the first time (Go's `canAdmitPod`); a rejected one is kept with
+    /// a Failed status saying why, reported, and never started.
+    fn admitted(&self, uid: &str, pod: &Pod) -> bool {
+        let Err(rejection) = self.admit(pod) else {
+            return true;
+        };
+        tracing::warn!(pod = %pod_name(pod), reason = %rejection.reason, message = %rejection.message, "pod rejected by admission");
+        let status = cluster::rejected_status(&rejection);
+        self.events.record(
+            &crate::events::pod_ref(pod),
+            crate::events::EventType::Warning,
+            &rejection.reason,
+            &rejection.message,
+        );
+        self.status_sink.set_pod_status(pod, &status);
+        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+        pods.insert(
+            uid.to_string(),
+            PodState {
+                pod: pod.clone(),
+                status,
+                rejected: true,
+                ..Default::default()
+            },
+        );
+        false
     }
 
     /// A pod the API is deleting (`deletionTimestamp` set): killed once, with its
@@ -389,17 +471,24 @@ impl Kubelet {
             Work::Kill(pod, grace) => {
                 let span = tracing::info_span!("kill_pod", pod = %pod_name(&pod), uid);
                 tracing::Instrument::instrument(self.kill_pod(uid, grace), span).await;
-                let state = self
-                    .pods
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(uid);
-                // Deleted in the API: now that nothing of it runs, the API object can go.
-                if let Some(state) = state
-                    && state.pod.metadata.deletion_timestamp.is_some()
-                {
-                    let status = crate::status::terminated_status(&state.status);
-                    self.status_sink.pod_terminated(&state.pod, &status);
+                let deleted = {
+                    let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
+                    match pods.get_mut(uid) {
+                        // Deleted in the API: kept (and not killed again) until the object is
+                        // gone, which the status manager now asks for.
+                        Some(state) if state.pod.metadata.deletion_timestamp.is_some() => {
+                            state.terminated = true;
+                            state.status = crate::status::terminated_status(&state.status);
+                            Some((state.pod.clone(), state.status.clone()))
+                        }
+                        _ => {
+                            pods.remove(uid);
+                            None
+                        }
+                    }
+                };
+                if let Some((pod, status)) = deleted {
+                    self.status_sink.pod_terminated(&pod, &status);
                 }
                 self.crash_backoff.forget_prefix(&format!("{uid}/"));
             }

@@ -3,8 +3,6 @@
 //! (`setters`, over `machine` facts and the kubelet's [`NodeFacts`]) and sent when it changed or
 //! every `nodeStatusReportFrequency`, and the heartbeat Lease (`lease`).
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 pub mod lease;
 pub mod machine;
 pub mod register;
@@ -24,7 +22,7 @@ use std::time::{Duration, Instant};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
 use kube::api::{Api, GetParams, Patch, PatchParams};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::events::{EventRecorder, EventType, node_ref};
 use crate::eviction::signals::Threshold;
@@ -175,26 +173,10 @@ pub trait NodeFacts: Send + Sync {
 /// The running node status loop.
 #[derive(Clone)]
 pub struct NodeStatusHandle {
-    trigger: Arc<Notify>,
     node: watch::Receiver<Option<Arc<Node>>>,
 }
 
 impl NodeStatusHandle {
-    /// Asks for a status update now (runtime state or readiness changed).
-    pub fn trigger(&self) {
-        self.trigger.notify_one();
-    }
-
-    /// Resolves once the Node exists in the API server (registered, or found when not
-    /// registering).
-    pub async fn registered(&self) {
-        let mut rx = self.node.clone();
-        // An error means the loop ended; nothing will register then.
-        if rx.wait_for(Option::is_some).await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-
     /// The Node as last read or written; `None` before it exists.
     pub fn node(&self) -> Option<Arc<Node>> {
         self.node.borrow().clone()
@@ -208,7 +190,6 @@ pub fn spawn(
     facts: Arc<dyn NodeFacts>,
     events: Arc<dyn EventRecorder>,
 ) -> NodeStatusHandle {
-    let trigger = Arc::new(Notify::new());
     let (tx, rx) = watch::channel(None);
     let lease = lease::LeaseController::new(api.clone(), settings.lease_duration_secs);
     tokio::spawn(lease.run());
@@ -217,13 +198,12 @@ pub fn spawn(
         settings,
         facts,
         events,
-        trigger: trigger.clone(),
         node: tx,
         last_report: None,
         failed: false,
     };
     tokio::spawn(status.run());
-    NodeStatusHandle { trigger, node: rx }
+    NodeStatusHandle { node: rx }
 }
 
 /// The status loop's state.
@@ -232,7 +212,6 @@ struct StatusLoop {
     settings: NodeStatusSettings,
     facts: Arc<dyn NodeFacts>,
     events: Arc<dyn EventRecorder>,
-    trigger: Arc<Notify>,
     node: watch::Sender<Option<Arc<Node>>>,
     /// When the status was last sent.
     last_report: Option<Instant>,
@@ -319,10 +298,7 @@ impl StatusLoop {
 
         loop {
             self.update(&fixed).await;
-            tokio::select! {
-                () = tokio::time::sleep(self.settings.status_update_frequency) => {}
-                () = self.trigger.notified() => {}
-            }
+            tokio::time::sleep(self.settings.status_update_frequency).await;
         }
     }
 

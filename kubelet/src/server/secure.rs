@@ -103,41 +103,50 @@ impl SecureServer {
     /// if needed), authentication and authorization from `config`, and binds
     /// `address:port`. Connections wait in the backlog until [`SecureServer::serve`].
     /// Standalone: the webhook modes are refused.
+    #[cfg(test)]
     pub async fn bind(config: &Config) -> Result<Self, SecureError> {
-        Self::bind_with(config, None).await
+        Self::bind_full(config, None, None).await
     }
 
     /// As [`SecureServer::bind`], presenting the certificate of `serving` when given (the one
-    /// `serverTLSBootstrap` obtains and rotates); until it has one, the self-signed pair
-    /// stands in.
+    /// `serverTLSBootstrap` obtains and rotates; until it has one, the self-signed pair
+    /// stands in).
+    #[cfg(test)]
     pub async fn bind_with(
         config: &Config,
         serving: Option<Arc<ReloadingCert>>,
     ) -> Result<Self, SecureError> {
-        let owned = config.clone();
-        let (server_config, shared, files) =
-            tokio::task::spawn_blocking(move || setup(&owned, serving)).await??;
-        Self::bind_with_reviews(config, None).await
+        Self::bind_full(config, serving, None).await
     }
 
-    /// [`SecureServer::bind`] in API-server mode: the webhook modes review through `api`.
-    #[allow(dead_code)] // TEMP: until app wiring of API-server mode lands
+    /// [`SecureServer::bind`] in API-server mode: the webhook modes review through `api`, and
+    /// `serving` as in [`SecureServer::bind_with`].
     pub async fn bind_with_api(
         config: &Config,
         api: Option<ApiHandle>,
+        serving: Option<Arc<ReloadingCert>>,
     ) -> Result<Self, SecureError> {
         let reviews = api.map(|a| Arc::new(KubeReviews::new(a)) as Arc<dyn ReviewClient>);
-        Self::bind_with_reviews(config, reviews).await
+        Self::bind_full(config, serving, reviews).await
     }
 
     /// [`SecureServer::bind`] with the webhook modes reviewing through `reviews`.
+    #[cfg(test)]
     pub async fn bind_with_reviews(
         config: &Config,
         reviews: Option<Arc<dyn ReviewClient>>,
     ) -> Result<Self, SecureError> {
+        Self::bind_full(config, None, reviews).await
+    }
+
+    async fn bind_full(
+        config: &Config,
+        serving: Option<Arc<ReloadingCert>>,
+        reviews: Option<Arc<dyn ReviewClient>>,
+    ) -> Result<Self, SecureError> {
         let owned = config.clone();
         let (server_config, shared, files) =
-            tokio::task::spawn_blocking(move || setup(&owned, reviews)).await??;
+            tokio::task::spawn_blocking(move || setup(&owned, serving, reviews)).await??;
         let addr = SocketAddr::new(config.address, config.port);
         let listener = TcpListener::bind(addr)
             .await
@@ -208,13 +217,10 @@ impl SecureServer {
 }
 
 /// TLS, authentication and authorization from `config` (the certificate from `serving` when
-/// given). Blocking.
+/// given), reviews through `reviews`. Blocking.
 fn setup(
     config: &Config,
     serving: Option<Arc<ReloadingCert>>,
-/// TLS, authentication and authorization from `config`, reviews through `reviews`. Blocking.
-fn setup(
-    config: &Config,
     reviews: Option<Arc<dyn ReviewClient>>,
 ) -> Result<(Arc<rustls::ServerConfig>, Shared, ServingFiles), SecureError> {
     let authz = match config.authorization.mode {
@@ -280,7 +286,6 @@ fn setup(
         }
         None => tls::server_config(&files, clients.clone())?,
     };
-    let server_config = tls::server_config(&files, clients.clone())?;
     let mut authn = Authenticator::new(clients, config.authentication.anonymous);
     if let Some(tokens) = tokens {
         authn = authn.with_tokens(tokens);

@@ -6,8 +6,6 @@
 //! The API calls sit behind [`ReviewClient`] so that the logic here is tested without a
 //! server; [`KubeReviews`] is the real one.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -202,6 +200,7 @@ impl<V: Clone> TtlCache<V> {
     }
 
     /// Entries held (expired ones included until looked up or pushed out).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -8,8 +8,6 @@
 //! (annotation `kubernetes.io/config.mirror`) are never desired pods: they go to the shared
 //! [`MirrorTable`], which the mirror pod manager and the status manager read.
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;

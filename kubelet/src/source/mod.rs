@@ -16,7 +16,6 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-#[allow(unused_imports)] // TEMP: until app wiring of API-server mode lands
 pub use api::{API_SOURCE, MirrorTable, spawn_api_source};
 pub use file::spawn_file_source;
 pub use merge::PodConfig;

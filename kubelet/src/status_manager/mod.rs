@@ -6,8 +6,6 @@
 //! cleaned up ([`StatusManager::terminated`]), its final status is written and the pod deleted
 //! with grace period 0 and a UID precondition. The rules a status follows: [`rules`].
 
-#![allow(dead_code)] // TEMP: until app wiring of API-server mode lands
-
 pub mod rules;
 
 use std::collections::BTreeMap;
@@ -91,8 +89,8 @@ impl StatusManager {
     }
 
     /// The latest status of pod `uid` as the manager will write it.
-    pub fn status(&self, uid: &str) -> Option<PodStatus> {
-        self.entries().get(uid).map(|e| e.status.clone())
+    pub fn mirror_table(&self) -> MirrorTable {
+        self.0.mirrors.clone()
     }
 
     /// Takes `status` as pod `pod`'s newest (see [`rules::follow`]; refused, with a log line,
@@ -302,3 +300,18 @@ fn is_static(pod: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::status::sink::StatusSink for StatusManager {
+    fn set_pod_status(&self, pod: &Pod, status: &PodStatus) {
+        StatusManager::set_pod_status(self, pod, status.clone());
+    }
+
+    fn pod_terminated(&self, pod: &Pod, status: &PodStatus) {
+        StatusManager::set_pod_status(self, pod, status.clone());
+        self.terminated(pod);
+    }
+
+    fn pod_removed(&self, uid: &str) {
+        self.remove(uid);
+    }
+}

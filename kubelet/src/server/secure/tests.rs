@@ -399,6 +399,9 @@ async fn a_reloading_certificate_is_swapped_without_a_restart() {
 
     let _ = tx.send(());
     task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
 async fn webhook_modes_review_tokens_and_requests() {
     use crate::server::webhook::tests::{Reviews, user};
     let mut reviews = Reviews::default();
