@@ -44,22 +44,23 @@ pub struct ClusterNode {
     pub node_name: String,
 }
 
-/// A KubeletConfiguration fragment every cluster node gets unless the test sets the key:
-/// quick leases and status updates keep the tests short.
-const CLUSTER_DEFAULTS: &[(&str, &str)] = &[
-    ("nodeLeaseDurationSeconds", "8"),
-    ("nodeStatusUpdateFrequency", "2s"),
-];
+/// A cluster node before its kubelet runs: the API server is up and the kubeconfigs are
+/// written, so a test can play the controllers (approve a bootstrap CSR) while
+/// [`Prepared::start_kubelet`] waits for ferrolet to come up.
+pub struct Prepared {
+    /// The API server.
+    pub api: TestApiServer,
+    /// ferrolet's `--kubeconfig`.
+    pub kubeconfig: PathBuf,
+    /// The node's name.
+    pub node_name: String,
+    name: String,
+    kubelet: std::sync::Mutex<Option<KubeletOptions>>,
+}
 
-impl ClusterNode {
-    /// A node with the defaults: joined with a node certificate.
-    pub async fn start(name: &str) -> Self {
-        Self::start_with(name, ClusterOptions::default()).await
-    }
-
-    /// A node with `opts`; returns once ferrolet's healthz answers (registration may still
-    /// be under way: see [`ClusterNode::wait_node`]).
-    pub async fn start_with(name: &str, opts: ClusterOptions) -> Self {
+impl Prepared {
+    /// Starts the API server and writes the node's kubeconfig (or bootstrap kubeconfig).
+    pub async fn new(name: &str, opts: ClusterOptions) -> Self {
         let api = TestApiServer::start(opts.api)
             .await
             .unwrap_or_else(|e| panic!("starting the test API server: {e:#}"));
@@ -108,15 +109,57 @@ impl ClusterNode {
                     .push_str(&format!("\n{key}: {value}\n"));
             }
         }
-        let node = KubeletNode::start_with(name, kubelet).await;
-        ClusterNode {
-            node,
+        Prepared {
             api,
             kubeconfig,
             node_name,
+            name: name.to_string(),
+            kubelet: std::sync::Mutex::new(Some(kubelet)),
         }
     }
 
+    /// Starts ferrolet; returns once its healthz answers.
+    pub async fn start_kubelet(&self) -> KubeletNode {
+        let opts = self
+            .kubelet
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        KubeletNode::start_with(&self.name, opts).await
+    }
+
+    /// The cluster node, with the kubelet `start_kubelet` started.
+    pub fn into_node(self, node: KubeletNode) -> ClusterNode {
+        ClusterNode {
+            node,
+            api: self.api,
+            kubeconfig: self.kubeconfig,
+            node_name: self.node_name,
+        }
+    }
+}
+
+/// A KubeletConfiguration fragment every cluster node gets unless the test sets the key:
+/// quick leases and status updates keep the tests short.
+const CLUSTER_DEFAULTS: &[(&str, &str)] = &[
+    ("nodeLeaseDurationSeconds", "8"),
+    ("nodeStatusUpdateFrequency", "2s"),
+];
+
+impl ClusterNode {
+    /// A node with the defaults: joined with a node certificate.
+    pub async fn start(name: &str) -> Self {
+        Self::start_with(name, ClusterOptions::default()).await
+    }
+
+    /// A node with `opts`; returns once ferrolet's healthz answers (registration may still
+    /// be under way: see [`ClusterNode::wait_node`]).
+    pub async fn start_with(name: &str, opts: ClusterOptions) -> Self {
+        let prepared = Prepared::new(name, opts).await;
+        let node = prepared.start_kubelet().await;
+        prepared.into_node(node)
+    }
     /// Waits until the Node object exists and satisfies `pred`.
     pub async fn wait_node(&self, what: &str, pred: impl FnMut(&Value) -> bool) -> Value {
         self.wait_object(

@@ -701,6 +701,12 @@ pub fn node_name_for(name: &str) -> String {
 const HARNESS_DEFAULTS: &[(&str, &str)] = &[
     ("imageGCHighThresholdPercent", "100"),
     ("imageGCLowThresholdPercent", "99"),
+    // Likewise the default hard eviction thresholds (imagefs.available<15%): a CI run's own
+    // build fills this disk past them, and pods of unrelated tests would be evicted.
+    (
+        "evictionHard",
+        r#"{"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%", "nodefs.inodesFree": "1%"}"#,
+    ),
 ];
 
 /// The KubeletConfiguration every node starts from: its own pod logs dir and cgroup root,

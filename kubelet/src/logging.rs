@@ -14,7 +14,9 @@ pub fn init(verbosity: u8, json: bool) -> Result<(), String> {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(format!("{level},h2=info,hyper=info,tower=info")))
+        .or_else(|_| EnvFilter::try_new(format!(
+            "{level},h2=info,hyper=info,hyper_util=info,tower=info,kube_client=info,kube_runtime=info,rustls=info"
+        )))
         .map_err(|e| e.to_string())?;
     let ansi = use_ansi(
         json,
