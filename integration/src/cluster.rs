@@ -118,6 +118,18 @@ impl Prepared {
         }
     }
 
+    /// Adds KubeletConfiguration lines before ferrolet starts.
+    pub fn add_config(&self, text: &str) {
+        if let Some(opts) = self
+            .kubelet
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+        {
+            opts.extra_config.push_str(&format!("\n{text}\n"));
+        }
+    }
+
     /// Starts ferrolet; returns once its healthz answers.
     pub async fn start_kubelet(&self) -> KubeletNode {
         let opts = self

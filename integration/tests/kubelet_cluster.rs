@@ -568,6 +568,54 @@ async fn tls_bootstrap_gets_a_node_certificate_through_an_approved_csr() {
     node.teardown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_api_admits_only_whom_the_api_server_vouches_for() {
+    let prepared = Prepared::new("api-authz", ClusterOptions::default()).await;
+    let ca = prepared.kubeconfig.with_file_name("cluster-ca.crt");
+    std::fs::write(&ca, prepared.api.ca_pem()).unwrap();
+    // As kubeadm configures it: client certificates of the cluster CA, tokens reviewed
+    // through TokenReview, every request authorized through SubjectAccessReview.
+    prepared.add_config(&format!(
+        "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: Webhook\n",
+        ca.display()
+    ));
+    prepared.api.add_token("alice-token", "alice", &["developers"]);
+    prepared.api.set_sar_policy(|r| {
+        r.resource == "nodes"
+            && (r.user == "alice" || r.groups.iter().any(|g| g == "system:masters"))
+    });
+    let kubelet = prepared.start_kubelet().await;
+    let node = prepared.into_node(kubelet);
+    let url = format!("https://{}/pods", node.node.secure_addr());
+    let client = |identity: Option<(String, String)>| {
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .danger_accept_invalid_certs(true);
+        if let Some((cert, key)) = identity {
+            b = b.identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap());
+        }
+        b.build().unwrap()
+    };
+    let status = |req: reqwest::RequestBuilder| async move {
+        req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
+    };
+    let other_node = node.api.client_cert("system:node:other-node", &["system:nodes"]).unwrap();
+    let apiserver = node
+        .api
+        .client_cert("kube-apiserver-kubelet-client", &["system:masters"])
+        .unwrap();
+    // Another node's identity: authenticated, not authorized.
+    assert_eq!(status(client(Some(other_node)).get(&url)).await, 403);
+    // No credentials, anonymous off.
+    assert_eq!(status(client(None).get(&url)).await, 401);
+    // A token the TokenReview rejects.
+    assert_eq!(status(client(None).get(&url).bearer_auth("forged")).await, 401);
+    // Whom the API server vouches for and authorizes.
+    assert_eq!(status(client(None).get(&url).bearer_auth("alice-token")).await, 200);
+    assert_eq!(status(client(Some(apiserver)).get(&url)).await, 200);
+    node.teardown().await;
+}
+
 fn base64(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
