@@ -579,7 +579,9 @@ async fn the_kubelet_api_admits_only_whom_the_api_server_vouches_for() {
         "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: Webhook\n",
         ca.display()
     ));
-    prepared.api.add_token("alice-token", "alice", &["developers"]);
+    prepared
+        .api
+        .add_token("alice-token", "alice", &["developers"]);
     prepared.api.set_sar_policy(|r| {
         r.resource == "nodes"
             && (r.user == "alice" || r.groups.iter().any(|g| g == "system:masters"))
@@ -599,7 +601,10 @@ async fn the_kubelet_api_admits_only_whom_the_api_server_vouches_for() {
     let status = |req: reqwest::RequestBuilder| async move {
         req.send().await.map(|r| r.status().as_u16()).unwrap_or(0)
     };
-    let other_node = node.api.client_cert("system:node:other-node", &["system:nodes"]).unwrap();
+    let other_node = node
+        .api
+        .client_cert("system:node:other-node", &["system:nodes"])
+        .unwrap();
     let apiserver = node
         .api
         .client_cert("kube-apiserver-kubelet-client", &["system:masters"])
@@ -609,9 +614,15 @@ async fn the_kubelet_api_admits_only_whom_the_api_server_vouches_for() {
     // No credentials, anonymous off.
     assert_eq!(status(client(None).get(&url)).await, 401);
     // A token the TokenReview rejects.
-    assert_eq!(status(client(None).get(&url).bearer_auth("forged")).await, 401);
+    assert_eq!(
+        status(client(None).get(&url).bearer_auth("forged")).await,
+        401
+    );
     // Whom the API server vouches for and authorizes.
-    assert_eq!(status(client(None).get(&url).bearer_auth("alice-token")).await, 200);
+    assert_eq!(
+        status(client(None).get(&url).bearer_auth("alice-token")).await,
+        200
+    );
     assert_eq!(status(client(Some(apiserver)).get(&url)).await, 200);
     node.teardown().await;
 }

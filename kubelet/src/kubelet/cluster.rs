@@ -186,16 +186,23 @@ impl Kubelet {
         let Some(cluster) = self.cluster.get() else {
             return;
         };
-        let statics: Vec<Pod> = self
+        let statics: Vec<_> = self
             .pods()
             .into_iter()
             .filter(|s| !s.terminating && !s.rejected && is_static(&s.pod))
-            .map(|s| s.pod)
             .collect();
+        let pods: Vec<Pod> = statics.iter().map(|s| s.pod.clone()).collect();
         cluster
             .mirrors
-            .sync(&cluster.api, &statics, &cluster.mirror_table.all())
+            .sync(&cluster.api, &pods, &cluster.mirror_table.all())
             .await;
+        // A static pod's status waits for its mirror: hand it over again now that the mirror
+        // may exist (an unchanged status costs nothing).
+        for state in statics {
+            if state.status.phase.is_some() {
+                self.status_sink.set_pod_status(&state.pod, &state.status);
+            }
+        }
     }
 }
 
