@@ -12,16 +12,15 @@
 pub mod resources;
 pub mod selection;
 
+use crate::podspec::resources::{is_critical_pod, is_static_pod};
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::types::{Pod, labels};
+use crate::types::Pod;
 use resources::Insufficient;
 
-/// Pods at or above this priority are critical (Go's `scheduling.SystemCriticalPriority`).
-const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 /// The node label and pod label of the operating system.
 const OS_LABEL: &str = "kubernetes.io/os";
 
@@ -100,27 +99,6 @@ impl Failure {
     }
 }
 
-/// Whether the pod came from a file or URL rather than the API server.
-pub fn is_static(pod: &Pod) -> bool {
-    let source = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::CONFIG_SOURCE));
-    source.is_some_and(|s| s != "api")
-}
-
-/// Static, mirror, or of system-critical priority (Go's `kubetypes.IsCriticalPod`).
-pub fn is_critical(pod: &Pod) -> bool {
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(labels::CONFIG_MIRROR));
-    let priority = pod.spec.as_ref().and_then(|s| s.priority);
-    is_static(pod) || mirror || priority.is_some_and(|p| p >= SYSTEM_CRITICAL_PRIORITY)
-}
-
 fn terminal(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     matches!(phase, Some("Succeeded" | "Failed"))
@@ -149,12 +127,12 @@ pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[Pod]) -> Result<Admitted, R
     if !selection::ports_fit(pod, &others) {
         failures.push(Failure::Predicate("NodePorts"));
     }
-    if !is_static(pod) && selection::untolerated_no_execute(pod, &node.taints) {
+    if !is_static_pod(pod) && selection::untolerated_no_execute(pod, &node.taints) {
         failures.push(Failure::Predicate("TaintToleration"));
     }
 
     let mut shortfall = Vec::new();
-    if is_critical(pod) {
+    if is_critical_pod(pod) {
         // Go's CriticalPodAdmissionHandler: resource failures are made up for by preemption.
         failures.retain(|f| match f {
             Failure::Resource(r) => {

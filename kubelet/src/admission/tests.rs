@@ -50,7 +50,13 @@ fn pod(source: &str, req: &[(&str, &str)]) -> Pod {
     p.metadata.name = Some("p".into());
     p.metadata.namespace = Some("default".into());
     p.metadata.uid = Some("u".into());
-    p.metadata.annotations = Some([(labels::CONFIG_SOURCE.to_string(), source.to_string())].into());
+    p.metadata.annotations = Some(
+        [(
+            crate::types::labels::CONFIG_SOURCE.to_string(),
+            source.to_string(),
+        )]
+        .into(),
+    );
     p.spec = Some(PodSpec {
         containers: vec![container("c", req)],
         ..Default::default()

@@ -20,7 +20,7 @@ use crate::node_status::{
 use crate::pleg::Pleg;
 use crate::source::MirrorTable;
 use crate::status::phase;
-use crate::types::{Pod, labels};
+use crate::types::Pod;
 
 /// What API-server mode adds to the kubelet.
 pub struct Cluster {
@@ -189,7 +189,9 @@ impl Kubelet {
         let statics: Vec<_> = self
             .pods()
             .into_iter()
-            .filter(|s| !s.terminating && !s.rejected && is_static(&s.pod))
+            .filter(|s| {
+                !s.terminating && !s.rejected && crate::podspec::resources::is_static_pod(&s.pod)
+            })
             .collect();
         let pods: Vec<Pod> = statics.iter().map(|s| s.pod.clone()).collect();
         cluster
@@ -204,19 +206,6 @@ impl Kubelet {
             }
         }
     }
-}
-
-/// Whether a pod came from a file or URL (a static pod, which gets a mirror).
-pub fn is_static(pod: &Pod) -> bool {
-    let source = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::CONFIG_SOURCE));
-    matches!(
-        source.map(String::as_str),
-        Some(crate::source::FILE_SOURCE | crate::source::HTTP_SOURCE)
-    )
 }
 
 /// The status of a pod admission rejected (Go's `rejectPod`): Failed, with the reason and
