@@ -145,10 +145,9 @@ async fn run(args: Args, cancel: Arc<AtomicBool>) -> Result<()> {
     let result = measure(&args, &client, server.as_ref(), kubelet_pid, &cancel).await;
     let cleanup = delete_all(&client, &args).await;
     if let Some(mut child) = kubelet {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        // SIGKILL: the kubelet inherited the signal thread's blocked mask, so it would not
+        // see a SIGTERM; its pods are deleted already and the script removes what is left.
+        let _ = child.kill();
         let _ = child.wait();
     }
     if let Some(api) = server {

@@ -372,6 +372,9 @@ impl Kubelet {
                         state.terminating = false;
                         (known, state.rejected)
                     };
+                    if known {
+                        self.status_sink.pod_seen(&pod);
+                    }
                     if rejected {
                         continue;
                     }

@@ -13,6 +13,9 @@ pub trait StatusSink: Send + Sync {
     /// The pod, being deleted, has no containers or volumes left: its final status may be
     /// sent and the API object removed (Go's `canBeDeleted` path).
     fn pod_terminated(&self, pod: &Pod, status: &PodStatus);
+    /// The pod as its source shows it now (the API's view of its status included), for the
+    /// periodic check of statuses someone else changed.
+    fn pod_seen(&self, pod: &Pod);
     /// The pod is gone from every source: forget it.
     fn pod_removed(&self, uid: &str);
 }
@@ -24,5 +27,6 @@ pub struct NoSink;
 impl StatusSink for NoSink {
     fn set_pod_status(&self, _: &Pod, _: &PodStatus) {}
     fn pod_terminated(&self, _: &Pod, _: &PodStatus) {}
+    fn pod_seen(&self, _: &Pod) {}
     fn pod_removed(&self, _: &str) {}
 }

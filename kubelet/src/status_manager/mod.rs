@@ -111,7 +111,11 @@ impl StatusManager {
         let status = rules::follow(old.as_ref(), status, &crate::status::now());
         match entries.get_mut(&uid) {
             Some(e) => {
-                e.pod = pod.clone();
+                // A sync may carry an older copy of the pod than the watch last showed:
+                // keep the newer, whose status the periodic check compares with.
+                if !older(pod, &e.pod) {
+                    e.pod = pod.clone();
+                }
                 e.status = status;
             }
             None => {
@@ -311,7 +315,25 @@ impl crate::status::sink::StatusSink for StatusManager {
         self.terminated(pod);
     }
 
+    fn pod_seen(&self, pod: &Pod) {
+        if let Some(e) = self.entries().get_mut(&uid_of(pod)) {
+            e.pod = pod.clone();
+        }
+    }
+
     fn pod_removed(&self, uid: &str) {
         self.remove(uid);
     }
+}
+
+/// Whether `a` is an older version of the object than `b` (resourceVersions are etcd
+/// revisions in practice; anything else counts as not older).
+fn older(a: &Pod, b: &Pod) -> bool {
+    let rv = |p: &Pod| {
+        p.metadata
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    matches!((rv(a), rv(b)), (Some(a), Some(b)) if a < b)
 }
