@@ -19,8 +19,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::kube_client::ApiHandle;
+use crate::podspec::resources::is_static_pod;
 use crate::source::MirrorTable;
-use crate::types::{Pod, labels, pod_name, uid_of};
+use crate::types::{Pod, pod_name, uid_of};
 
 /// How often every pod's status is checked against the API (Go's `syncPeriod`).
 const SYNC_PERIOD: Duration = Duration::from_secs(10);
@@ -181,7 +182,7 @@ impl StatusManager {
     fn mark_drifted(&self) {
         let mut entries = self.entries();
         for e in entries.values_mut() {
-            let seen = if is_static(&e.pod) {
+            let seen = if is_static_pod(&e.pod) {
                 let name = pod_name(&e.pod);
                 self.0.mirrors.get(&name).and_then(|m| m.status)
             } else {
@@ -235,7 +236,7 @@ impl StatusManager {
         let pod = &entry.pod;
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let is_static = is_static(pod);
+        let is_static = is_static_pod(pod);
         let uid = if is_static {
             let Some(mirror) = self.0.mirrors.get(&pod_name(pod)) else {
                 tracing::debug!(pod = %pod_name(pod), "static pod without a mirror pod; status not written");
@@ -291,15 +292,6 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// Whether a pod came from a file or URL (its status goes to the mirror pod).
-fn is_static(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::CONFIG_SOURCE))
-        .is_some_and(|s| s != "api")
 }
 
 #[cfg(test)]
