@@ -251,8 +251,15 @@ async fn measure(
         let before = count_audit(audit, &user)?;
         tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
         let after = count_audit(audit, &user)?;
-        let per_min = (after - before) as f64 * 60.0 / args.steady_secs as f64;
+        let total: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
+        let per_min = total as f64 * 60.0 / args.steady_secs as f64;
         println!("api_requests_per_min_steady_{last_burst}_pods {per_min:.1}");
+        for (kind, count) in &after {
+            let d = count - before.get(kind).copied().unwrap_or(0);
+            if d > 0 {
+                println!("  {kind} {d}");
+            }
+        }
     }
     watch.abort();
     Ok(())
@@ -406,13 +413,26 @@ fn rss_kib(pid: u32) -> Result<u64> {
         .ok_or_else(|| anyhow!("no VmRSS in /proc/{pid}/status"))
 }
 
-/// Audit log entries (one JSON object a line) made by `user`.
-fn count_audit(path: &PathBuf, user: &str) -> Result<u64> {
+/// Completed requests of `user` in the audit log (one JSON object a line), by
+/// "verb resource[/subresource]".
+fn count_audit(path: &PathBuf, user: &str) -> Result<BTreeMap<String, u64>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let needle = format!("\"username\":\"{user}\"");
-    Ok(text
+    let mut counts = BTreeMap::new();
+    for event in text
         .lines()
-        .filter(|l| l.contains(&needle) && l.contains("\"stage\":\"ResponseComplete\""))
-        .count() as u64)
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    {
+        if event["user"]["username"] != user || event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let verb = event["verb"].as_str().unwrap_or("?");
+        let object = &event["objectRef"];
+        let mut resource = object["resource"].as_str().unwrap_or("-").to_string();
+        if let Some(sub) = object["subresource"].as_str() {
+            resource = format!("{resource}/{sub}");
+        }
+        *counts.entry(format!("{verb} {resource}")).or_insert(0) += 1;
+    }
+    Ok(counts)
 }

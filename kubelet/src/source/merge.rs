@@ -181,6 +181,9 @@ fn merge(existing: Pod, mut new: Pod, changes: &mut Changes, relisted: bool) -> 
     let status_changed = existing.status != new.status;
     let mut kept = existing;
     kept.status = new.status;
+    // The newer object's version goes with its status: whoever compares copies by
+    // resourceVersion (the status manager) must not take this one for the older.
+    kept.metadata.resource_version = new.metadata.resource_version;
     if relisted || status_changed {
         changes.reconcile.push(kept.clone());
     }

@@ -42,6 +42,10 @@ struct Entry {
     retry: Option<(Instant, Duration)>,
     /// Checked against the API at the next pass even if unchanged (the periodic resync).
     recheck: bool,
+    /// The pod's status as the API last showed it (its watch, or our own write): what the
+    /// periodic check compares with. Kept apart from `pod`, whose copy a sync hands in may
+    /// carry an older status.
+    seen: Option<PodStatus>,
 }
 
 impl Entry {
@@ -65,8 +69,8 @@ pub struct StatusManager(Arc<Inner>);
 
 /// What one sync of a pod came to.
 enum Outcome {
-    /// Written, or nothing to write.
-    Synced(Box<PodStatus>),
+    /// Written, or nothing to write: the status as ours, and as the API now has it.
+    Synced(Box<PodStatus>, Box<PodStatus>),
     /// Gone from the API (or replaced by another pod of that name), or deleted by us.
     Forget,
     /// Nothing can be done yet (a static pod without its mirror).
@@ -89,7 +93,7 @@ impl StatusManager {
         self.0.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The latest status of pod `uid` as the manager will write it.
+    /// The mirror pods the manager writes static pods' statuses to.
     pub fn mirror_table(&self) -> MirrorTable {
         self.0.mirrors.clone()
     }
@@ -112,8 +116,6 @@ impl StatusManager {
         let status = rules::follow(old.as_ref(), status, &crate::status::now());
         match entries.get_mut(&uid) {
             Some(e) => {
-                // A sync may carry an older copy of the pod than the watch last showed:
-                // keep the newer, whose status the periodic check compares with.
                 if !older(pod, &e.pod) {
                     e.pod = pod.clone();
                 }
@@ -129,6 +131,7 @@ impl StatusManager {
                         terminated: false,
                         retry: None,
                         recheck: false,
+                        seen: pod.status.clone(),
                     },
                 );
             }
@@ -186,14 +189,18 @@ impl StatusManager {
                 let name = pod_name(&e.pod);
                 self.0.mirrors.get(&name).and_then(|m| m.status)
             } else {
-                e.pod.status.clone()
+                e.seen.clone()
             };
             let Some(mut seen) = seen else {
                 e.recheck = true;
                 continue;
             };
             rules::normalize(&mut seen);
-            e.recheck = rules::merge_with_api(Some(&seen), e.status.clone()) != seen;
+            let merged = rules::merge_with_api(Some(&seen), e.status.clone());
+            e.recheck = merged != seen;
+            if e.recheck {
+                tracing::debug!(pod = %pod_name(&e.pod), fields = ?rules::differing_fields(&seen, &merged), "status differs from the API's");
+            }
         }
     }
 
@@ -214,8 +221,10 @@ impl StatusManager {
             };
             e.recheck = false;
             match result {
-                Ok(Outcome::Synced(sent)) => {
+                Ok(Outcome::Synced(sent, api)) => {
                     e.sent = Some(*sent);
+                    // Until the watch shows our write, what we wrote is what the API has.
+                    e.seen = Some(*api);
                     e.retry = None;
                 }
                 Ok(Outcome::Wait) => {}
@@ -283,7 +292,10 @@ impl StatusManager {
             tracing::info!(pod = %pod_name(pod), "pod fully terminated and removed from the API");
             return Ok(Outcome::Forget);
         }
-        Ok(Outcome::Synced(Box::new(entry.status.clone())))
+        Ok(Outcome::Synced(
+            Box::new(entry.status.clone()),
+            Box::new(status),
+        ))
     }
 }
 
@@ -309,6 +321,7 @@ impl crate::status::sink::StatusSink for StatusManager {
 
     fn pod_seen(&self, pod: &Pod) {
         if let Some(e) = self.entries().get_mut(&uid_of(pod)) {
+            e.seen = pod.status.clone();
             e.pod = pod.clone();
         }
     }

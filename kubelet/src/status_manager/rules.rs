@@ -213,3 +213,39 @@ pub fn patch_body(uid: &str, api: Option<&PodStatus>, ours: &PodStatus) -> Value
     }
     json!({ "metadata": { "uid": uid }, "status": status })
 }
+
+/// The top-level fields (and, for lists, `field[i].key`) in which `a` and `b` differ: what a
+/// log line needs to say why a status is written again.
+pub fn differing_fields(a: &PodStatus, b: &PodStatus) -> Vec<String> {
+    let (a, b) = (object(a), object(b));
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = Vec::new();
+    for k in keys {
+        match (a.get(k), b.get(k)) {
+            (Some(Value::Array(x)), Some(Value::Array(y))) if x.len() == y.len() => {
+                for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                    match (x, y) {
+                        (Value::Object(x), Value::Object(y)) => {
+                            let mut inner: Vec<&String> = x.keys().chain(y.keys()).collect();
+                            inner.sort();
+                            inner.dedup();
+                            out.extend(
+                                inner
+                                    .into_iter()
+                                    .filter(|f| x.get(*f) != y.get(*f))
+                                    .map(|f| format!("{k}[{i}].{f}")),
+                            );
+                        }
+                        _ if x != y => out.push(format!("{k}[{i}]")),
+                        _ => {}
+                    }
+                }
+            }
+            (x, y) if x != y => out.push(k.clone()),
+            _ => {}
+        }
+    }
+    out
+}

@@ -187,3 +187,49 @@ fn patch_has_the_uid_and_clears_what_only_the_api_has() {
         json!({"metadata": {"uid": "u1"}, "status": {"phase": "Running", "message": null}})
     );
 }
+
+fn manager() -> super::StatusManager {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let api = crate::kube_client::ApiHandle::new(client, "node");
+    super::StatusManager::new(api, crate::source::MirrorTable::default())
+}
+
+fn api_pod(rv: &str, status: PodStatus) -> Pod {
+    let mut pod = with_policy("Always");
+    pod.metadata.name = Some("p".into());
+    pod.metadata.namespace = Some("default".into());
+    pod.metadata.uid = Some("u1".into());
+    pod.metadata.resource_version = Some(rv.into());
+    pod.status = Some(status);
+    pod
+}
+
+fn running() -> PodStatus {
+    PodStatus {
+        container_statuses: Some(vec![container("app", None)]),
+        ..phase("Running")
+    }
+}
+
+#[tokio::test]
+async fn an_older_copy_from_a_sync_does_not_make_the_pod_drift() {
+    use crate::status::sink::StatusSink;
+    let m = manager();
+    m.set_pod_status(&api_pod("5", phase("Pending")), running());
+    let written = m.entries()["u1"].status.clone();
+    // The watch shows our write (as a re-list may, under the version the kubelet first saw);
+    // then a sync hands in the copy it started with.
+    m.pod_seen(&api_pod("5", written.clone()));
+    m.set_pod_status(&api_pod("5", phase("Pending")), running());
+    m.entries().get_mut("u1").unwrap().sent = Some(written);
+    m.mark_drifted();
+    assert!(
+        !m.entries()["u1"].recheck,
+        "no re-check when the API has our status"
+    );
+    // Someone else changed a field the kubelet owns: re-checked.
+    m.pod_seen(&api_pod("7", phase("Running")));
+    m.mark_drifted();
+    assert!(m.entries()["u1"].recheck);
+}
