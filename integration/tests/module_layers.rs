@@ -34,6 +34,7 @@ const KUBELET: Rule = Rule {
                 "metrics",
                 "kube_client",
                 "events",
+                "objects",
             ],
         ),
         (

@@ -20,7 +20,7 @@
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
-//!   (the event recorder seam).
+//!   (the event recorder seam), `objects` (the secret/configMap/token seam).
 
 pub(crate) mod admission;
 pub mod app;
@@ -47,6 +47,7 @@ pub(crate) mod metrics;
 pub(crate) mod mirror_pods;
 pub(crate) mod node;
 pub(crate) mod node_status;
+pub(crate) mod objects;
 pub(crate) mod pleg;
 pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;
