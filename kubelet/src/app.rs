@@ -139,6 +139,8 @@ async fn run(config: Config) -> Result<(), AppError> {
                 events: crate::event_recorder::spawn(c.api.clone(), &config.node_name),
                 status_sink: Arc::new(statuses.clone()),
                 secrets: Arc::new(crate::credentials::api::ApiSecrets::new(c.api.clone())),
+                // The object cache and token manager come with issue #17's volume manager.
+                ..Seams::default()
             };
             (seams, Some(statuses))
         }

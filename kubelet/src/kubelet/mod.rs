@@ -64,6 +64,10 @@ pub struct Seams {
     pub status_sink: Arc<dyn crate::status::sink::StatusSink>,
     /// Where pull secrets come from.
     pub secrets: Arc<dyn crate::credentials::SecretSource>,
+    /// Where pods' secrets and configMaps (volumes, environment) come from.
+    pub objects: Arc<dyn crate::objects::ObjectSource>,
+    /// Where bound service-account tokens come from.
+    pub tokens: Arc<dyn crate::objects::TokenSource>,
 }
 
 impl Default for Seams {
@@ -72,6 +76,8 @@ impl Default for Seams {
             events: Arc::new(crate::events::LogRecorder),
             status_sink: Arc::new(crate::status::sink::NoSink),
             secrets: Arc::new(crate::credentials::NoSecrets),
+            objects: Arc::new(crate::objects::NoApi::default()),
+            tokens: Arc::new(crate::objects::NoApi::default()),
         }
     }
 }
@@ -102,6 +108,10 @@ pub struct Kubelet {
     pub(crate) killed: crate::status::killed::KillNotes,
     /// Where statuses go besides `/pods` (the API's status manager in a cluster).
     pub(crate) status_sink: Arc<dyn crate::status::sink::StatusSink>,
+    /// Pods' secrets and configMaps.
+    pub(crate) objects: Arc<dyn crate::objects::ObjectSource>,
+    /// Bound service-account tokens.
+    pub(crate) tokens: Arc<dyn crate::objects::TokenSource>,
     /// Where the pods' events go (the API writer in a cluster, the log standalone).
     pub(crate) events: Arc<dyn crate::events::EventRecorder>,
     /// API-server mode's parts; unset standalone.
@@ -145,6 +155,8 @@ impl Kubelet {
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
             status_sink: seams.status_sink,
+            objects: seams.objects,
+            tokens: seams.tokens,
             events: seams.events,
             cluster: std::sync::OnceLock::new(),
             config,
