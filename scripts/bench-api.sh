@@ -22,6 +22,10 @@ CRI_BENCH=$BIN/ferrolet-cri-bench
 SINGLE=${BENCH_API_SINGLE:-10}
 BURSTS=${BENCH_API_BURSTS:-30,100}
 STEADY_S=${BENCH_API_STEADY_S:-60}
+# BENCH_API_VOLUMES=1: every pod mounts a secret, a configMap and the service-account token;
+# adds the configMap update → seen-by-every-pod figure (issue #17).
+VOLUME_ARGS=()
+[ "${BENCH_API_VOLUMES:-0}" = 1 ] && VOLUME_ARGS=(--volumes)
 PID_DIR=/run/ferrolet/env
 CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
 STATE=/run/ferrolet/bench-api
@@ -68,7 +72,7 @@ podLogsDir: $LIB/pod-logs
 maxPods: 110
 YAML
 "$BENCH" --test-server --kubelet "$KUBELET" --node-kubeconfig "$STATE/kubelet.conf" \
-  --single-runs "$SINGLE" --bursts "$BURSTS" --steady-secs "$STEADY_S" -- \
+  --single-runs "$SINGLE" --bursts "$BURSTS" --steady-secs "$STEADY_S" "${VOLUME_ARGS[@]}" -- \
   --config "$LIB/kubelet-config.yaml" --root-dir "$LIB/kubelet" \
   --container-runtime-endpoint "unix://$CRI_SOCK" --address 127.0.0.1 --read-only-port 0 \
   --port 10366 --healthz-port 0 2>"$OUT/ferrolet.log" | tee "$OUT/results.txt"

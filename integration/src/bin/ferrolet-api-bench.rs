@@ -6,6 +6,13 @@
 //! kubelet's RSS with the largest burst running; and, against the in-memory test API server,
 //! the API requests the node makes per minute in steady state.
 //!
+//! With `--volumes` (issue #17) every pod mounts a secret, a configMap and the projected
+//! service-account token volume (`kube-api-access`, as the ServiceAccount admission plugin
+//! adds it); after the steady-state window the configMap is updated and the time until each
+//! pod's volume shows the new content is measured on the node's disk
+//! (`<root-dir>/pods/<uid>/volumes/kubernetes.io~configmap/cfg`, what the containers see
+//! through their bind mounts), p50 and max.
+//!
 //! Two ways to run it:
 //! - `--test-server`: starts the in-memory test API server in this process, writes the node's
 //!   kubeconfig, and starts the kubelet itself (`--kubelet BIN` plus the kubelet arguments
@@ -74,6 +81,14 @@ struct Args {
     /// Steady-state window for requests per minute, in seconds.
     #[arg(long, default_value_t = 60)]
     steady_secs: u64,
+    /// Pods mount a secret, a configMap and the service-account token; measures configMap
+    /// update propagation.
+    #[arg(long)]
+    volumes: bool,
+    /// The kubelet's root dir (for `--volumes` without --test-server; with it, taken from the
+    /// kubelet's `--root-dir` argument).
+    #[arg(long)]
+    kubelet_root_dir: Option<PathBuf>,
     /// The kubelet's arguments (with --test-server), after `--`.
     #[arg(last = true)]
     kubelet_args: Vec<String>,
@@ -188,6 +203,9 @@ async fn measure(
         bail!("node {} did not become Ready within 120 s", args.node);
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
+    if args.volumes {
+        create_volume_objects(client, args, server).await?;
+    }
     let clock = Arc::new(Mutex::new(Clock::default()));
     let watch = tokio::spawn(watch_running(
         pods.clone(),
@@ -261,8 +279,147 @@ async fn measure(
             }
         }
     }
+    if args.volumes && !cancel.load(Ordering::SeqCst) {
+        let root = args
+            .kubelet_root_dir
+            .clone()
+            .or_else(|| root_dir_arg(&args.kubelet_args))
+            .ok_or_else(|| anyhow!("--volumes needs --kubelet-root-dir (or --root-dir in the kubelet's arguments)"))?;
+        let mut times = config_map_propagation(client, args, &root, last_burst).await?;
+        times.sort_by(f64::total_cmp);
+        println!(
+            "config_map_update_seen_by_{}_pods_ms p50 {:.0} max {:.0}",
+            times.len(),
+            percentile(&times, 50.0),
+            times.last().copied().unwrap_or(0.0)
+        );
+    }
     watch.abort();
     Ok(())
+}
+
+/// The secret, configMap and projected token volumes of a `--volumes` pod, mounted as a
+/// cluster's pods mount them.
+fn add_volumes(pod: &mut serde_json::Value) {
+    pod["spec"]["volumes"] = json!([
+        {"name": "sec", "secret": {"secretName": BENCH_SECRET}},
+        {"name": "cfg", "configMap": {"name": BENCH_CONFIG}},
+        {"name": "kube-api-access-bench", "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]}},
+    ]);
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "sec", "mountPath": "/v/sec", "readOnly": true},
+        {"name": "cfg", "mountPath": "/v/cfg", "readOnly": true},
+        {"name": "kube-api-access-bench", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true},
+    ]);
+}
+
+const BENCH_SECRET: &str = "bench-secret";
+const BENCH_CONFIG: &str = "bench-config";
+
+/// What `--volumes` pods read: the service account, the cluster CA configMap (a real
+/// cluster's controller manager publishes it; the test server needs it made), a secret and
+/// a configMap. Existing ones are reused.
+async fn create_volume_objects(
+    client: &Client,
+    args: &Args,
+    server: Option<&TestApiServer>,
+) -> Result<()> {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+    let ns = &args.namespace;
+    let created = |r: kube::Result<()>| match r {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        other => other,
+    };
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))?;
+    created(sas.create(&PostParams::default(), &sa).await.map(drop))?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    if let Some(api) = server {
+        let ca: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": api.ca_pem()}}),
+        )?;
+        created(cms.create(&PostParams::default(), &ca).await.map(drop))?;
+    }
+    let cfg: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": BENCH_CONFIG}, "data": {"version": "v0"}}),
+    )?;
+    created(cms.create(&PostParams::default(), &cfg).await.map(drop))?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": BENCH_SECRET}, "data": {"password": "YmVuY2g="}}),
+    )?;
+    created(secrets.create(&PostParams::default(), &secret).await.map(drop))?;
+    Ok(())
+}
+
+/// The kubelet's `--root-dir` among its arguments.
+fn root_dir_arg(args: &[String]) -> Option<PathBuf> {
+    args.iter()
+        .position(|a| a == "--root-dir")
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--root-dir="))
+                .map(PathBuf::from)
+        })
+}
+
+/// Updates the benchmark configMap and returns, for each of the node's `--volumes` pods, the
+/// ms until its volume on disk shows the new value.
+async fn config_map_propagation(
+    client: &Client,
+    args: &Args,
+    root: &std::path::Path,
+    expected: usize,
+) -> Result<Vec<f64>> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
+    let list = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={}", args.node)))
+        .await?;
+    let files: Vec<PathBuf> = list
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .map(|uid| {
+            root.join("pods")
+                .join(uid)
+                .join("volumes/kubernetes.io~configmap/cfg/version")
+        })
+        .collect();
+    if files.len() != expected {
+        bail!("{} pods on the node, expected {expected}", files.len());
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &args.namespace);
+    let mut cfg = cms.get(BENCH_CONFIG).await?;
+    let next = format!("v{}", jiff::Timestamp::now().as_millisecond());
+    cfg.data = Some([("version".to_string(), next.clone())].into());
+    let start = Instant::now();
+    cms.replace(BENCH_CONFIG, &PostParams::default(), &cfg)
+        .await?;
+    let mut seen: BTreeMap<usize, f64> = BTreeMap::new();
+    let limit = Duration::from_secs(180);
+    while seen.len() < files.len() && start.elapsed() < limit {
+        for (i, f) in files.iter().enumerate() {
+            if !seen.contains_key(&i) && std::fs::read_to_string(f).is_ok_and(|v| v == next) {
+                seen.insert(i, start.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if seen.len() < files.len() {
+        bail!(
+            "only {} of {} pods saw the configMap update within {limit:?}",
+            seen.len(),
+            files.len()
+        );
+    }
+    Ok(seen.into_values().collect())
 }
 
 /// Creates `n` pods at once; returns each one's create → Running time (ms) and the time
@@ -277,7 +434,7 @@ async fn burst(
     let start = Instant::now();
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
     let creates = names.iter().map(|name| async move {
-        let pod: Pod = serde_json::from_value(json!({
+        let mut spec = json!({
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name},
@@ -291,7 +448,11 @@ async fn burst(
                     "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
                 }],
             },
-        }))?;
+        });
+        if args.volumes {
+            add_volumes(&mut spec);
+        }
+        let pod: Pod = serde_json::from_value(spec)?;
         clock
             .lock()
             .await
