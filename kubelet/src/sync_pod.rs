@@ -23,7 +23,7 @@ use crate::lifecycle::{self, HookTarget};
 use crate::pod_actions::{
     self, ContainerAction, PodActions, PodInputs, ProbeVerdicts, RunActions, SandboxAction,
 };
-use crate::podspec::{self, ContainerContext};
+use crate::podspec::{self, ContainerContext, EnvObjects};
 use crate::prober::ProbeKind;
 use crate::status::{self, StatusContext, Waiting};
 use crate::types::{Pod, RuntimePod, grace_period, uid_of};
@@ -342,15 +342,20 @@ impl Kubelet {
     ) -> Result<ferrolet_proto::cri::ContainerConfig, Waiting> {
         let pod_ips = target.pod_ips;
         let image = self.ensure_image(&uid_of(pod), c).await?;
+        // Once per start, before the mounts (their subPathExpr reads it), as Go's
+        // GenerateRunContainerOptions.
+        let envs = self
+            .container_env(pod, c, pod_ips)
+            .await
+            .map_err(|e| fail("CreateContainerConfigError", e))?;
         let mounts = self
-            .container_mounts(pod, c, target.volumes, pod_ips)
+            .container_mounts(pod, c, target.volumes, pod_ips, &envs)
             .await
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         let ctx = ContainerContext {
-            pod_ip: pod_ips.first().map(String::as_str).unwrap_or(""),
-            pod_ips,
             restart_count,
             mounts,
+            envs,
             image: &image,
         };
         let config = podspec::container_config(pod, c, &self.node, &ctx)
@@ -471,6 +476,43 @@ impl Kubelet {
             .record(&container_ref(pod, container), kind, why, message);
     }
 
+    /// The container's environment (Go's `makeEnvironmentVariables`), after fetching the
+    /// secrets and configMaps it reads; `envFrom` keys skipped as invalid names become Go's
+    /// `InvalidEnvironmentVariableNames` event. The error is Go's message, for
+    /// `CreateContainerConfigError`.
+    async fn container_env(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Vec<ferrolet_proto::cri::KeyValue>, String> {
+        let objects = self.env_objects(pod, c).await;
+        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
+        let env = podspec::container_env(pod, c, &self.node, pod_ip, pod_ips, &objects);
+        for skipped in &env.skipped {
+            let why = reason::INVALID_ENVIRONMENT_VARIABLE_NAMES;
+            self.pod_event(pod, EventType::Warning, why, &skipped.message());
+        }
+        env.vars.map_err(|e| e.to_string())
+    }
+
+    /// The secrets and configMaps `c`'s environment reads, as the object source has them
+    /// (a watch-based cache answers from memory; standalone every read fails as Go's).
+    async fn env_objects(&self, pod: &Pod, c: &Container) -> EnvObjects {
+        let refs = podspec::env_references(c);
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut objects = EnvObjects::default();
+        for name in refs.config_maps {
+            let fetched = self.objects.config_map(namespace, &name).await;
+            objects.config_maps.insert(name, fetched);
+        }
+        for name in refs.secrets {
+            let fetched = self.objects.secret(namespace, &name).await;
+            objects.secrets.insert(name, fetched);
+        }
+        objects
+    }
+
     /// A container's mounts, with what its /etc/hosts and subPathExpr need.
     async fn container_mounts(
         &self,
@@ -478,17 +520,15 @@ impl Kubelet {
         c: &Container,
         volumes: &crate::volume::PodVolumes,
         pod_ips: &[String],
+        envs: &[ferrolet_proto::cri::KeyValue],
     ) -> Result<Vec<ferrolet_proto::cri::Mount>, String> {
-        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
         let (hostname, domain) =
             podspec::hostname_and_domain(pod, &self.node).map_err(|e| e.to_string())?;
-        let envs = podspec::container_env(pod, c, &self.node, pod_ip, pod_ips)
-            .map_err(|e| e.to_string())?;
         let ctx = crate::volume::MountContext {
             pod_ips,
             hostname: &hostname,
             host_domain: &domain,
-            envs: &envs,
+            envs,
         };
         crate::volume::container_mounts_with(&self.config.root_dir, pod, c, volumes, &ctx)
             .await
