@@ -40,6 +40,18 @@ pub enum SyncError {
     /// The pod cannot be expressed as CRI configs.
     #[error(transparent)]
     Spec(#[from] crate::podspec::SpecError),
+    /// Containers could not be started (each waits with its reason); as in Go, the pass
+    /// failed and the pod worker retries it after a back-off.
+    #[error("{}", go_aggregate(.0))]
+    StartContainers(Vec<String>),
+}
+
+/// Go's aggregate error text: one error as it is, more as `[a, b]`.
+fn go_aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
 }
 
 /// The sandbox a pass starts containers in, and what every container of it shares.
@@ -74,7 +86,10 @@ impl Kubelet {
         // Probes start with the pod (and are cheap to ask for again).
         self.probes.add_pod(pod, &self.events);
         let mut waiting = BTreeMap::new();
-        let result = self.sync_pod_once(pod, &uid, &mut waiting).await;
+        let result = self
+            .sync_pod_once(pod, &uid, &mut waiting)
+            .await
+            .and_then(|()| start_failures(&waiting));
         if let Err(e) = &result {
             tracing::warn!(error = %e, "sync failed");
         }
@@ -769,6 +784,39 @@ fn mark_all(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>, reason: &st
     }
 }
 
+/// The containers this pass failed to start, as Go's sync result reports them
+/// (`failed to "StartContainer" for "c" with CreateContainerConfigError: "…"`); waiting in a
+/// back-off (crash loop, image pull) is not a failure of the pass, as in Go.
+fn start_failures(waiting: &BTreeMap<String, Waiting>) -> Result<(), SyncError> {
+    let failures: Vec<String> = waiting
+        .iter()
+        .filter(|(_, w)| is_start_failure(&w.reason))
+        .map(|(name, w)| {
+            format!(
+                "failed to \"StartContainer\" for \"{name}\" with {}: {}",
+                w.reason,
+                podspec::env::go_quote(&w.message)
+            )
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(SyncError::StartContainers(failures))
+    }
+}
+
+/// Reasons [`Kubelet::start_container`] gives a container it could not start.
+fn is_start_failure(reason: &str) -> bool {
+    matches!(
+        reason,
+        "CreateContainerConfigError"
+            | "CreateContainerError"
+            | "RunContainerError"
+            | "PostStartHookError"
+    ) || (is_image_reason(reason) && reason != "ImagePullBackOff")
+}
+
 /// App containers without a reason of their own wait for the init containers.
 fn mark_app_containers(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>) {
     for c in &spec.containers {
@@ -796,5 +844,50 @@ fn fail(reason: &str, message: String) -> Waiting {
     Waiting {
         reason: reason.into(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn start_failures_fail_the_pass_as_gos_sync_result() {
+        let mut waiting = BTreeMap::new();
+        waiting.insert("init".to_string(), pod_actions::pod_initializing());
+        waiting.insert(
+            "crash".to_string(),
+            fail("CrashLoopBackOff", "back-off".into()),
+        );
+        waiting.insert(
+            "pull".to_string(),
+            fail("ImagePullBackOff", "back-off".into()),
+        );
+        waiting.insert("made".to_string(), fail("ContainerCreating", String::new()));
+        // Back-offs and waiting are not failures of the pass.
+        assert!(start_failures(&waiting).is_ok());
+
+        let message = "secret \"s\" not found".to_string();
+        waiting.insert(
+            "app".to_string(),
+            fail("CreateContainerConfigError", message),
+        );
+        let err = start_failures(&waiting).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            r#"failed to "StartContainer" for "app" with CreateContainerConfigError: "secret \"s\" not found""#
+        );
+        waiting.insert("img".to_string(), fail("ErrImagePull", "boom".into()));
+        let err = start_failures(&waiting).unwrap_err().to_string();
+        assert!(
+            err.starts_with("[failed to \"StartContainer\" for \"app\""),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("for \"img\" with ErrImagePull: \"boom\"]"),
+            "{err}"
+        );
     }
 }
