@@ -120,6 +120,9 @@ pub mod reason {
     pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
     /// The eviction manager evicted the pod.
     pub const EVICTED: &str = "Evicted";
+    /// `envFrom` keys were left out of a container's environment as invalid names (the Go
+    /// kubelet's literal in `makeEnvironmentVariables`, 1.28–1.29).
+    pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
 }
 
 /// One event a [`MemoryRecorder`] kept: object name, field path, type, reason, message.

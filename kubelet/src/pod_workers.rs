@@ -1,7 +1,9 @@
 //! Pod workers: one task per pod UID. Work for one pod runs one at a time, and only the
 //! newest pending work is kept (a burst of updates becomes one sync); different pods sync in
 //! parallel. A sync that panics is logged with the pod's name and retried after a back-off,
-//! as the Go kubelet requeues a failed sync, instead of leaving the pod without a worker.
+//! as the Go kubelet requeues a failed sync, instead of leaving the pod without a worker; a
+//! sync that failed (its run asks for a retry) runs again after the delay it asked for unless
+//! newer work comes first (Go's `completeWork` requeue).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::types::Pod;
 
@@ -38,10 +41,14 @@ pub struct PodWorkers<F> {
     run: F,
 }
 
+/// What a run asks of its worker: run the same work again after this long (a failed sync),
+/// or nothing.
+pub type RetryAfter = Option<Duration>;
+
 impl<F, Fut> PodWorkers<F>
 where
     F: Fn(String, Work) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = RetryAfter> + Send + 'static,
 {
     /// Workers that run `run(uid, work)` for each piece of work.
     pub fn new(run: F) -> Arc<Self> {
@@ -101,22 +108,25 @@ where
             // Boxed so an idle worker holds only this loop: a sync's future is ~20 KiB, and
             // kept inline it stayed allocated for the pod's lifetime (2.4 MiB at 100 pods).
             let run = Box::pin((self.run)(uid.clone(), work));
-            if let Err(panic) = AssertUnwindSafe(run).catch_unwind().await {
-                tracing::error!(
-                    pod = %retry.pod_name(),
-                    %uid,
-                    panic = panic_message(panic.as_ref()),
-                    retry_in = ?PANIC_BACKOFF,
-                    "pod worker panicked; retrying"
-                );
-                // Newer work, if any arrived meanwhile, is what the retry runs.
-                slot.pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(retry);
-                tokio::time::sleep(PANIC_BACKOFF).await;
-                continue;
-            }
+            let retry_after = match AssertUnwindSafe(run).catch_unwind().await {
+                Ok(retry_after) => retry_after,
+                Err(panic) => {
+                    tracing::error!(
+                        pod = %retry.pod_name(),
+                        %uid,
+                        panic = panic_message(panic.as_ref()),
+                        retry_in = ?PANIC_BACKOFF,
+                        "pod worker panicked; retrying"
+                    );
+                    // Newer work, if any arrived meanwhile, is what the retry runs.
+                    slot.pending
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(retry);
+                    tokio::time::sleep(PANIC_BACKOFF).await;
+                    continue;
+                }
+            };
             if killing {
                 let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
                 let mut pending = slot.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -130,6 +140,35 @@ where
                     slots.remove(&uid);
                     return;
                 }
+            } else if let Some(delay) = retry_after {
+                requeue(&slot, retry, delay).await;
+            }
+        }
+    }
+}
+
+/// Puts `work` back as the slot's pending work once `delay` has passed, unless newer work
+/// arrives first (it is what runs then). A wake-up without work (a notification left over from
+/// work already taken) keeps the deadline.
+async fn requeue(slot: &Slot, work: Work, delay: Duration) {
+    let deadline = Instant::now() + delay;
+    loop {
+        if slot
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        tokio::select! {
+            _ = slot.notify.notified() => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                slot.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(work);
+                return;
             }
         }
     }
@@ -181,6 +220,7 @@ mod tests {
                 };
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 s.lock().unwrap().push(format!("{uid}: {name}"));
+                None
             }
         });
         workers.update("a", Work::Sync(pod("1")));
@@ -217,6 +257,7 @@ mod tests {
                 if uid == "a" && first {
                     panic!("sync of a broke");
                 }
+                None
             }
         });
         workers.update("a", Work::Sync(pod("1")));
@@ -234,6 +275,42 @@ mod tests {
         // Kills still end the worker afterwards.
         workers.update("a", Work::Kill(pod("1"), 0));
         tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!workers.has("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_sync_runs_again_after_its_delay_unless_newer_work_comes_first() {
+        let runs = Arc::new(Mutex::new(Vec::new()));
+        let r = runs.clone();
+        // "bad" syncs fail and ask to be retried in 10 s; the rest succeed.
+        let workers = PodWorkers::new(move |_uid: String, work: Work| {
+            let r = r.clone();
+            async move {
+                let (Work::Sync(p) | Work::Kill(p, _)) = &work;
+                let name = p.metadata.name.clone().unwrap();
+                r.lock().unwrap().push(name.clone());
+                (name == "bad" && matches!(work, Work::Sync(_))).then_some(Duration::from_secs(10))
+            }
+        });
+        let count = |name: &str| runs.lock().unwrap().iter().filter(|n| *n == name).count();
+        workers.update("a", Work::Sync(pod("bad")));
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(count("bad"), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(count("bad"), 2, "retried after 10 s");
+        // Newer work preempts the pending retry and, succeeding, ends the retries.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        workers.update("a", Work::Sync(pod("good")));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(count("good"), 1);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!((count("bad"), count("good")), (2, 1));
+        // A kill during a retry's wait ends the worker without the retry.
+        workers.update("a", Work::Sync(pod("bad")));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        workers.update("a", Work::Kill(pod("bad"), 0));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(count("bad"), 4, "the failed sync and the kill, no retry");
         assert!(!workers.has("a"));
     }
 }

@@ -23,7 +23,7 @@ use crate::lifecycle::{self, HookTarget};
 use crate::pod_actions::{
     self, ContainerAction, PodActions, PodInputs, ProbeVerdicts, RunActions, SandboxAction,
 };
-use crate::podspec::{self, ContainerContext};
+use crate::podspec::{self, ContainerContext, EnvObjects};
 use crate::prober::ProbeKind;
 use crate::status::{self, StatusContext, Waiting};
 use crate::types::{Pod, RuntimePod, grace_period, uid_of};
@@ -40,6 +40,18 @@ pub enum SyncError {
     /// The pod cannot be expressed as CRI configs.
     #[error(transparent)]
     Spec(#[from] crate::podspec::SpecError),
+    /// Containers could not be started (each waits with its reason); as in Go, the pass
+    /// failed and the pod worker retries it after a back-off.
+    #[error("{}", go_aggregate(.0))]
+    StartContainers(Vec<String>),
+}
+
+/// Go's aggregate error text: one error as it is, more as `[a, b]`.
+fn go_aggregate(errors: &[String]) -> String {
+    match errors {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
 }
 
 /// The sandbox a pass starts containers in, and what every container of it shares.
@@ -74,7 +86,10 @@ impl Kubelet {
         // Probes start with the pod (and are cheap to ask for again).
         self.probes.add_pod(pod, &self.events);
         let mut waiting = BTreeMap::new();
-        let result = self.sync_pod_once(pod, &uid, &mut waiting).await;
+        let result = self
+            .sync_pod_once(pod, &uid, &mut waiting)
+            .await
+            .and_then(|()| start_failures(&waiting));
         if let Err(e) = &result {
             tracing::warn!(error = %e, "sync failed");
         }
@@ -342,15 +357,20 @@ impl Kubelet {
     ) -> Result<ferrolet_proto::cri::ContainerConfig, Waiting> {
         let pod_ips = target.pod_ips;
         let image = self.ensure_image(&uid_of(pod), c).await?;
+        // Once per start, before the mounts (their subPathExpr reads it), as Go's
+        // GenerateRunContainerOptions.
+        let envs = self
+            .container_env(pod, c, pod_ips)
+            .await
+            .map_err(|e| fail("CreateContainerConfigError", e))?;
         let mounts = self
-            .container_mounts(pod, c, target.volumes, pod_ips)
+            .container_mounts(pod, c, target.volumes, pod_ips, &envs)
             .await
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         let ctx = ContainerContext {
-            pod_ip: pod_ips.first().map(String::as_str).unwrap_or(""),
-            pod_ips,
             restart_count,
             mounts,
+            envs,
             image: &image,
         };
         let config = podspec::container_config(pod, c, &self.node, &ctx)
@@ -471,6 +491,43 @@ impl Kubelet {
             .record(&container_ref(pod, container), kind, why, message);
     }
 
+    /// The container's environment (Go's `makeEnvironmentVariables`), after fetching the
+    /// secrets and configMaps it reads; `envFrom` keys skipped as invalid names become Go's
+    /// `InvalidEnvironmentVariableNames` event. The error is Go's message, for
+    /// `CreateContainerConfigError`.
+    async fn container_env(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Vec<ferrolet_proto::cri::KeyValue>, String> {
+        let objects = self.env_objects(pod, c).await;
+        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
+        let env = podspec::container_env(pod, c, &self.node, pod_ip, pod_ips, &objects);
+        for skipped in &env.skipped {
+            let why = reason::INVALID_ENVIRONMENT_VARIABLE_NAMES;
+            self.pod_event(pod, EventType::Warning, why, &skipped.message());
+        }
+        env.vars.map_err(|e| e.to_string())
+    }
+
+    /// The secrets and configMaps `c`'s environment reads, as the object source has them
+    /// (a watch-based cache answers from memory; standalone every read fails as Go's).
+    async fn env_objects(&self, pod: &Pod, c: &Container) -> EnvObjects {
+        let refs = podspec::env_references(c);
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let mut objects = EnvObjects::default();
+        for name in refs.config_maps {
+            let fetched = self.objects.config_map(namespace, &name).await;
+            objects.config_maps.insert(name, fetched);
+        }
+        for name in refs.secrets {
+            let fetched = self.objects.secret(namespace, &name).await;
+            objects.secrets.insert(name, fetched);
+        }
+        objects
+    }
+
     /// A container's mounts, with what its /etc/hosts and subPathExpr need.
     async fn container_mounts(
         &self,
@@ -478,17 +535,15 @@ impl Kubelet {
         c: &Container,
         volumes: &crate::volume::PodVolumes,
         pod_ips: &[String],
+        envs: &[ferrolet_proto::cri::KeyValue],
     ) -> Result<Vec<ferrolet_proto::cri::Mount>, String> {
-        let pod_ip = pod_ips.first().map(String::as_str).unwrap_or("");
         let (hostname, domain) =
             podspec::hostname_and_domain(pod, &self.node).map_err(|e| e.to_string())?;
-        let envs = podspec::container_env(pod, c, &self.node, pod_ip, pod_ips)
-            .map_err(|e| e.to_string())?;
         let ctx = crate::volume::MountContext {
             pod_ips,
             hostname: &hostname,
             host_domain: &domain,
-            envs: &envs,
+            envs,
         };
         crate::volume::container_mounts_with(&self.config.root_dir, pod, c, volumes, &ctx)
             .await
@@ -729,6 +784,39 @@ fn mark_all(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>, reason: &st
     }
 }
 
+/// The containers this pass failed to start, as Go's sync result reports them
+/// (`failed to "StartContainer" for "c" with CreateContainerConfigError: "…"`); waiting in a
+/// back-off (crash loop, image pull) is not a failure of the pass, as in Go.
+fn start_failures(waiting: &BTreeMap<String, Waiting>) -> Result<(), SyncError> {
+    let failures: Vec<String> = waiting
+        .iter()
+        .filter(|(_, w)| is_start_failure(&w.reason))
+        .map(|(name, w)| {
+            format!(
+                "failed to \"StartContainer\" for \"{name}\" with {}: {}",
+                w.reason,
+                podspec::env::go_quote(&w.message)
+            )
+        })
+        .collect();
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(SyncError::StartContainers(failures))
+    }
+}
+
+/// Reasons [`Kubelet::start_container`] gives a container it could not start.
+fn is_start_failure(reason: &str) -> bool {
+    matches!(
+        reason,
+        "CreateContainerConfigError"
+            | "CreateContainerError"
+            | "RunContainerError"
+            | "PostStartHookError"
+    ) || (is_image_reason(reason) && reason != "ImagePullBackOff")
+}
+
 /// App containers without a reason of their own wait for the init containers.
 fn mark_app_containers(spec: &PodSpec, waiting: &mut BTreeMap<String, Waiting>) {
     for c in &spec.containers {
@@ -756,5 +844,50 @@ fn fail(reason: &str, message: String) -> Waiting {
     Waiting {
         reason: reason.into(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn start_failures_fail_the_pass_as_gos_sync_result() {
+        let mut waiting = BTreeMap::new();
+        waiting.insert("init".to_string(), pod_actions::pod_initializing());
+        waiting.insert(
+            "crash".to_string(),
+            fail("CrashLoopBackOff", "back-off".into()),
+        );
+        waiting.insert(
+            "pull".to_string(),
+            fail("ImagePullBackOff", "back-off".into()),
+        );
+        waiting.insert("made".to_string(), fail("ContainerCreating", String::new()));
+        // Back-offs and waiting are not failures of the pass.
+        assert!(start_failures(&waiting).is_ok());
+
+        let message = "secret \"s\" not found".to_string();
+        waiting.insert(
+            "app".to_string(),
+            fail("CreateContainerConfigError", message),
+        );
+        let err = start_failures(&waiting).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            r#"failed to "StartContainer" for "app" with CreateContainerConfigError: "secret \"s\" not found""#
+        );
+        waiting.insert("img".to_string(), fail("ErrImagePull", "boom".into()));
+        let err = start_failures(&waiting).unwrap_err().to_string();
+        assert!(
+            err.starts_with("[failed to \"StartContainer\" for \"app\""),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("for \"img\" with ErrImagePull: \"boom\"]"),
+            "{err}"
+        );
     }
 }

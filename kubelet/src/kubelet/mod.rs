@@ -17,7 +17,7 @@ use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::cri::Cri;
 use crate::pleg::{Pleg, PodLifecycleEvent};
-use crate::pod_workers::{PodWorkers, Work};
+use crate::pod_workers::{PodWorkers, RetryAfter, Work};
 use crate::podspec::NodeContext;
 use crate::source::PodConfig;
 use crate::status::Waiting;
@@ -29,6 +29,9 @@ const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 const LOG_ROTATION_PERIOD: Duration = Duration::from_secs(10);
 /// PLEG relist period.
 const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// How long after a failed sync (a container that could not start, a runtime error) the pod
+/// is synced again: the Go kubelet's `backOffPeriod` (its pod workers add up to 50 % jitter).
+const SYNC_BACKOFF: Duration = Duration::from_secs(10);
 
 /// What the kubelet knows of one desired pod.
 #[derive(Clone, Debug, Default)]
@@ -362,7 +365,7 @@ impl Kubelet {
     fn handle_change<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, change: PodUpdate)
     where
         F: Fn(String, Work) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
+        Fut: std::future::Future<Output = RetryAfter> + Send + 'static,
     {
         for pod in change.pods {
             let uid = uid_of(&pod);
@@ -454,7 +457,7 @@ impl Kubelet {
     fn begin_graceful_deletion<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, uid: &str, pod: Pod)
     where
         F: Fn(String, Work) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
+        Fut: std::future::Future<Output = RetryAfter> + Send + 'static,
     {
         let grace = pod
             .metadata
@@ -472,16 +475,19 @@ impl Kubelet {
         }
     }
 
-    async fn work(&self, uid: &str, work: Work) {
+    /// Runs one piece of a pod worker's work; a failed sync asks to be retried after
+    /// [`SYNC_BACKOFF`].
+    async fn work(&self, uid: &str, work: Work) -> RetryAfter {
         match work {
             Work::Sync(pod) => {
                 // An evicted pod stays down until its source removes it.
                 if self.enforce_eviction(uid).await {
-                    return;
+                    return None;
                 }
                 let _timer = crate::metrics::pod_worker_timer(uid);
                 let span = tracing::info_span!("sync_pod", pod = %pod_name(&pod), uid);
-                let _ = tracing::Instrument::instrument(self.sync_pod(&pod), span).await;
+                let synced = tracing::Instrument::instrument(self.sync_pod(&pod), span).await;
+                synced.is_err().then_some(SYNC_BACKOFF)
             }
             Work::Kill(pod, grace) => {
                 let span = tracing::info_span!("kill_pod", pod = %pod_name(&pod), uid);
@@ -506,6 +512,7 @@ impl Kubelet {
                     self.status_sink.pod_terminated(&pod, &status);
                 }
                 self.crash_backoff.forget_prefix(&format!("{uid}/"));
+                None
             }
         }
     }
@@ -515,7 +522,7 @@ impl Kubelet {
     async fn housekeeping<F, Fut>(&self, workers: &Arc<PodWorkers<F>>)
     where
         F: Fn(String, Work) -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = ()> + Send + 'static,
+        Fut: std::future::Future<Output = RetryAfter> + Send + 'static,
     {
         let desired: BTreeSet<String> = self
             .pods

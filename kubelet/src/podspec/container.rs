@@ -30,7 +30,7 @@ pub fn container_config(
     ctx: &ContainerContext<'_>,
 ) -> Result<cri::ContainerConfig, SpecError> {
     identity(pod)?;
-    let envs = env::container_env(pod, container, node, ctx.pod_ip, ctx.pod_ips)?;
+    let envs = ctx.envs.clone();
     let (command, args) = env::expand_command_and_args(container, &envs);
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
@@ -185,10 +185,12 @@ spec:
             ..Default::default()
         };
         let ctx = ContainerContext {
-            pod_ip: "10.88.0.5",
-            pod_ips: &["10.88.0.5".to_string()],
             restart_count: 3,
             mounts: vec![mount.clone()],
+            envs: vec![cri::KeyValue {
+                key: "PORT".into(),
+                value: "8080".into(),
+            }],
             image: "sha256:abc",
         };
         let cfg = container_config(&p, c, &node(), &ctx).unwrap();
@@ -235,24 +237,29 @@ spec:
     }
 
     #[test]
-    fn config_errors_are_reported() {
+    fn the_environment_comes_from_the_context() {
+        // The caller resolved it (secrets and configMaps included); the config does not
+        // compute it again.
         let p = pod("metadata: {name: p, uid: u}
 spec:
   containers:
   - name: c
     image: x
+    command: [echo, '$(S)']
     env: [{name: S, valueFrom: {secretKeyRef: {name: s, key: k}}}]");
         let c = &p.spec.as_ref().unwrap().containers[0];
+        let envs = vec![cri::KeyValue {
+            key: "S".into(),
+            value: "from-secret".into(),
+        }];
         let ctx = ContainerContext {
-            pod_ip: "",
-            pod_ips: &[],
             restart_count: 0,
             mounts: vec![],
+            envs: envs.clone(),
             image: "x",
         };
-        let err = container_config(&p, c, &node(), &ctx)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("couldn't get secret default/s"), "{err}");
+        let cfg = container_config(&p, c, &node(), &ctx).unwrap();
+        assert_eq!(cfg.envs, envs);
+        assert_eq!(cfg.command, ["echo", "from-secret"]);
     }
 }

@@ -1,8 +1,9 @@
 //! A container's environment, as the Go kubelet's `makeEnvironmentVariables` makes it:
 //! `value` (with `$(VAR)` references to earlier variables), `fieldRef` (the downward API),
-//! `resourceFieldRef` (limits default to the node's allocatable); `configMapKeyRef`,
-//! `secretKeyRef` and `envFrom` need an API server, so they fail as in a standalone Go kubelet.
-//! Also the `$(VAR)` expansion of command and args.
+//! `resourceFieldRef` (limits default to the node's allocatable), and the secrets and
+//! configMaps of `envFrom`, `configMapKeyRef` and `secretKeyRef` (fetched by the caller, read
+//! through [`env_sources`](super::env_sources)). Also the `$(VAR)` expansion of command and
+//! args.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -10,10 +11,12 @@ use std::net::IpAddr;
 use ferrolet_proto::cri;
 use k8s_openapi::api::core::v1::{Container, ObjectFieldSelector, ResourceFieldSelector};
 
+use super::env_sources::{EnvObjects, SkippedKeys, is_env_var_name, lookup, missing_key};
 use super::resources::{self, Allocatable};
 use super::{NodeContext, SpecError, host_network, identity, spec_of};
 use crate::manifest::names::qualified_name;
 use crate::manifest::quantity::{ParsedQuantity, parse_quantity};
+use crate::objects::ObjectKind;
 use crate::types::Pod;
 
 /// Expands `$(NAME)` references in `input` with Go's rules: `$$` is an escaped `$`, a name
@@ -85,51 +88,126 @@ pub fn expand_command_and_args(
     (expand_all(&container.command), expand_all(&container.args))
 }
 
-/// The container's environment, in declaration order (a name declared twice keeps its first
-/// place and its last value).
+/// A container's environment as [`container_env`] builds it.
+#[derive(Debug)]
+pub struct ContainerEnv {
+    /// The variables, or why they cannot be made (the container's
+    /// `CreateContainerConfigError` message).
+    pub vars: Result<Vec<cri::KeyValue>, SpecError>,
+    /// `envFrom` keys left out as invalid names, one entry per source; reported even when
+    /// `vars` failed later, as Go records its event before it fails.
+    pub skipped: Vec<SkippedKeys>,
+}
+
+/// The container's environment as Go's `makeEnvironmentVariables` makes it: `envFrom`
+/// sources first (`prefix`, `optional`, invalid keys skipped), then `env` in declaration
+/// order, whose values override them. The order is first declaration (`envFrom` keys first,
+/// each source in key order); a name set twice keeps its first place and its last value.
+/// `objects` holds the secrets and configMaps [`env_references`](super::env_references)
+/// named, fetched by the caller.
 pub fn container_env(
     pod: &Pod,
     container: &Container,
     node: &NodeContext,
     pod_ip: &str,
     pod_ips: &[String],
+    objects: &EnvObjects,
+) -> ContainerEnv {
+    let mut skipped = Vec::new();
+    let vars = build_env(
+        pod,
+        container,
+        node,
+        (pod_ip, pod_ips),
+        objects,
+        &mut skipped,
+    );
+    ContainerEnv { vars, skipped }
+}
+
+/// Variables being built: first-declaration order and current values.
+#[derive(Default)]
+struct Vars {
+    order: Vec<String>,
+    values: HashMap<String, String>,
+}
+
+impl Vars {
+    fn set(&mut self, name: &str, value: String) {
+        if self.values.insert(name.to_string(), value).is_none() {
+            self.order.push(name.to_string());
+        }
+    }
+
+    fn into_key_values(mut self) -> Vec<cri::KeyValue> {
+        self.order
+            .into_iter()
+            .map(|key| {
+                let value = self.values.remove(&key).unwrap_or_default();
+                cri::KeyValue { key, value }
+            })
+            .collect()
+    }
+}
+
+fn build_env(
+    pod: &Pod,
+    container: &Container,
+    node: &NodeContext,
+    (pod_ip, pod_ips): (&str, &[String]),
+    objects: &EnvObjects,
+    skipped: &mut Vec<SkippedKeys>,
 ) -> Result<Vec<cri::KeyValue>, SpecError> {
     let id = identity(pod)?;
     spec_of(pod)?;
+    let namespace = id.namespace;
     let field = |what: &str| format!("spec.containers[{}].{what}", container.name);
+    let mut vars = Vars::default();
 
-    // envFrom comes first in Go, and without an API server every source fails.
-    for (i, from) in container.env_from.iter().flatten().enumerate() {
-        if let Some(cm) = &from.config_map_ref {
-            return Err(SpecError::invalid(
-                field(&format!("envFrom[{i}].configMapRef")),
-                format!(
-                    "couldn't get configMap {}/{}, no kubeClient defined",
-                    id.namespace, cm.name
-                ),
-            ));
+    // envFrom first, so that env overrides it.
+    for from in container.env_from.iter().flatten() {
+        let (kind, name, optional) = if let Some(cm) = &from.config_map_ref {
+            (ObjectKind::ConfigMap, &cm.name, cm.optional)
+        } else if let Some(s) = &from.secret_ref {
+            (ObjectKind::Secret, &s.name, s.optional)
+        } else {
+            continue;
+        };
+        let optional = optional.unwrap_or(false);
+        let Some(data) =
+            lookup(objects, kind, namespace, name, optional).map_err(SpecError::EnvSource)?
+        else {
+            continue;
+        };
+        let prefix = from.prefix.as_deref().unwrap_or_default();
+        let mut invalid = Vec::new();
+        for (key, value) in data.entries() {
+            let key = format!("{prefix}{key}");
+            if is_env_var_name(&key) {
+                vars.set(&key, value);
+            } else {
+                invalid.push(key);
+            }
         }
-        if let Some(s) = &from.secret_ref {
-            return Err(SpecError::invalid(
-                field(&format!("envFrom[{i}].secretRef")),
-                format!(
-                    "couldn't get secret {}/{}, no kubeClient defined",
-                    id.namespace, s.name
-                ),
-            ));
+        if !invalid.is_empty() {
+            invalid.sort();
+            skipped.push(SkippedKeys {
+                kind,
+                namespace: namespace.to_string(),
+                name: name.clone(),
+                keys: invalid,
+            });
         }
     }
 
     let ips = pod_ips_for_env(spec_is_host_network(pod), node, pod_ip, pod_ips);
     let primary_ip = ips.first().cloned().unwrap_or_default();
     let mut allocatable: Option<Allocatable> = None;
-    let mut order: Vec<String> = Vec::new();
-    let mut values: HashMap<String, String> = HashMap::new();
     for var in container.env.iter().flatten() {
         let f = || field(&format!("env[{}]", var.name));
         let mut value = var.value.clone().unwrap_or_default();
         if !value.is_empty() {
-            value = expand(&value, |name| values.get(name).cloned());
+            value = expand(&value, |name| vars.values.get(name).cloned());
         } else if let Some(from) = &var.value_from {
             if let Some(fs) = &from.field_ref {
                 value = field_ref_value(fs, pod, node, &primary_ip, &ips)
@@ -141,35 +219,35 @@ pub fn container_env(
                     FieldError::Reason(reason) => SpecError::invalid(f(), reason),
                     FieldError::Spec(e) => e,
                 })?;
-            } else if let Some(cm) = &from.config_map_key_ref {
-                return Err(SpecError::invalid(
-                    f(),
-                    format!(
-                        "couldn't get configMap {}/{}, no kubeClient defined",
-                        id.namespace, cm.name
-                    ),
-                ));
-            } else if let Some(s) = &from.secret_key_ref {
-                return Err(SpecError::invalid(
-                    f(),
-                    format!(
-                        "couldn't get secret {}/{}, no kubeClient defined",
-                        id.namespace, s.name
-                    ),
-                ));
+            } else if let Some(r) = from
+                .config_map_key_ref
+                .as_ref()
+                .map(|r| (ObjectKind::ConfigMap, &r.name, &r.key, r.optional))
+                .or_else(|| {
+                    let r = from.secret_key_ref.as_ref()?;
+                    Some((ObjectKind::Secret, &r.name, &r.key, r.optional))
+                })
+            {
+                let (kind, name, key, optional) = r;
+                let optional = optional.unwrap_or(false);
+                let data = lookup(objects, kind, namespace, name, optional)
+                    .map_err(SpecError::EnvSource)?;
+                // A missing optional object or key leaves the variable unset (an envFrom
+                // value of the same name stays).
+                let Some(data) = data else { continue };
+                match data.get(key) {
+                    Some(v) => value = v,
+                    None if optional => continue,
+                    None => {
+                        let message = missing_key(kind, key, namespace, name);
+                        return Err(SpecError::EnvSource(message));
+                    }
+                }
             }
         }
-        if values.insert(var.name.clone(), value).is_none() {
-            order.push(var.name.clone());
-        }
+        vars.set(&var.name, value);
     }
-    Ok(order
-        .into_iter()
-        .map(|key| {
-            let value = values.remove(&key).unwrap_or_default();
-            cri::KeyValue { key, value }
-        })
-        .collect())
+    Ok(vars.into_key_values())
 }
 
 fn spec_is_host_network(pod: &Pod) -> bool {
@@ -547,10 +625,13 @@ spec:
     fn env_of(p: &Pod, ips: &[String]) -> Result<Vec<(String, String)>, SpecError> {
         let c = &p.spec.as_ref().unwrap().containers[0];
         let ip = ips.first().cloned().unwrap_or_default();
-        Ok(container_env(p, c, &node(), &ip, ips)?
-            .into_iter()
-            .map(|kv| (kv.key, kv.value))
-            .collect())
+        Ok(
+            container_env(p, c, &node(), &ip, ips, &EnvObjects::default())
+                .vars?
+                .into_iter()
+                .map(|kv| (kv.key, kv.value))
+                .collect(),
+        )
     }
 
     #[test]
@@ -649,26 +730,6 @@ spec:
 ";
         let table = [
             (
-                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: cm, key: k}}}]",
-                "couldn't get configMap ns/cm, no kubeClient defined",
-            ),
-            (
-                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: cm, key: k, optional: true}}}]",
-                "couldn't get configMap ns/cm, no kubeClient defined",
-            ),
-            (
-                "    env: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k}}}]",
-                "couldn't get secret ns/s, no kubeClient defined",
-            ),
-            (
-                "    envFrom: [{configMapRef: {name: cm}}]",
-                "couldn't get configMap ns/cm, no kubeClient defined",
-            ),
-            (
-                "    envFrom: [{secretRef: {name: s}}]",
-                "couldn't get secret ns/s, no kubeClient defined",
-            ),
-            (
                 "    env: [{name: A, valueFrom: {fieldRef: {fieldPath: spec.nope}}}]",
                 "field label not supported: spec.nope",
             ),
@@ -703,6 +764,338 @@ spec:
             assert!(err.contains(want), "{env}: {err}");
             assert!(err.starts_with("spec.containers[c]."), "{err}");
         }
+    }
+
+    use std::sync::Arc;
+
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+    use crate::objects::ObjectError;
+    use crate::podspec::env_sources::env_references;
+
+    fn config_map(pairs: &[(&str, &str)]) -> Fetched<ConfigMap> {
+        let data = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Ok(Some(Arc::new(ConfigMap {
+            data: Some(data),
+            ..Default::default()
+        })))
+    }
+
+    fn secret(pairs: &[(&str, &[u8])]) -> Fetched<Secret> {
+        let data = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+            .collect();
+        Ok(Some(Arc::new(Secret {
+            data: Some(data),
+            ..Default::default()
+        })))
+    }
+
+    type Fetched<T> = crate::podspec::env_sources::Fetched<T>;
+
+    /// The environment of the pod's first container with `objects`.
+    fn resolve(p: &Pod, objects: &EnvObjects) -> ContainerEnv {
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        container_env(p, c, &node(), "10.88.0.5", &["10.88.0.5".into()], objects)
+    }
+
+    fn pairs(env: &ContainerEnv) -> Vec<(String, String)> {
+        let vars = env.vars.as_ref().unwrap();
+        vars.iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect()
+    }
+
+    fn owned(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    const FROM_POD: &str = "metadata: {name: p, namespace: ns, uid: u}
+spec:
+  containers:
+  - name: c
+    image: x
+    envFrom:
+    - configMapRef: {name: cm}
+    - {prefix: S_, secretRef: {name: s}}
+    - configMapRef: {name: absent, optional: true}
+    - {prefix: P_, configMapRef: {name: cm}}
+    env:
+    - {name: DUPE, value: from-env}
+    - {name: EXPANDED, value: '$(FROM_CM)/$(S_TOKEN)/$(P_FROM_CM)'}
+    - {name: KEY, valueFrom: {configMapKeyRef: {name: other, key: k}}}
+    - {name: SKEY, valueFrom: {secretKeyRef: {name: s, key: TOKEN}}}
+    - {name: FROM_CM, valueFrom: {configMapKeyRef: {name: other, key: missing, optional: true}}}
+    - {name: S_TOKEN, valueFrom: {secretKeyRef: {name: absent, key: k, optional: true}}}
+";
+
+    fn from_objects() -> EnvObjects {
+        let mut objects = EnvObjects::default();
+        objects.config_maps.insert(
+            "cm".into(),
+            config_map(&[
+                ("FROM_CM", "cm-value"),
+                ("DUPE", "from-cm"),
+                ("1bad", "x"),
+                ("a b", "y"),
+            ]),
+        );
+        objects
+            .config_maps
+            .insert("other".into(), config_map(&[("k", "v")]));
+        objects.config_maps.insert("absent".into(), Ok(None));
+        objects.secrets.insert(
+            "s".into(),
+            secret(&[
+                ("TOKEN", b"t0k3n"),
+                ("bin", &[0xff, b'a', 0xc3, 0xa9, b'\n', 0]),
+            ]),
+        );
+        objects.secrets.insert("absent".into(), Ok(None));
+        objects
+    }
+
+    #[test]
+    fn env_from_and_key_refs_follow_go() {
+        let p = pod(FROM_POD);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let refs = env_references(c);
+        let objects = from_objects();
+        // Everything the environment reads was named for fetching.
+        assert!(
+            refs.config_maps
+                .iter()
+                .all(|n| objects.config_maps.contains_key(n))
+        );
+        assert!(refs.secrets.iter().all(|n| objects.secrets.contains_key(n)));
+
+        let env = resolve(&p, &objects);
+        assert_eq!(
+            pairs(&env),
+            owned(&[
+                // envFrom first, each source in key order; env overrides in place.
+                ("DUPE", "from-env"),
+                ("FROM_CM", "cm-value"),
+                ("S_TOKEN", "t0k3n"),
+                // Secret bytes as text; what is not UTF-8 becomes U+FFFD.
+                ("S_bin", "\u{fffd}aé\n\0"),
+                // The prefix makes `1bad` a valid name.
+                ("P_1bad", "x"),
+                ("P_DUPE", "from-cm"),
+                ("P_FROM_CM", "cm-value"),
+                ("EXPANDED", "cm-value/t0k3n/cm-value"),
+                ("KEY", "v"),
+                ("SKEY", "t0k3n"),
+            ])
+        );
+        // Invalid names are skipped per source, sorted, prefixed as they would have been.
+        let skipped: Vec<(ObjectKind, &str, Vec<String>)> = env
+            .skipped
+            .iter()
+            .map(|s| (s.kind, s.name.as_str(), s.keys.clone()))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                (
+                    ObjectKind::ConfigMap,
+                    "cm",
+                    vec!["1bad".to_string(), "a b".into()]
+                ),
+                (ObjectKind::ConfigMap, "cm", vec!["P_a b".to_string()]),
+            ]
+        );
+        assert_eq!(
+            env.skipped[0].message(),
+            "Keys [1bad, a b] from the EnvFrom configMap ns/cm were skipped since they are considered invalid environment variable names."
+        );
+    }
+
+    #[test]
+    fn failures_carry_gos_messages() {
+        let base = "metadata: {name: p, namespace: ns, uid: u}
+spec:
+  containers:
+  - name: c
+    image: x
+";
+        let table = [
+            (
+                "    envFrom: [{configMapRef: {name: nope}}]",
+                "configmap \"nope\" not found",
+            ),
+            (
+                "    envFrom: [{secretRef: {name: nope}}]",
+                "secret \"nope\" not found",
+            ),
+            (
+                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: nope, key: k}}}]",
+                "configmap \"nope\" not found",
+            ),
+            (
+                "    env: [{name: A, valueFrom: {secretKeyRef: {name: nope, key: k}}}]",
+                "secret \"nope\" not found",
+            ),
+            (
+                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: cm, key: k}}}]",
+                "couldn't find key k in ConfigMap ns/cm",
+            ),
+            (
+                "    env: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k}}}]",
+                "couldn't find key k in Secret ns/s",
+            ),
+            (
+                // binaryData never reaches the environment.
+                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: bin, key: b}}}]",
+                "couldn't find key b in ConfigMap ns/bin",
+            ),
+            (
+                "    env: [{name: A, valueFrom: {secretKeyRef: {name: down, key: k, optional: true}}}]",
+                "etcdserver: request timed out",
+            ),
+            (
+                "    envFrom: [{secretRef: {name: unfetched}}]",
+                "object ns/unfetched not registered",
+            ),
+        ];
+        let mut objects = EnvObjects::default();
+        objects.config_maps.insert("nope".into(), Ok(None));
+        objects.secrets.insert("nope".into(), Ok(None));
+        objects
+            .config_maps
+            .insert("cm".into(), config_map(&[("other", "v")]));
+        objects
+            .secrets
+            .insert("s".into(), secret(&[("other", b"v")]));
+        objects.config_maps.insert(
+            "bin".into(),
+            Ok(Some(Arc::new(ConfigMap {
+                binary_data: Some([("b".to_string(), ByteString(vec![1]))].into()),
+                ..Default::default()
+            }))),
+        );
+        objects.secrets.insert(
+            "down".into(),
+            Err(ObjectError::Api("etcdserver: request timed out".into())),
+        );
+        for (env, want) in table {
+            let p = pod(&format!("{base}{env}"));
+            let got = resolve(&p, &objects);
+            let err = got.vars.unwrap_err();
+            assert!(matches!(err, SpecError::EnvSource(_)), "{env}");
+            // The message is Go's as it is: no field path in front.
+            assert_eq!(err.to_string(), want, "{env}");
+        }
+    }
+
+    #[test]
+    fn standalone_refuses_every_object_reference() {
+        let base = "metadata: {name: p, namespace: ns, uid: u}
+spec:
+  containers:
+  - name: c
+    image: x
+";
+        let table = [
+            (
+                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: cm, key: k}}}]",
+                "couldn't get configMap ns/cm, no kubeClient defined",
+            ),
+            (
+                // Go fails before it looks at optional.
+                "    env: [{name: A, valueFrom: {configMapKeyRef: {name: cm, key: k, optional: true}}}]",
+                "couldn't get configMap ns/cm, no kubeClient defined",
+            ),
+            (
+                "    env: [{name: A, valueFrom: {secretKeyRef: {name: s, key: k}}}]",
+                "couldn't get secret ns/s, no kubeClient defined",
+            ),
+            (
+                "    envFrom: [{configMapRef: {name: cm, optional: true}}]",
+                "couldn't get configMap ns/cm, no kubeClient defined",
+            ),
+            (
+                "    envFrom: [{secretRef: {name: s}}]",
+                "couldn't get secret ns/s, no kubeClient defined",
+            ),
+        ];
+        for (env, want) in table {
+            let p = pod(&format!("{base}{env}"));
+            // What the kubelet fetches standalone: every read fails with NoApiServer.
+            let refs = env_references(&p.spec.as_ref().unwrap().containers[0]);
+            let objects = EnvObjects {
+                config_maps: refs
+                    .config_maps
+                    .into_iter()
+                    .map(|n| (n, Err(ObjectError::NoApiServer)))
+                    .collect(),
+                secrets: refs
+                    .secrets
+                    .into_iter()
+                    .map(|n| (n, Err(ObjectError::NoApiServer)))
+                    .collect(),
+            };
+            let err = resolve(&p, &objects).vars.unwrap_err().to_string();
+            assert_eq!(err, want, "{env}");
+        }
+    }
+
+    #[test]
+    fn skipped_keys_are_reported_even_when_a_later_reference_fails() {
+        let p = pod("metadata: {name: p, namespace: ns, uid: u}
+spec:
+  containers:
+  - name: c
+    image: x
+    envFrom: [{secretRef: {name: s}}, {configMapRef: {name: nope}}]");
+        let mut objects = EnvObjects::default();
+        objects
+            .secrets
+            .insert("s".into(), secret(&[("ok", b"1"), ("9lives", b"2")]));
+        objects.config_maps.insert("nope".into(), Ok(None));
+        let env = resolve(&p, &objects);
+        assert_eq!(
+            env.vars.unwrap_err().to_string(),
+            "configmap \"nope\" not found"
+        );
+        assert_eq!(env.skipped.len(), 1);
+        assert_eq!(env.skipped[0].kind, ObjectKind::Secret);
+        assert_eq!(env.skipped[0].keys, ["9lives"]);
+        assert!(
+            env.skipped[0]
+                .message()
+                .contains("from the EnvFrom secret ns/s")
+        );
+    }
+
+    #[test]
+    fn optional_misses_leave_earlier_values() {
+        // A missing optional key or object sets nothing: the envFrom value stays.
+        let p = pod("metadata: {name: p, namespace: ns, uid: u}
+spec:
+  containers:
+  - name: c
+    image: x
+    envFrom: [{configMapRef: {name: cm}}]
+    env:
+    - {name: A, valueFrom: {configMapKeyRef: {name: cm, key: nokey, optional: true}}}
+    - {name: B, valueFrom: {secretKeyRef: {name: nosecret, key: k, optional: true}}}
+    - {name: C, valueFrom: {secretKeyRef: {name: nosecret, key: k, optional: true}}}");
+        let mut objects = EnvObjects::default();
+        objects
+            .config_maps
+            .insert("cm".into(), config_map(&[("A", "a"), ("B", "b")]));
+        objects.secrets.insert("nosecret".into(), Ok(None));
+        let env = resolve(&p, &objects);
+        assert_eq!(pairs(&env), owned(&[("A", "a"), ("B", "b")]));
+        assert!(env.skipped.is_empty());
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //!
 //! - [`sandbox`]: the sandbox config (metadata, hostname, DNS, ports, cgroup parent, namespaces).
 //! - [`container`]: the container config (command, env, labels/annotations, log path, linux).
-//! - [`env`](mod@env): environment variables (`value`, `fieldRef`, `resourceFieldRef`) and `$(VAR)`.
+//! - [`env`](mod@env): environment variables (`value`, `fieldRef`, `resourceFieldRef`, `envFrom`,
+//!   configMap and secret keys) and `$(VAR)`; [`env_sources`]: the secrets and configMaps it
+//!   reads (which to fetch, Go's messages).
 //! - [`resources`]: cpu shares/quota, memory limit, huge pages, oom_score_adj.
 //! - [`security`]: security contexts, namespaces, seccomp and AppArmor profiles.
 //! - [`dns`]: the pod's resolv.conf per `dnsPolicy`, hostname and domain.
@@ -14,6 +16,7 @@
 pub mod container;
 pub mod dns;
 pub mod env;
+pub mod env_sources;
 pub mod hash;
 pub mod qos;
 pub mod resources;
@@ -31,6 +34,7 @@ use crate::types::Pod;
 pub use container::container_config;
 pub use dns::hostname_and_domain;
 pub use env::container_env;
+pub use env_sources::{EnvObjects, env_references};
 pub use hash::container_hash;
 pub use sandbox::sandbox_config;
 
@@ -57,14 +61,13 @@ pub struct NodeContext {
 
 /// Per-container inputs known at sync time.
 pub struct ContainerContext<'a> {
-    /// The pod's primary IP ("" before the network is up or for host-network pods).
-    pub pod_ip: &'a str,
-    /// Every pod IP.
-    pub pod_ips: &'a [String],
     /// The new instance's restart count (also its CRI attempt).
     pub restart_count: u32,
     /// Mounts, from [`crate::volume::container_mounts_with`].
     pub mounts: Vec<cri::Mount>,
+    /// The environment, from [`container_env`] (computed once per start: mounts'
+    /// `subPathExpr` and the config share it).
+    pub envs: Vec<cri::KeyValue>,
     /// The image ref or id to create from.
     pub image: &'a str,
 }
@@ -81,6 +84,10 @@ pub enum SpecError {
         /// What is wrong, in the Go kubelet's words where it has some.
         reason: String,
     },
+    /// A secret or configMap the environment reads is missing or unreadable, or lacks the
+    /// key (the Go kubelet's message as it is).
+    #[error("{0}")]
+    EnvSource(String),
     /// The node's resolver config could not be read (`Default` DNS and the node's searches).
     #[error("reading resolv conf file {}: {source}", path.display())]
     ResolvConf {
