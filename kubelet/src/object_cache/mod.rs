@@ -327,24 +327,32 @@ impl<K: CachedKind> KindCache<K> {
             name: name.into(),
         };
         match self.options.strategy {
-            Strategy::Get => self.fetch(&key).await.map(|o| o.map(Arc::new)),
+            Strategy::Get => self.fetch(&key, false).await.map(|o| o.map(Arc::new)),
             Strategy::Cache => {
                 let slot = match self.items().get(&key).map(|i| &i.backend) {
                     Some(Backend::Cached(slot)) => slot.clone(),
                     _ => return Err(not_registered(&key)),
                 };
-                slot.get(self.options.ttl, self.fetch(&key)).await
+                slot.get(self.options.ttl, |refresh| self.fetch(&key, refresh))
+                    .await
             }
             Strategy::Watch => self.read_watched(&key).await,
         }
     }
 
-    /// One GET; not found is `None`.
-    async fn fetch(&self, key: &ObjectKey) -> Result<Option<K>, ObjectError> {
+    /// One GET (from the API server's cache when `any_version`); not found is `None`.
+    async fn fetch(&self, key: &ObjectKey, any_version: bool) -> Result<Option<K>, ObjectError> {
         let api: kube::Api<K> = kube::Api::namespaced(self.ctx.api.client(), &key.namespace);
-        api.get_opt(&key.name)
-            .await
-            .map_err(|e| ObjectError::Api(api_message(&e)))
+        let params = if any_version {
+            kube::api::GetParams::any()
+        } else {
+            kube::api::GetParams::default()
+        };
+        match api.get_with(&key.name, &params).await {
+            Ok(object) => Ok(Some(object)),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+            Err(e) => Err(ObjectError::Api(api_message(&e))),
+        }
     }
 
     async fn read_watched(&self, key: &ObjectKey) -> Result<Option<Arc<K>>, ObjectError> {

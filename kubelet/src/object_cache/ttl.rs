@@ -34,10 +34,13 @@ impl<K> Default for TtlSlot<K> {
 
 impl<K: CachedKind> TtlSlot<K> {
     /// The object, from the cache while younger than `ttl`, else from `fetch` (one fetch at a
-    /// time per object: concurrent readers wait for it and share its answer).
-    pub async fn get<F>(&self, ttl: Duration, fetch: F) -> Result<Option<Arc<K>>, ObjectError>
+    /// time per object: concurrent readers wait for it and share its answer). `fetch` is told
+    /// whether an object is held: a refresh may then be served from the API server's cache
+    /// (Go's `FromApiserverCache`).
+    pub async fn get<F, Fut>(&self, ttl: Duration, fetch: F) -> Result<Option<Arc<K>>, ObjectError>
     where
-        F: std::future::Future<Output = Result<Option<K>, ObjectError>>,
+        F: FnOnce(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<K>, ObjectError>>,
     {
         let mut known = self.known.lock().await;
         if let Some(k) = known.as_ref()
@@ -45,7 +48,8 @@ impl<K: CachedKind> TtlSlot<K> {
         {
             return Ok(k.object.clone());
         }
-        match fetch.await {
+        let refresh = known.as_ref().is_some_and(|k| k.object.is_some());
+        match fetch(refresh).await {
             Ok(object) => {
                 let older = match (known.as_ref().and_then(|k| k.object.as_deref()), &object) {
                     (Some(held), Some(new)) => rv_number(new) < rv_number(held),
