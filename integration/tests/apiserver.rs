@@ -802,3 +802,246 @@ async fn anonymous_is_forbidden_and_bad_tokens_unauthorized() {
         403
     );
 }
+
+fn token_request(
+    audiences: &[&str],
+    expiration: i64,
+    pod: Option<(&str, &str)>,
+) -> k8s_openapi::api::authentication::v1::TokenRequest {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audiences.iter().map(|a| a.to_string()).collect(),
+            expiration_seconds: Some(expiration),
+            bound_object_ref: pod.map(|(name, uid)| BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+            }),
+        },
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn token_requests_issue_pod_bound_jwts() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let server = server(ApiServerOptions::default()).await;
+    server
+        .create(
+            "serviceaccounts",
+            "ns1",
+            json!({"metadata": {"name": "sa1"}}),
+        )
+        .await
+        .unwrap();
+    let p = server
+        .create(
+            "pods",
+            "ns1",
+            json!({"metadata": {"name": "p1"}, "spec": {"serviceAccountName": "sa1", "nodeName": "n1",
+                "containers": [{"name": "c", "image": "busybox"}]}}),
+        )
+        .await
+        .unwrap();
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let node = client(&server, "system:node:n1", &["system:nodes"]).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(node, "ns1");
+    let pp = PostParams::default();
+    let before = server.request_counts().get("create").copied().unwrap_or(0);
+
+    let answer = sas
+        .create_token_request("sa1", &pp, &token_request(&[], 3600, Some(("p1", &uid))))
+        .await
+        .unwrap();
+    assert_eq!(server.request_counts()["create"], before + 1);
+    assert_eq!(
+        answer.spec.audiences,
+        ["https://kubernetes.default.svc.cluster.local"]
+    );
+    let status = answer.status.unwrap();
+    let claims = server
+        .verify_token(&status.token)
+        .expect("a token the server signed");
+    assert_eq!(claims["sub"], "system:serviceaccount:ns1:sa1");
+    assert_eq!(
+        claims["aud"],
+        json!(["https://kubernetes.default.svc.cluster.local"])
+    );
+    assert_eq!(
+        claims["iss"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    let k = &claims["kubernetes.io"];
+    assert_eq!(k["namespace"], "ns1");
+    assert_eq!(k["pod"], json!({"name": "p1", "uid": uid}));
+    assert_eq!(k["serviceaccount"]["name"], "sa1");
+    let (iat, exp) = (
+        claims["iat"].as_i64().unwrap(),
+        claims["exp"].as_i64().unwrap(),
+    );
+    assert_eq!(exp - iat, 3600);
+    assert_eq!(claims["nbf"].as_i64(), Some(iat));
+    assert_eq!(status.expiration_timestamp.0.as_second(), exp);
+    // The header names the algorithm and key.
+    let header: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(status.token.split('.').next().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["alg"], "ES256");
+    assert!(header["kid"].as_str().is_some_and(|k| !k.is_empty()));
+    let mut forged = status.token.clone();
+    forged.push('A');
+    assert!(server.verify_token(&forged).is_none());
+
+    // Requested audiences are the token's; the kubelet's default 3607 s lives a year, its
+    // status still says 3607 s.
+    let vault = sas
+        .create_token_request("sa1", &pp, &token_request(&["vault"], 600, None))
+        .await
+        .unwrap();
+    let claims = server.verify_token(&vault.status.unwrap().token).unwrap();
+    assert_eq!(claims["aud"], json!(["vault"]));
+    assert!(claims["kubernetes.io"].get("pod").is_none());
+    let extended = sas
+        .create_token_request("sa1", &pp, &token_request(&[], 3607, Some(("p1", &uid))))
+        .await
+        .unwrap();
+    let st = extended.status.unwrap();
+    let claims = server.verify_token(&st.token).unwrap();
+    let iat = claims["iat"].as_i64().unwrap();
+    assert_eq!(claims["exp"].as_i64().unwrap() - iat, 365 * 24 * 3600);
+    assert_eq!(
+        claims["kubernetes.io"]["warnafter"].as_i64(),
+        Some(iat + 3607)
+    );
+    assert_eq!(st.expiration_timestamp.0.as_second(), iat + 3607);
+
+    // kube-apiserver's refusals.
+    let err = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("{other}"),
+    };
+    let e = sas
+        .create_token_request("nope", &pp, &token_request(&[], 3600, None))
+        .await
+        .unwrap_err();
+    assert_eq!(err(e), (404, "serviceaccounts \"nope\" not found".into()));
+    let e = sas
+        .create_token_request("sa1", &pp, &token_request(&[], 3600, Some(("gone", "u"))))
+        .await
+        .unwrap_err();
+    assert_eq!(err(e), (404, "pods \"gone\" not found".into()));
+    let e = sas
+        .create_token_request(
+            "sa1",
+            &pp,
+            &token_request(&[], 3600, Some(("p1", "other-uid"))),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err(e),
+        (
+            409,
+            "Operation cannot be fulfilled on Pod \"p1\": the UID in the bound object reference (other-uid) does not match the UID in record. The object might have been deleted and then recreated".into()
+        )
+    );
+    let e = sas
+        .create_token_request("sa1", &pp, &token_request(&[], 599, None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err(e),
+        (
+            422,
+            "TokenRequest.authentication.k8s.io \"\" is invalid: spec.expirationSeconds: Invalid value: 599: may not specify a duration less than 10 minutes".into()
+        )
+    );
+    server
+        .create(
+            "serviceaccounts",
+            "ns1",
+            json!({"metadata": {"name": "other"}}),
+        )
+        .await
+        .unwrap();
+    let e = sas
+        .create_token_request("other", &pp, &token_request(&[], 3600, Some(("p1", &uid))))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err(e),
+        (
+            400,
+            "cannot bind token for serviceaccount \"other\" to pod running with different serviceaccount name.".into()
+        )
+    );
+    // Only create: a GET of the subresource is not allowed.
+    let e = sas.get_subresource("token", "sa1").await.unwrap_err();
+    assert_eq!(err(e).0, 405);
+}
+
+#[tokio::test]
+async fn short_tokens_when_allowed_and_active_watches_listed() {
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    let server = server(ApiServerOptions {
+        min_token_expiration: Duration::from_secs(1),
+        ..ApiServerOptions::default()
+    })
+    .await;
+    server
+        .create(
+            "serviceaccounts",
+            "default",
+            json!({"metadata": {"name": "default"}}),
+        )
+        .await
+        .unwrap();
+    let admin = client(&server, "kubernetes-admin", &["system:masters"]).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "default");
+    let short = sas
+        .create_token_request(
+            "default",
+            &PostParams::default(),
+            &token_request(&[], 10, None),
+        )
+        .await
+        .unwrap();
+    let claims = server.verify_token(&short.status.unwrap().token).unwrap();
+    assert_eq!(
+        claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+        10
+    );
+
+    assert!(server.active_watches().is_empty());
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "default");
+    let config = watcher::Config::default().fields("metadata.name=cm1");
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(cms, config).boxed();
+        while stream.next().await.is_some() {}
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.active_watches().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "no watch started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let watches = server.active_watches();
+    assert_eq!(watches.len(), 1);
+    assert_eq!(watches[0].resource, "configmaps");
+    assert_eq!(watches[0].namespace.as_deref(), Some("default"));
+    assert_eq!(watches[0].field_selector, "metadata.name=cm1");
+    task.abort();
+    while !server.active_watches().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the watch outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -48,7 +48,10 @@ const KUBELET: Rule = Rule {
                 "status",
             ],
         ),
-        ("runtime access", &["cri", "pleg", "certificate"]),
+        (
+            "runtime access",
+            &["cri", "pleg", "certificate", "object_cache", "token"],
+        ),
         (
             "managers",
             &[

@@ -70,6 +70,23 @@ pub fn main() -> Result<(), AppError> {
     runtime.block_on(run(config))
 }
 
+/// The secret and configMap managers with the configured change detection.
+fn object_cache(config: &Config, api: ApiHandle) -> Arc<crate::object_cache::ObjectCache> {
+    use crate::config::ChangeDetection;
+    use crate::object_cache::{CacheOptions, ObjectCache, Strategy};
+    let strategy = match config.config_map_and_secret_change_detection_strategy {
+        ChangeDetection::Get => Strategy::Get,
+        ChangeDetection::Cache => Strategy::Cache,
+        ChangeDetection::Watch => Strategy::Watch,
+    };
+    let options = CacheOptions {
+        strategy,
+        resync_interval: config.sync_frequency,
+        ..CacheOptions::default()
+    };
+    ObjectCache::new(api, options)
+}
+
 /// Connects to the runtime, retrying while it is not up yet (it may start after us).
 async fn connect(config: &Config) -> Cri {
     let mut delay = Duration::from_millis(200);
@@ -139,8 +156,8 @@ async fn run(config: Config) -> Result<(), AppError> {
                 events: crate::event_recorder::spawn(c.api.clone(), &config.node_name),
                 status_sink: Arc::new(statuses.clone()),
                 secrets: Arc::new(crate::credentials::api::ApiSecrets::new(c.api.clone())),
-                // The object cache and token manager come with issue #17's volume manager.
-                ..Seams::default()
+                objects: object_cache(&config, c.api.clone()),
+                tokens: crate::token::TokenManager::new(c.api.clone()),
             };
             (seams, Some(statuses))
         }

@@ -225,6 +225,14 @@ async fn route(
         (&Method::GET, Some(_)) => "get",
         (&Method::GET, None) => "list",
         (&Method::POST, None) => "create",
+        (&Method::POST, Some(_))
+            if target
+                .sub
+                .as_deref()
+                .is_some_and(|s| target.res.create_only_subresource(s)) =>
+        {
+            "create"
+        }
         (&Method::PUT, Some(_)) => "update",
         (&Method::PATCH, Some(_)) => "patch",
         (&Method::DELETE, Some(_)) => "delete",
@@ -239,7 +247,11 @@ async fn route(
     if res.namespaced && ns.is_empty() && !matches!(verb, "list" | "watch") {
         return Err(ApiError::no_route(&path));
     }
-    if res.verbs == Verbs::CreateOnly && verb != "create" {
+    let create_only_sub = target
+        .sub
+        .as_deref()
+        .is_some_and(|s| res.create_only_subresource(s));
+    if (res.verbs == Verbs::CreateOnly || create_only_sub) && verb != "create" {
         return Err(ApiError::method_not_allowed(req.method().as_str()));
     }
     let attributes = SarRequest {
@@ -282,26 +294,14 @@ async fn route(
             Ok(json_response(200, &list))
         }
         "watch" => {
-            let sel = Selector::parse(
-                query.get("labelSelector").map(String::as_str),
-                query.get("fieldSelector").map(String::as_str),
-                res.kind,
-            )?;
-            let sel = match target.name.as_deref() {
+            let labels = query.get("labelSelector").cloned().unwrap_or_default();
+            let fields = match (target.name.as_deref(), query.get("fieldSelector")) {
                 // A watch on one name (`/watch/…/pods/x`) is a metadata.name field selector.
-                Some(n) => Selector::parse(
-                    query.get("labelSelector").map(String::as_str),
-                    Some(&format!(
-                        "metadata.name={n}{}",
-                        query
-                            .get("fieldSelector")
-                            .map(|f| format!(",{f}"))
-                            .unwrap_or_default()
-                    )),
-                    res.kind,
-                )?,
-                None => sel,
+                (Some(n), Some(f)) if !f.is_empty() => format!("metadata.name={n},{f}"),
+                (Some(n), _) => format!("metadata.name={n}"),
+                (None, f) => f.cloned().unwrap_or_default(),
             };
+            let sel = Selector::parse(Some(&labels), Some(&fields), res.kind)?;
             let from = match query.get("resourceVersion").map(String::as_str) {
                 None | Some("") | Some("0") => None,
                 Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
@@ -312,6 +312,8 @@ async fn route(
                 res,
                 namespace: target.namespace.clone(),
                 selector: sel,
+                label_selector: labels,
+                field_selector: fields,
                 from,
                 bookmarks: query
                     .get("allowWatchBookmarks")
@@ -322,6 +324,19 @@ async fn route(
                     .map(Duration::from_secs),
             };
             Ok(watch::serve(shared.clone(), params).await)
+        }
+        "create" if create_only_sub => {
+            let body = read_json(req).await?;
+            let store = shared.store.lock().await;
+            let answer = super::tokens::token_request(
+                &store,
+                &shared.tokens,
+                shared.options.min_token_expiration,
+                &ns,
+                &name,
+                &body,
+            )?;
+            Ok(json_response(201, &answer))
         }
         "create" => {
             let body = read_json(req).await?;
@@ -491,8 +506,14 @@ fn discovery(path: &str) -> Option<Value> {
         list.push(json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced,
             "kind": r.kind, "verbs": verbs}));
         for s in r.subresources {
-            list.push(json!({"name": format!("{}/{s}", r.plural), "singularName": "", "namespaced": r.namespaced,
-                "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+            let entry = if r.create_only_subresource(s) {
+                json!({"name": format!("{}/{s}", r.plural), "singularName": "", "namespaced": r.namespaced,
+                    "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]})
+            } else {
+                json!({"name": format!("{}/{s}", r.plural), "singularName": "", "namespaced": r.namespaced,
+                    "kind": r.kind, "verbs": ["get", "patch", "update"]})
+            };
+            list.push(entry);
         }
     }
     if list.is_empty() {

@@ -10,6 +10,7 @@
 //! - [`patch`], [`selectors`]: PATCH bodies, label and field selectors.
 //! - [`auth`]: users, tokens, authorizer, TokenReview and SubjectAccessReview.
 //! - [`pki`]: the CA, certificates and CSR signing; [`status`]: `Status` errors.
+//! - [`tokens`]: TokenRequest (`serviceaccounts/<name>/token`): signed, pod-bound JWTs.
 
 pub mod auth;
 pub mod http;
@@ -19,6 +20,7 @@ pub mod resources;
 pub mod selectors;
 pub mod status;
 pub mod store;
+pub mod tokens;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -43,6 +45,7 @@ pub use auth::{Policy, SarRequest, UserInfo};
 pub use patch::PatchType;
 pub use status::ApiError;
 pub use store::DeleteOptions;
+pub use watch::ActiveWatch;
 
 use store::{Requester, Store};
 
@@ -60,6 +63,9 @@ pub struct ApiServerOptions {
     /// The signer's longest certificate lifetime (kube-controller-manager's
     /// `--cluster-signing-duration`); `spec.expirationSeconds` may only shorten it.
     pub csr_signing_duration: Duration,
+    /// The shortest lifetime a TokenRequest may ask for (the real server: 10 minutes; tests
+    /// of token refresh lower it).
+    pub min_token_expiration: Duration,
 }
 
 impl Default for ApiServerOptions {
@@ -70,6 +76,7 @@ impl Default for ApiServerOptions {
             bookmark_interval: Duration::from_secs(1),
             auto_approve_csrs: false,
             csr_signing_duration: Duration::from_secs(365 * 86400),
+            min_token_expiration: Duration::from_secs(600),
         }
     }
 }
@@ -80,13 +87,45 @@ pub(crate) struct Shared {
     pub(crate) pki: pki::Pki,
     pub(crate) auth: RwLock<auth::AuthConfig>,
     pub(crate) options: ApiServerOptions,
+    pub(crate) tokens: tokens::TokenIssuer,
     total: AtomicU64,
     per_verb: SyncMutex<BTreeMap<String, u64>>,
+    watches: SyncMutex<BTreeMap<u64, watch::ActiveWatch>>,
+    next_watch: AtomicU64,
+}
+
+/// Keeps a watch in [`Shared`]'s list of active watches while it lives.
+pub(crate) struct WatchGuard {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.shared
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
 }
 
 impl Shared {
     pub(crate) fn auth(&self) -> auth::AuthConfig {
         self.auth.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Notes a watch starting; it counts until the guard is dropped.
+    pub(crate) fn watch_started(self: &Arc<Self>, p: &watch::WatchParams) -> WatchGuard {
+        let id = self.next_watch.fetch_add(1, Ordering::Relaxed);
+        self.watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, watch::ActiveWatch::of(p));
+        WatchGuard {
+            shared: self.clone(),
+            id,
+        }
     }
 
     pub(crate) fn count(&self, verb: &str) {
@@ -273,8 +312,11 @@ impl TestApiServer {
             pki,
             auth: RwLock::new(auth::AuthConfig::default()),
             options,
+            tokens: tokens::TokenIssuer::new()?,
             total: AtomicU64::new(0),
             per_verb: SyncMutex::new(BTreeMap::new()),
+            watches: SyncMutex::new(BTreeMap::new()),
+            next_watch: AtomicU64::new(0),
         });
         let server = tokio::spawn(accept_loop(listener, acceptor.clone(), shared.clone()));
         Ok(TestApiServer {
@@ -548,6 +590,41 @@ impl TestApiServer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The watches being served now (sorted), e.g. to check that a client stopped one.
+    pub fn active_watches(&self) -> Vec<ActiveWatch> {
+        let mut watches: Vec<ActiveWatch> = self
+            .shared
+            .watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        watches.sort();
+        watches
+    }
+
+    /// The claims of a service-account token this server issued (TokenRequest), if its
+    /// signature is this server's; expiry is not checked.
+    pub fn verify_token(&self, token: &str) -> Option<Value> {
+        self.shared.tokens.verify(token)
+    }
+
+    /// A kube client authenticated by a client certificate for `user` in `groups` (at most
+    /// two), as a kubeconfig the server writes would give.
+    pub async fn kube_client(&self, user: &str, groups: &[&str]) -> Result<kube::Client> {
+        let dir = tempfile::tempdir().context("a directory for the kubeconfig")?;
+        let path = dir.path().join("kubeconfig");
+        self.write_kubeconfig(&path, user, groups)?;
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path)?;
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?;
+        Ok(kube::Client::try_from(config)?)
     }
 
     /// Stops the server (also done on drop).

@@ -47,6 +47,11 @@ impl ResourceType {
         }
     }
 
+    /// Whether `sub` is a subresource one may only create (TokenRequest's `token`).
+    pub fn create_only_subresource(&self, sub: &str) -> bool {
+        self.plural == "serviceaccounts" && self.group.is_empty() && sub == "token"
+    }
+
     /// Whether `status` is a subresource: then the main resource ignores status changes.
     pub fn has_status(&self) -> bool {
         self.subresources.contains(&"status")
@@ -95,7 +100,7 @@ pub static RESOURCES: &[ResourceType] = &[
         "serviceaccounts",
         "ServiceAccount",
         true,
-        &[],
+        &["token"],
         Verbs::All,
     ),
     res(

@@ -31,6 +31,10 @@ pub struct WatchParams {
     pub namespace: Option<String>,
     /// Label and field selector.
     pub selector: Selector,
+    /// The label selector as asked ("" for none).
+    pub label_selector: String,
+    /// The field selector as asked, a watched name included ("" for none).
+    pub field_selector: String,
     /// Start after this RV; `None` sends ADDED for current objects first.
     pub from: Option<u64>,
     /// `allowWatchBookmarks=true`.
@@ -77,6 +81,31 @@ fn render(p: &WatchParams, event: &Event) -> Option<Bytes> {
     Some(line(kind.as_str(), &event.object))
 }
 
+/// A watch being served, as [`super::TestApiServer::active_watches`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ActiveWatch {
+    /// The resource's key (`secrets`, `leases.coordination.k8s.io`).
+    pub resource: String,
+    /// The namespace, `None` for every namespace.
+    pub namespace: Option<String>,
+    /// The field selector ("" for none; a watch on one name shows as `metadata.name=<name>`).
+    pub field_selector: String,
+    /// The label selector ("" for none).
+    pub label_selector: String,
+}
+
+impl ActiveWatch {
+    /// What `p` asked for.
+    pub(crate) fn of(p: &WatchParams) -> Self {
+        ActiveWatch {
+            resource: p.res.key(),
+            namespace: p.namespace.clone(),
+            field_selector: p.field_selector.clone(),
+            label_selector: p.label_selector.clone(),
+        }
+    }
+}
+
 /// Starts a watch and answers with its stream.
 pub(crate) async fn serve(shared: Arc<Shared>, p: WatchParams) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
@@ -87,7 +116,12 @@ pub(crate) async fn serve(shared: Arc<Shared>, p: WatchParams) -> Response<Body>
         .watch(p.res, p.namespace.as_deref(), p.from);
     match started {
         Ok((backlog, events)) => {
-            tokio::spawn(run(shared, p, backlog, events, tx));
+            let active = shared.watch_started(&p);
+            tokio::spawn(async move {
+                // Counted while it runs: the guard leaves with the task.
+                let _active = active;
+                run(shared, p, backlog, events, tx).await;
+            });
         }
         Err(e) => {
             // The real server answers 200 and streams one ERROR event carrying the Status.

@@ -393,6 +393,8 @@ impl Kubelet {
                     if rejected {
                         continue;
                     }
+                    // Its secrets and configMaps become readable (watched) before its sync.
+                    self.objects.register_pod(&pod);
                     // A re-listed, unchanged pod needs no sync of its own: PLEG events and the
                     // resync cover it (else N manifests written one by one cost N² syncs).
                     if change.op != PodOp::Reconcile || !known {
@@ -508,6 +510,11 @@ impl Kubelet {
                         }
                     }
                 };
+                // Nothing of it runs any more: as Go's SyncTerminatedPod, stop watching its
+                // objects and drop its tokens (a pod deleted in the API keeps its state, not
+                // its references, until the object is gone).
+                self.objects.unregister_pod(&pod);
+                self.tokens.forget_pod(uid);
                 if let Some((pod, status)) = deleted {
                     self.status_sink.pod_terminated(&pod, &status);
                 }
