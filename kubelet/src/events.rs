@@ -120,6 +120,8 @@ pub mod reason {
     pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
     /// The eviction manager evicted the pod.
     pub const EVICTED: &str = "Evicted";
+    /// A volume could not be set up (Go's `FailedMountVolume`).
+    pub const FAILED_MOUNT: &str = "FailedMount";
 }
 
 /// One event a [`MemoryRecorder`] kept: object name, field path, type, reason, message.

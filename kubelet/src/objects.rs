@@ -101,7 +101,10 @@ pub struct TokenRequestSpec {
 /// expire.
 pub trait TokenSource: Send + Sync {
     /// A token for `spec`, from the cache while it is fresh, else from the TokenRequest API.
-    fn token<'a>(&'a self, spec: &'a TokenRequestSpec) -> BoxFuture<'a, Result<String, ObjectError>>;
+    fn token<'a>(
+        &'a self,
+        spec: &'a TokenRequestSpec,
+    ) -> BoxFuture<'a, Result<String, ObjectError>>;
     /// Drops the cached tokens of pod `uid` (deleted).
     fn forget_pod(&self, uid: &str);
 }
