@@ -229,15 +229,20 @@ impl VolumeManager {
                 state.desired.add_pod(&uid, pod);
             }
             state.desired.mark_remount(&uid);
-            let failed: Vec<VolumeKey> = state
+            // Missing or failed volumes are tried at once (after an attempt in flight, so a
+            // failure the wait counts is one of an attempt made during it).
+            let retry: Vec<VolumeKey> = state
                 .desired
                 .pod(&uid)
                 .into_iter()
                 .flat_map(|p| p.volumes.keys())
                 .map(|name| VolumeKey::new(&uid, name))
-                .filter(|k| state.retries.get(k).is_some())
+                .filter(|k| {
+                    state.retries.get(k).is_some()
+                        || !state.actual.get(k).is_some_and(|m| m.confirmed())
+                })
                 .collect();
-            for key in &failed {
+            for key in &retry {
                 state.retries.retry_now(key, started);
             }
         }
