@@ -69,6 +69,7 @@ const KUBELET: Rule = Rule {
                 "admission",
                 "status_manager",
                 "mirror_pods",
+                "volume_manager",
             ],
         ),
         (

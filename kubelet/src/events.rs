@@ -123,6 +123,8 @@ pub mod reason {
     /// `envFrom` keys were left out of a container's environment as invalid names (the Go
     /// kubelet's literal in `makeEnvironmentVariables`, 1.28–1.29).
     pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
+    /// A volume could not be set up (Go's `FailedMountVolume`).
+    pub const FAILED_MOUNT: &str = "FailedMount";
 }
 
 /// One event a [`MemoryRecorder`] kept: object name, field path, type, reason, message.

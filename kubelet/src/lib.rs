@@ -13,7 +13,9 @@
 //!   `node_status` (registration, the Node's status, the node Lease), `status_manager` (pod
 //!   statuses written to the API, pods deleted when done), `mirror_pods` (static pods'
 //!   mirrors in the API), `event_recorder` (events written to the API server: correlation,
-//!   spam filter, patches of repeats).
+//!   spam filter, patches of repeats), `volume_manager` (desired and actual state of the
+//!   pods' volumes, the reconciler that sets them up, refreshes and tears them down,
+//!   reconstruction from disk at start).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache),
 //!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation),
 //!   `object_cache` (the secret and configMap managers: watches, TTL cache or GETs),
@@ -71,6 +73,7 @@ pub(crate) mod token;
 pub(crate) mod types;
 pub(crate) mod view;
 pub(crate) mod volume;
+pub(crate) mod volume_manager;
 
 /// What the benchmarks (`kubelet/benches`) drive directly, below the process; not an API.
 #[doc(hidden)]

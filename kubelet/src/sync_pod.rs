@@ -126,10 +126,11 @@ impl Kubelet {
             }
             PodActions::Run(actions) => actions,
         };
-        let volumes = match crate::volume::setup(&self.config.root_dir, pod).await {
+        let volumes = match self.volumes.wait_for_attach_and_mount(pod).await {
             Ok(v) => v,
             Err(e) => {
-                // As the Go kubelet: the pod waits in ContainerCreating, the reason says why.
+                // As the Go kubelet: the pod waits in ContainerCreating (the reason says why);
+                // the volume manager keeps retrying and hands the pod back once they are set up.
                 tracing::warn!(error = %e, "FailedMount");
                 mark_all(&spec, waiting, "ContainerCreating", &e.to_string());
                 return Ok(());
@@ -691,7 +692,7 @@ impl Kubelet {
                 tracing::warn!(id = %sb.id, error = %e, "removing sandbox");
             }
         }
-        if let Err(e) = crate::volume::teardown(&self.config.root_dir, uid).await {
+        if let Err(e) = self.release_volumes(uid).await {
             tracing::warn!(error = %e, "removing the pod's volumes");
         }
         let logs = self

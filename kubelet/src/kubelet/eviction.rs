@@ -142,7 +142,7 @@ impl Kubelet {
                 tracing::warn!(id = %sb.id, error = %e, "stopping an evicted pod's sandbox");
             }
         }
-        if let Err(e) = crate::volume::teardown(&self.config.root_dir, uid).await {
+        if let Err(e) = self.release_volumes(uid).await {
             tracing::warn!(uid, error = %e, "removing an evicted pod's volumes");
         }
         let _ = self.pleg.refresh(uid).await;

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 mod eviction;
+mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
@@ -117,6 +118,8 @@ pub struct Kubelet {
     pub(crate) tokens: Arc<dyn crate::objects::TokenSource>,
     /// Where the pods' events go (the API writer in a cluster, the log standalone).
     pub(crate) events: Arc<dyn crate::events::EventRecorder>,
+    /// The pods' volumes: set up, kept up to date, torn down.
+    pub(crate) volumes: Arc<crate::volume_manager::VolumeManager>,
     /// API-server mode's parts; unset standalone.
     pub(crate) cluster: std::sync::OnceLock<cluster::Cluster>,
 }
@@ -152,6 +155,15 @@ impl Kubelet {
             credentials,
             config.serialize_image_pulls,
         );
+        let volumes = crate::volume_manager::VolumeManager::new(
+            crate::volume_manager::Settings {
+                root_dir: config.root_dir.clone(),
+                node: node.clone(),
+            },
+            seams.objects.clone(),
+            seams.tokens.clone(),
+            seams.events.clone(),
+        );
         Arc::new(Self {
             pleg: Arc::new(Pleg::new(cri.clone())),
             probes: crate::prober::Manager::new(cri.clone()),
@@ -161,6 +173,7 @@ impl Kubelet {
             objects: seams.objects,
             tokens: seams.tokens,
             events: seams.events,
+            volumes,
             cluster: std::sync::OnceLock::new(),
             config,
             node,
@@ -287,6 +300,7 @@ impl Kubelet {
             runtime: self.pleg.clone(),
         });
         self.spawn_eviction_manager();
+        let mut volumes_ready = self.volumes.spawn();
         let mut config = PodConfig::new();
         let mut resync =
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
@@ -306,6 +320,14 @@ impl Kubelet {
                         && state.syncable()
                     {
                         workers.update(&event.uid, Work::Sync(Box::new(state.pod)));
+                    }
+                }
+                Some(uid) = volumes_ready.recv() => {
+                    // Its volumes are all set up now, after a sync that had to leave it waiting.
+                    if let Some(state) = self.pod_state(&uid)
+                        && state.syncable()
+                    {
+                        workers.update(&uid, Work::Sync(Box::new(state.pod)));
                     }
                 }
                 Some(update) = probe_updates.recv() => {
@@ -395,6 +417,7 @@ impl Kubelet {
                     }
                     // Its secrets and configMaps become readable (watched) before its sync.
                     self.objects.register_pod(&pod);
+                    self.want_volumes(&uid, &pod);
                     // A re-listed, unchanged pod needs no sync of its own: PLEG events and the
                     // resync cover it (else N manifests written one by one cost N² syncs).
                     if change.op != PodOp::Reconcile || !known {
@@ -538,6 +561,8 @@ impl Kubelet {
             .keys()
             .cloned()
             .collect();
+        let known = |uid: &str| desired.contains(uid) || workers.has(uid);
+        self.volumes.remove_orphans(known);
         for runtime_pod in self.pleg.all() {
             if desired.contains(&runtime_pod.uid) || workers.has(&runtime_pod.uid) {
                 continue;
@@ -550,7 +575,8 @@ impl Kubelet {
             workers.update(&runtime_pod.uid, Work::Kill(Box::new(pod), 0));
         }
         for uid in crate::volume::pod_dirs(&self.config.root_dir).await {
-            if desired.contains(&uid) || workers.has(&uid) {
+            // The volume manager tears the volumes down first (see `remove_orphans`).
+            if known(&uid) || self.volumes.has_volumes(&uid) {
                 continue;
             }
             if let Err(e) = crate::volume::teardown(&self.config.root_dir, &uid).await {

@@ -11,6 +11,8 @@
 pub mod empty_dir;
 pub mod host_path;
 pub mod mounts;
+// Stand-in for the per-volume API of wt-vol; delete this and the `pub use` below at the merge.
+mod pending_api;
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
@@ -21,6 +23,10 @@ use k8s_openapi::api::core::v1::Volume;
 use crate::types::Pod;
 
 pub use mounts::{MountContext, container_mounts_with};
+pub use pending_api::{
+    VolumeInputs, VolumeReferences, plugin_dir_name, references, requires_remount, setup_volume,
+    teardown_volume, volume_path,
+};
 
 /// Why a pod's volumes or mounts could not be made or removed.
 #[derive(Debug, thiserror::Error)]
@@ -211,12 +217,15 @@ fn unsupported_kind(v: &Volume) -> Option<&'static str> {
 /// Sets up every volume of a pod under `<root_dir>/pods/<uid>/volumes/<plugin>/<name>`:
 /// emptyDir (a directory; `medium: Memory` a tmpfs), hostPath with its type check; other
 /// kinds are refused. Idempotent: running it again for a pod already set up changes nothing.
+// The kubelet sets volumes up one by one through the volume manager; tests use this.
+#[cfg_attr(not(test), allow(dead_code))]
 pub async fn setup(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError> {
     let root_dir = root_dir.to_path_buf();
     let pod = pod.clone();
     blocking(move || setup_blocking(&root_dir, &pod)).await
 }
 
+#[cfg_attr(not(test), allow(dead_code))]
 fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     check_uid(&uid)?;

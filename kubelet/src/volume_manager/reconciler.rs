@@ -1,0 +1,459 @@
+//! The reconciler (Go's `reconciler`): one task that compares the desired and actual states
+//! and starts operations — set up what is wanted and missing or out of date, tear down what no
+//! pod wants — each in a task of its own (at most [`MAX_IN_FLIGHT`] at once, one per volume).
+//! Event-driven: it runs when the kubelet adds, changes or removes a pod, when an operation
+//! ends, when a referenced secret or configMap changes ([`ObjectSource::changes`]), when a
+//! back-off window closes, and every [`TOKEN_CHECK_PERIOD`] to see whether a token was
+//! renewed.
+//!
+//! [`ObjectSource::changes`]: crate::objects::ObjectSource::changes
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Volume;
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::actual::MountedVolume;
+use super::desired::VolumeKey;
+use super::fetch::{fetch_inputs, token_fingerprint};
+use super::{VolumeManager, namespace_of};
+use crate::events::{EventType, pod_ref, reason};
+use crate::objects::ObjectChange;
+use crate::types::Pod;
+use crate::volume::{VolumeError, VolumeReferences, blocking};
+
+/// How many operations run at once (a burst of pods is set up a few at a time, not all).
+pub const MAX_IN_FLIGHT: usize = 16;
+/// How often tokens are read again to see whether the token manager renewed one.
+pub const TOKEN_CHECK_PERIOD: Duration = Duration::from_secs(10);
+
+/// One operation.
+enum Op {
+    SetUp {
+        pod: Arc<Pod>,
+        volume: Box<Volume>,
+        references: VolumeReferences,
+        generation: u64,
+    },
+    TearDown {
+        path: PathBuf,
+        plugin: Option<String>,
+    },
+}
+
+/// How an operation ended.
+enum Outcome {
+    SetUp {
+        pod: Arc<Pod>,
+        generation: u64,
+        result: Result<MountedVolume, String>,
+    },
+    TearDown(Result<(), String>),
+}
+
+/// Go's event message for a failed set-up, whether or not the error already says it.
+pub fn mount_failed_message(volume: &str, e: &VolumeError) -> String {
+    let text = e.to_string();
+    if text.starts_with("MountVolume.SetUp failed for volume") {
+        text
+    } else {
+        format!("MountVolume.SetUp failed for volume {volume:?} : {text}")
+    }
+}
+
+/// The reconciler's loop; runs for the life of the process.
+pub async fn run(manager: Arc<VolumeManager>) {
+    let mut changes = Some(manager.objects.changes());
+    manager.reconstruct().await;
+    let mut token_check =
+        tokio::time::interval_at(Instant::now() + TOKEN_CHECK_PERIOD, TOKEN_CHECK_PERIOD);
+    token_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let checking_tokens = Arc::new(AtomicBool::new(false));
+    let mut tasks = JoinSet::new();
+    loop {
+        let next_retry = manager.schedule(&mut tasks);
+        tokio::select! {
+            () = manager.wake.notified() => {}
+            Some(done) = tasks.join_next() => match done {
+                Ok((key, started, outcome)) => manager.apply(key, started, outcome),
+                // Panics are caught inside; only a cancelled task ends here.
+                Err(e) => tracing::warn!(error = %e, "volume operation task ended"),
+            },
+            () = sleep_until(next_retry) => {}
+            change = next_change(&mut changes) => manager.on_object_change(change),
+            _ = token_check.tick() => {
+                if !checking_tokens.swap(true, Ordering::AcqRel) {
+                    let manager = manager.clone();
+                    let running = checking_tokens.clone();
+                    tokio::spawn(async move {
+                        manager.check_tokens().await;
+                        running.store(false, Ordering::Release);
+                    });
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next change of a referenced object; never, once the feed is closed.
+async fn next_change(
+    rx: &mut Option<broadcast::Receiver<ObjectChange>>,
+) -> Result<ObjectChange, RecvError> {
+    let Some(r) = rx else {
+        return std::future::pending().await;
+    };
+    let got = r.recv().await;
+    if matches!(got, Err(RecvError::Closed)) {
+        *rx = None;
+    }
+    got
+}
+
+impl VolumeManager {
+    /// Puts the volumes found on disk into the actual state.
+    async fn reconstruct(&self) {
+        let root = self.settings.root_dir.clone();
+        let found = blocking(move || Ok(super::reconstruct::scan(&root)))
+            .await
+            .unwrap_or_default();
+        if !found.is_empty() {
+            tracing::info!(
+                volumes = found.len(),
+                "volume manager: volumes found on disk"
+            );
+        }
+        let mut state = self.lock();
+        for (key, volume) in found {
+            if state.actual.get(&key).is_none() {
+                state.actual.mark_mounted(&key, volume);
+            }
+        }
+    }
+
+    /// Starts what is due; the next time a back-off window closes.
+    fn schedule(
+        self: &Arc<Self>,
+        tasks: &mut JoinSet<(VolumeKey, Instant, Outcome)>,
+    ) -> Option<Instant> {
+        let now = Instant::now();
+        let ops = {
+            let mut state = self.lock();
+            let ops = plan(&mut state, &self.settings.root_dir, now);
+            for (key, _) in &ops {
+                state.in_flight.insert(key.clone());
+                state.retries.started(key);
+            }
+            ops
+        };
+        for (key, op) in ops {
+            let manager = self.clone();
+            tasks.spawn(async move {
+                let run = AssertUnwindSafe(manager.execute(&key, op)).catch_unwind();
+                let outcome = run.await.unwrap_or_else(|_| {
+                    Outcome::TearDown(Err("volume operation panicked".to_string()))
+                });
+                (key, now, outcome)
+            });
+        }
+        self.lock().retries.next_retry(now)
+    }
+
+    /// Runs one operation.
+    async fn execute(&self, key: &VolumeKey, op: Op) -> Outcome {
+        match op {
+            Op::SetUp {
+                pod,
+                volume,
+                references,
+                generation,
+            } => {
+                let result = self.set_up(&pod, *volume, &references).await;
+                Outcome::SetUp {
+                    pod,
+                    generation,
+                    result,
+                }
+            }
+            Op::TearDown { path, plugin } => {
+                Outcome::TearDown(self.tear_down(key, path, plugin).await)
+            }
+        }
+    }
+
+    async fn set_up(
+        &self,
+        pod: &Arc<Pod>,
+        volume: Volume,
+        references: &VolumeReferences,
+    ) -> Result<MountedVolume, String> {
+        let namespace = namespace_of(pod);
+        let inputs = fetch_inputs(&*self.objects, &*self.tokens, namespace, references).await;
+        let token_fingerprint = token_fingerprint(&inputs.tokens);
+        let plugin = crate::volume::plugin_dir_name(&volume).map(str::to_string);
+        let (root, node, p) = (
+            self.settings.root_dir.clone(),
+            self.settings.node.clone(),
+            pod.clone(),
+        );
+        let name = volume.name.clone();
+        let result =
+            blocking(move || crate::volume::setup_volume(&root, &p, &volume, &inputs, &node)).await;
+        match result {
+            Ok(path) => Ok(MountedVolume {
+                path,
+                plugin,
+                generation: None,
+                token_fingerprint,
+            }),
+            Err(e) => Err(mount_failed_message(&name, &e)),
+        }
+    }
+
+    async fn tear_down(
+        &self,
+        key: &VolumeKey,
+        path: PathBuf,
+        plugin: Option<String>,
+    ) -> Result<(), String> {
+        // A hostPath is the host's; and nothing outside the pod's volumes dir is ever removed.
+        let volumes = crate::volume::pod_dir(&self.settings.root_dir, &key.uid).join("volumes");
+        if plugin.is_none() || !path.starts_with(&volumes) {
+            return Ok(());
+        }
+        let p = path.clone();
+        blocking(move || crate::volume::teardown_volume(&p))
+            .await
+            .map_err(|e| {
+                format!(
+                    "UnmountVolume.TearDown failed for volume {:?} ({}): {e}",
+                    key.name,
+                    path.display()
+                )
+            })
+    }
+
+    /// Records how an operation ended; reports a failed set-up; hands back the pods whose
+    /// volumes are now all there after a failed wait.
+    fn apply(&self, key: VolumeKey, started: Instant, outcome: Outcome) {
+        let now = Instant::now();
+        let mut event = None;
+        let mut ready = None;
+        {
+            let mut state = self.lock();
+            state.in_flight.remove(&key);
+            match outcome {
+                Outcome::SetUp {
+                    generation,
+                    result: Ok(mut volume),
+                    ..
+                } => {
+                    tracing::debug!(
+                        uid = key.uid,
+                        volume = key.name,
+                        "MountVolume.SetUp succeeded"
+                    );
+                    volume.generation = Some(generation);
+                    state.actual.mark_mounted(&key, volume);
+                    state.retries.succeeded(&key);
+                    if !state.desired.has_pod(&key.uid) {
+                        // Removed while being set up: it goes again.
+                        state.removed.insert(key.uid.clone());
+                    }
+                    let all_there = state.desired.pod(&key.uid).is_some_and(|p| {
+                        p.volumes.keys().all(|n| {
+                            let key = VolumeKey::new(&key.uid, n);
+                            state.actual.get(&key).is_some_and(MountedVolume::confirmed)
+                        })
+                    });
+                    if all_there && state.failed_waits.remove(&key.uid) {
+                        ready = state.ready_tx.clone().map(|tx| (tx, key.uid.clone()));
+                    }
+                }
+                Outcome::SetUp {
+                    pod,
+                    result: Err(message),
+                    ..
+                } => {
+                    tracing::warn!(uid = key.uid, volume = key.name, "{message}");
+                    if state.desired.contains(&key) {
+                        state.retries.failed(&key, message.clone(), started, now);
+                        event = Some((pod, message));
+                    }
+                }
+                Outcome::TearDown(Ok(())) => {
+                    tracing::debug!(
+                        uid = key.uid,
+                        volume = key.name,
+                        "UnmountVolume.TearDown succeeded"
+                    );
+                    state.actual.mark_unmounted(&key);
+                    state.retries.succeeded(&key);
+                }
+                Outcome::TearDown(Err(message)) => {
+                    tracing::warn!(uid = key.uid, volume = key.name, "{message}");
+                    state.retries.failed(&key, message, started, now);
+                }
+            }
+        }
+        if let Some((pod, message)) = event {
+            self.events.record(
+                &pod_ref(&pod),
+                EventType::Warning,
+                reason::FAILED_MOUNT,
+                &message,
+            );
+        }
+        if let Some((tx, uid)) = ready {
+            let _ = tx.send(uid);
+        }
+        self.progress.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// A referenced secret or configMap changed: the volumes made from it are written again
+    /// at once (whatever their back-off: the change may be what they waited for).
+    fn on_object_change(&self, change: Result<ObjectChange, RecvError>) {
+        let now = Instant::now();
+        let mut state = self.lock();
+        let keys = match change {
+            Ok(change) => state.desired.mark_object_changed(&change),
+            Err(RecvError::Lagged(_)) => state.desired.mark_all_objects_changed(),
+            Err(RecvError::Closed) => return,
+        };
+        for key in &keys {
+            state.retries.retry_now(key, now);
+        }
+        drop(state);
+        if !keys.is_empty() {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Reads the tokens of the volumes that hold one; those whose token changed (renewed
+    /// by the token manager) are written again.
+    async fn check_tokens(&self) {
+        let holders: Vec<(VolumeKey, String, VolumeReferences, Option<u64>)> = {
+            let state = self.lock();
+            state
+                .desired
+                .volumes()
+                .filter(|(_, _, v)| !v.references.tokens.is_empty())
+                .filter_map(|(key, pod, v)| {
+                    let mounted = state.actual.get(&key)?;
+                    let refs = VolumeReferences {
+                        tokens: v.references.tokens.clone(),
+                        ..Default::default()
+                    };
+                    let ns = namespace_of(&pod.pod).to_string();
+                    Some((key, ns, refs, mounted.token_fingerprint))
+                })
+                .collect()
+        };
+        let mut renewed = Vec::new();
+        for (key, namespace, refs, had) in holders {
+            let inputs = fetch_inputs(&*self.objects, &*self.tokens, &namespace, &refs).await;
+            let now = token_fingerprint(&inputs.tokens);
+            if now.is_some() && now != had {
+                renewed.push(key);
+            }
+        }
+        if renewed.is_empty() {
+            return;
+        }
+        {
+            let mut state = self.lock();
+            for key in &renewed {
+                tracing::debug!(
+                    uid = key.uid,
+                    volume = key.name,
+                    "token renewed; writing it again"
+                );
+                state.desired.bump(key);
+            }
+        }
+        self.wake.notify_one();
+    }
+}
+
+/// The operations due at `now`, up to the free slots.
+fn plan(
+    state: &mut super::State,
+    root_dir: &std::path::Path,
+    now: Instant,
+) -> Vec<(VolumeKey, Op)> {
+    let mut ops = Vec::new();
+    let free = MAX_IN_FLIGHT.saturating_sub(state.in_flight.len());
+    // Pods to forget: nothing of theirs set up or in flight.
+    let busy: std::collections::BTreeSet<String> = state
+        .actual
+        .pods()
+        .map(str::to_string)
+        .chain(state.in_flight.iter().map(|k| k.uid.clone()))
+        .collect();
+    state.removed.retain(|uid| busy.contains(uid));
+
+    // Tear-downs first: they give back what new pods may need.
+    for (key, mounted) in state.actual.volumes() {
+        if ops.len() >= free {
+            break;
+        }
+        if state.in_flight.contains(&key) || !state.retries.ready(&key, now) {
+            continue;
+        }
+        let stale_reconstructed = mounted.generation.is_none()
+            && mounted.plugin.is_some()
+            && state.desired.pod(&key.uid).is_some_and(|p| {
+                p.volumes.get(&key.name).is_some_and(|v| {
+                    crate::volume::volume_path(root_dir, &key.uid, &v.spec) != mounted.path
+                })
+            });
+        let unwanted = !state.desired.contains(&key) && state.removed.contains(&key.uid);
+        if unwanted || stale_reconstructed {
+            let op = Op::TearDown {
+                path: mounted.path.clone(),
+                plugin: mounted.plugin.clone(),
+            };
+            ops.push((key, op));
+        }
+    }
+    let tearing: Vec<VolumeKey> = ops.iter().map(|(k, _)| k.clone()).collect();
+
+    for (key, pod, wanted) in state.desired.volumes() {
+        if ops.len() >= free {
+            break;
+        }
+        if state.in_flight.contains(&key) || tearing.contains(&key) {
+            continue;
+        }
+        // Found on disk at start (generation unknown): set up once more, which finds it in
+        // place (no second tmpfs, no rewrite of an unchanged payload) or mends what a reboot
+        // took (the tmpfs under a secret's mount point).
+        let due = state
+            .actual
+            .get(&key)
+            .is_none_or(|m| m.generation < Some(wanted.generation));
+        if due && state.retries.ready(&key, now) {
+            let op = Op::SetUp {
+                pod: pod.pod.clone(),
+                volume: Box::new(wanted.spec.clone()),
+                references: wanted.references.clone(),
+                generation: wanted.generation,
+            };
+            ops.push((key, op));
+        }
+    }
+    ops
+}
