@@ -51,11 +51,7 @@ pub(crate) mod metrics;
 pub(crate) mod mirror_pods;
 pub(crate) mod node;
 pub(crate) mod node_status;
-// Read through the seam by the volume manager and the environment (issue #17), which land
-// on another branch: until then only the tests read secrets, configMaps and tokens.
-#[allow(dead_code)]
 pub(crate) mod object_cache;
-#[allow(dead_code)]
 pub(crate) mod objects;
 pub(crate) mod pleg;
 pub(crate) mod pod_actions;
@@ -68,7 +64,6 @@ pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod status_manager;
 pub(crate) mod sync_pod;
-#[allow(dead_code)] // See `object_cache`.
 pub(crate) mod token;
 pub(crate) mod types;
 pub(crate) mod view;
