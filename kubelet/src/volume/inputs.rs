@@ -16,7 +16,7 @@ use crate::types::Pod;
 const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
 
 /// What a pod's volumes read from the API, fetched beforehand by the volume manager.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct VolumeInputs {
     /// Secrets of the pod's namespace by name; `None` = not found.
     pub secrets: BTreeMap<String, Option<Arc<Secret>>>,
@@ -28,6 +28,34 @@ pub struct VolumeInputs {
     /// by [`secret_key`], [`config_map_key`] or [`token_key`] (`secret/NAME`, `configmap/NAME`,
     /// `token/SA/AUDIENCE/SECONDS`).
     pub errors: BTreeMap<String, ObjectError>,
+}
+
+impl std::fmt::Debug for VolumeInputs {
+    // Names and keys only: secret data and tokens must never reach a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secrets: BTreeMap<&str, Option<Vec<&str>>> = self
+            .secrets
+            .iter()
+            .map(|(name, s)| {
+                let keys = s
+                    .as_ref()
+                    .map(|s| s.data.iter().flatten().map(|(k, _)| k.as_str()).collect());
+                (name.as_str(), keys)
+            })
+            .collect();
+        let config_maps: BTreeMap<&str, bool> = self
+            .config_maps
+            .iter()
+            .map(|(name, c)| (name.as_str(), c.is_some()))
+            .collect();
+        let tokens: Vec<String> = self.tokens.keys().map(token_key).collect();
+        f.debug_struct("VolumeInputs")
+            .field("secrets", &secrets)
+            .field("config_maps", &config_maps)
+            .field("tokens", &tokens)
+            .field("errors", &self.errors)
+            .finish()
+    }
 }
 
 /// What one volume reads: fetch these before calling [`super::setup_volume`].

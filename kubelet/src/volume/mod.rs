@@ -22,6 +22,7 @@ pub mod empty_dir;
 pub mod host_path;
 pub mod inputs;
 pub mod mounts;
+mod nested;
 #[cfg(test)]
 mod payload_tests;
 pub mod projected;
@@ -293,6 +294,13 @@ pub fn volume_path(root_dir: &Path, uid: &str, volume: &Volume) -> PathBuf {
     reason = "called by the volume manager (issue #17, branch wt-mgr)"
 )]
 pub fn requires_remount(volume: &Volume) -> bool {
+    is_projected_kind(volume)
+}
+
+/// The kinds written by the atomic writer (secret, configMap, downwardAPI, projected): their
+/// content is refreshed, and containers always mount them read-only (Go's `ReadOnly`
+/// attribute).
+pub(crate) fn is_projected_kind(volume: &Volume) -> bool {
     volume.secret.is_some()
         || volume.config_map.is_some()
         || volume.downward_api.is_some()
@@ -365,6 +373,7 @@ pub fn setup_volume(
         ..Default::default()
     };
     empty_dir::setup(name, &dir, Some(&wrapper), pod)?;
+    nested::make_nested_mount_points(name, &dir, pod)?;
     let outcome =
         atomic_writer::write(&dir, &payload, fs_group).map_err(|source| VolumeError::Write {
             volume: name.into(),
@@ -636,7 +645,9 @@ spec:
 metadata: {name: p, namespace: ns, uid: pv1}
 spec:
   securityContext: {fsGroup: 2000}
-  containers: [{name: c}]
+  containers:
+  - name: c
+    volumeMounts: [{name: conf, mountPath: /etc/app}, {name: down, mountPath: /etc/app/meta}, {name: sec, mountPath: /s, readOnly: false}]
   volumes:
   - {name: sec, secret: {secretName: s, defaultMode: 256}}
   - {name: conf, configMap: {name: cm}}
@@ -726,6 +737,8 @@ spec:
             assert_eq!(std::fs::read_to_string(sec_dir.join("key")).unwrap(), "v1");
             assert_eq!(std::fs::read_to_string(conf_dir.join("key")).unwrap(), "v1");
             assert_eq!(std::fs::read_to_string(down_dir.join("name")).unwrap(), "p");
+            // The downward API volume's mount point inside the configMap's.
+            assert!(conf_dir.join("meta").is_dir());
             // fsGroup: group-owned, group-readable.
             use std::os::unix::fs::MetadataExt;
             let m = std::fs::metadata(sec_dir.join("key")).unwrap();
@@ -804,5 +817,29 @@ spec:
             "MountVolume.SetUp failed for volume \"sec\" : not supported due to running kubelet in standalone mode"
         );
         teardown(root.path(), "sa2").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn projected_kinds_are_mounted_read_only() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod(PROJECTED_POD);
+        let volumes = PodVolumes {
+            dirs: ["sec", "conf", "down"]
+                .map(|n| (n.to_string(), root.path().join(n)))
+                .into(),
+        };
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let mounts = mounts::container_mounts(root.path(), &p, c, &volumes, "")
+            .await
+            .unwrap();
+        let ro: Vec<(&str, bool)> = mounts
+            .iter()
+            .filter(|m| m.container_path != "/dev/termination-log")
+            .map(|m| (m.container_path.as_str(), m.readonly))
+            .collect();
+        assert_eq!(
+            ro,
+            [("/etc/app", true), ("/etc/app/meta", true), ("/s", true)]
+        );
     }
 }

@@ -434,3 +434,19 @@ spec:
     );
     assert_eq!(references(&down, &volume(&down, "d")), Default::default());
 }
+
+#[test]
+fn debug_output_never_shows_secret_data_or_tokens() {
+    let p = pod(POD);
+    let mut i = inputs();
+    let spec = token_request(&p, &Default::default());
+    i.tokens.insert(spec, "eyJhbGciOi-secret-token".into());
+    let shown = format!("{i:?}");
+    assert!(shown.contains("k1") && shown.contains("\"s\""), "{shown}");
+    assert!(
+        !shown.contains("v1") && !shown.contains("eyJhbGciOi"),
+        "{shown}"
+    );
+    let payload = secret_payload(&p, "all", &i).unwrap();
+    assert!(!format!("{payload:?}").contains("v1"));
+}
