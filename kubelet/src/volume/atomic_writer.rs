@@ -424,11 +424,7 @@ fn make_dirs(base: &Path, path: &Path) -> Result<(), WriteError> {
 /// Go's `SetVolumeOwnership` for a read-only volume over `path` (and, with `recursive`,
 /// everything below it): group `gid`, group read on files, group read and search plus setgid
 /// on directories. Symlinks get the group only.
-pub(crate) fn set_group_ownership(
-    path: &Path,
-    recursive: bool,
-    gid: u32,
-) -> Result<(), WriteError> {
+fn set_group_ownership(path: &Path, recursive: bool, gid: u32) -> Result<(), WriteError> {
     let meta = fs::symlink_metadata(path).map_err(io_err(path))?;
     std::os::unix::fs::lchown(path, None, Some(gid)).map_err(io_err(path))?;
     if meta.file_type().is_symlink() {
