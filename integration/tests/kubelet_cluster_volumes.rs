@@ -100,7 +100,11 @@ fn uid(pod: &Value) -> String {
 
 /// The claims of a JWT, unverified.
 fn claims(token: &str) -> Value {
-    let payload = token.trim().split('.').nth(1).expect("a JWT has three parts");
+    let payload = token
+        .trim()
+        .split('.')
+        .nth(1)
+        .expect("a JWT has three parts");
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
         .unwrap();
@@ -128,7 +132,11 @@ fn data_links(dir: &Path) -> BTreeMap<PathBuf, PathBuf> {
         return out;
     };
     for plugin in plugins.flatten() {
-        for vol in std::fs::read_dir(plugin.path()).into_iter().flatten().flatten() {
+        for vol in std::fs::read_dir(plugin.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             if let Ok(target) = std::fs::read_link(vol.path().join("..data")) {
                 out.insert(vol.path(), target);
             }
@@ -149,8 +157,7 @@ async fn wait_for<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Op
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_default_service_account_volume_has_a_bound_renewed_token_the_ca_and_the_namespace()
-{
+async fn the_default_service_account_volume_has_a_bound_renewed_token_the_ca_and_the_namespace() {
     // Tokens as short as 12 s may be asked for (a real API server's minimum is 10 minutes),
     // so the renewal is seen within the test.
     let opts = ClusterOptions {
@@ -172,7 +179,10 @@ async fn the_default_service_account_volume_has_a_bound_renewed_token_the_ca_and
     assert_eq!(c["kubernetes.io"]["pod"]["name"], "sa", "{c:#}");
     assert_eq!(c["kubernetes.io"]["pod"]["uid"], uid(&p).as_str(), "{c:#}");
     assert_eq!(c["kubernetes.io"]["namespace"], NAMESPACE);
-    assert_eq!(c["sub"], format!("system:serviceaccount:{NAMESPACE}:default"));
+    assert_eq!(
+        c["sub"],
+        format!("system:serviceaccount:{NAMESPACE}:default")
+    );
     let ca = exec(&node, &id, &["cat", &format!("{SA_DIR}/ca.crt")]).await;
     assert_eq!(ca, node.api.ca_pem());
     let ns = exec(&node, &id, &["cat", &format!("{SA_DIR}/namespace")]).await;
@@ -246,7 +256,12 @@ async fn secret_and_config_map_volumes_follow_updates_atomically() {
     assert_eq!(exec(&node, &id, &["cat", "/v/sec/id/user"]).await, "alice");
     assert_eq!(exec(&node, &id, &["cat", "/v/sec/pass"]).await, "s3cret");
     assert_eq!(
-        exec(&node, &id, &["stat", "-L", "-c", "%a", "/v/sec/id/user", "/v/sec/pass"]).await,
+        exec(
+            &node,
+            &id,
+            &["stat", "-L", "-c", "%a", "/v/sec/id/user", "/v/sec/pass"]
+        )
+        .await,
         "400\n440\n"
     );
     let listing = exec(&node, &id, &["ls", "/v/sec"]).await;
@@ -269,17 +284,30 @@ async fn secret_and_config_map_volumes_follow_updates_atomically() {
             },
         )
         .await;
-        eprintln!("configMap {v} seen in the pod after {:?}", started.elapsed());
+        eprintln!(
+            "configMap {v} seen in the pod after {:?}",
+            started.elapsed()
+        );
     }
     let mut secret = api.get("secrets", NAMESPACE, "creds").await.unwrap();
     secret["data"]["pass"] = json!(b64("n3w"));
-    api.update("secrets", NAMESPACE, "creds", secret).await.unwrap();
+    api.update("secrets", NAMESPACE, "creds", secret)
+        .await
+        .unwrap();
     wait_for("secret update", Duration::from_secs(90), async || {
         (exec(&node, &id, &["cat", "/v/sec/pass"]).await == "n3w").then_some(())
     })
     .await;
-    let mixed = exec(&node, &id, &["sh", "-c", "cat /tmp/mixed 2>/dev/null; true"]).await;
-    assert!(mixed.is_empty(), "a reader saw a half-written update: {mixed}");
+    let mixed = exec(
+        &node,
+        &id,
+        &["sh", "-c", "cat /tmp/mixed 2>/dev/null; true"],
+    )
+    .await;
+    assert!(
+        mixed.is_empty(),
+        "a reader saw a half-written update: {mixed}"
+    );
     node.teardown().await;
 }
 
@@ -351,9 +379,7 @@ async fn env_from_and_value_from_resolve_and_a_missing_secret_waits_then_starts(
         json!([{"name": "K", "valueFrom": {"secretKeyRef": {"name": "later2", "key": "k"}}}]);
     node.create_pod(env_pod).await;
     let waiting = |reason: &'static str| {
-        move |p: &Value| {
-            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == reason
-        }
+        move |p: &Value| p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == reason
     };
     node.wait_api_pod(
         "waits-env",
@@ -375,7 +401,10 @@ async fn env_from_and_value_from_resolve_and_a_missing_secret_waits_then_starts(
             .then_some(ev)
     })
     .await;
-    let failed = events.iter().find(|e| e["reason"] == "FailedMount").unwrap();
+    let failed = events
+        .iter()
+        .find(|e| e["reason"] == "FailedMount")
+        .unwrap();
     assert!(
         failed["message"]
             .as_str()
@@ -403,7 +432,10 @@ async fn env_from_and_value_from_resolve_and_a_missing_secret_waits_then_starts(
     let started = Instant::now();
     node.wait_api_running("waits-vol").await;
     node.wait_api_running("waits-env").await;
-    eprintln!("both waiting pods Running {:?} after their secrets appeared", started.elapsed());
+    eprintln!(
+        "both waiting pods Running {:?} after their secrets appeared",
+        started.elapsed()
+    );
     node.teardown().await;
 }
 
@@ -467,9 +499,11 @@ async fn a_killed_ferrolet_remounts_nothing_needlessly_and_cleans_up_pods_delete
     node.node.restart_kubelet().await;
     node.wait_api_pod_gone("p4", Duration::from_secs(60)).await;
     let gone = pods_dir.join(&uids["p4"]);
-    wait_for("p4's pod dir removed", Duration::from_secs(60), async || {
-        (!gone.exists()).then_some(())
-    })
+    wait_for(
+        "p4's pod dir removed",
+        Duration::from_secs(60),
+        async || (!gone.exists()).then_some(()),
+    )
     .await;
     for name in &names[..4] {
         node.wait_api_running(name).await;
@@ -482,7 +516,10 @@ async fn a_killed_ferrolet_remounts_nothing_needlessly_and_cleans_up_pods_delete
         .filter(|(p, _)| !p.starts_with(&gone))
         .map(|(p, id)| (p.clone(), *id))
         .collect();
-    assert_eq!(mounts_after, kept, "volumes were remounted after the restart");
+    assert_eq!(
+        mounts_after, kept,
+        "volumes were remounted after the restart"
+    );
     for name in &names[..4] {
         let links = data_links(&pods_dir.join(&uids[name]).join("volumes"));
         assert_eq!(links, links_before[name], "{name}'s volumes were rewritten");
@@ -508,15 +545,19 @@ async fn a_killed_ferrolet_remounts_nothing_needlessly_and_cleans_up_pods_delete
     })
     .await;
     assert!(mounts_under(&pods_dir).is_empty());
-    wait_for("object watches stopped", Duration::from_secs(30), async || {
-        let left: Vec<_> = node
-            .api
-            .active_watches()
-            .into_iter()
-            .filter(|w| w.resource == "secrets" || w.resource == "configmaps")
-            .collect();
-        left.is_empty().then_some(())
-    })
+    wait_for(
+        "object watches stopped",
+        Duration::from_secs(30),
+        async || {
+            let left: Vec<_> = node
+                .api
+                .active_watches()
+                .into_iter()
+                .filter(|w| w.resource == "secrets" || w.resource == "configmaps")
+                .collect();
+            left.is_empty().then_some(())
+        },
+    )
     .await;
     node.teardown().await;
 }

@@ -284,7 +284,11 @@ async fn measure(
             .kubelet_root_dir
             .clone()
             .or_else(|| root_dir_arg(&args.kubelet_args))
-            .ok_or_else(|| anyhow!("--volumes needs --kubelet-root-dir (or --root-dir in the kubelet's arguments)"))?;
+            .ok_or_else(|| {
+                anyhow!(
+                    "--volumes needs --kubelet-root-dir (or --root-dir in the kubelet's arguments)"
+                )
+            })?;
         let mut times = config_map_propagation(client, args, &root, last_burst).await?;
         times.sort_by(f64::total_cmp);
         println!(
@@ -352,7 +356,12 @@ async fn create_volume_objects(
     let secret: Secret = serde_json::from_value(
         json!({"metadata": {"name": BENCH_SECRET}, "data": {"password": "YmVuY2g="}}),
     )?;
-    created(secrets.create(&PostParams::default(), &secret).await.map(drop))?;
+    created(
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .map(drop),
+    )?;
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //! with its field paths and wording (`spec.containers[0].image: Required value`).
 
 mod container;
+mod projection;
 mod volume;
 
 use std::collections::BTreeSet;

@@ -21,7 +21,6 @@
 //! The other strategies announce nothing: their readers see changes when they read.
 
 mod kind;
-mod refs;
 #[cfg(test)]
 mod tests;
 mod ttl;
@@ -38,8 +37,8 @@ use tokio::sync::broadcast;
 use crate::kube_client::ApiHandle;
 use crate::objects::{ObjectChange, ObjectError, ObjectSource};
 use crate::types::{Pod, uid_of};
+use crate::volume::{VolumeReferences as PodReferences, pod_references};
 use kind::CachedKind;
-use refs::PodReferences;
 use ttl::TtlSlot;
 use watched::{WatchContext, Watched};
 
@@ -187,7 +186,7 @@ impl ObjectSource for ObjectCache {
             .unwrap_or_else(|| "default".into());
         let new = Registration {
             namespace,
-            refs: refs::pod_references(pod),
+            refs: pod_references(pod),
         };
         let mut pods = self.pods();
         let uid = uid_of(pod);

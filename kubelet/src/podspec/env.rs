@@ -354,8 +354,9 @@ fn field_ref_value(
     }
 }
 
-/// Go's `fieldpath.ExtractFieldPathAsString` for a pod's metadata.
-fn extract_field_path(pod: &Pod, path: &str) -> Result<String, String> {
+/// Go's `fieldpath.ExtractFieldPathAsString` for a pod's metadata (also the downward API
+/// volumes' `fieldRef`).
+pub(crate) fn extract_field_path(pod: &Pod, path: &str) -> Result<String, String> {
     let m = &pod.metadata;
     let empty = BTreeMap::new();
     let annotations = m.annotations.as_ref().unwrap_or(&empty);
@@ -427,8 +428,10 @@ pub(crate) fn go_quote(s: &str) -> String {
 }
 
 /// A `resourceFieldRef` failure: a reason about the reference, or a bad quantity.
-enum FieldError {
+pub(crate) enum FieldError {
+    /// What is wrong with the reference, in Go's words.
     Reason(String),
+    /// A quantity of the pod's spec that does not parse.
     Spec(SpecError),
 }
 
@@ -439,8 +442,9 @@ impl From<SpecError> for FieldError {
 }
 
 /// The value of a `resourceFieldRef` (Go's `containerResourceRuntimeValue` over the pod with
-/// unset cpu, memory and ephemeral-storage limits defaulted to the node's allocatable).
-fn resource_field_value(
+/// unset cpu, memory and ephemeral-storage limits defaulted to the node's allocatable; also
+/// the downward API volumes' `resourceFieldRef`).
+pub(crate) fn resource_field_value(
     rs: &ResourceFieldSelector,
     pod: &Pod,
     current: &Container,

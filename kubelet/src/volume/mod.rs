@@ -1,45 +1,79 @@
-//! Pod volumes on the node, as the Go kubelet's volume manager sets them up for the volume
-//! kinds a kubelet without an API server can serve: `emptyDir` (a directory, or a tmpfs for
-//! `medium: Memory`) and `hostPath` (with its `type` checks). Also the mounts each container
-//! gets ([`mounts`]), and the pod's directories' removal when it goes.
+//! Pod volumes on the node, as the Go kubelet's volume plugins set them up: `emptyDir` (a
+//! directory, or a tmpfs for `medium: Memory`), `hostPath` (with its `type` checks), and the
+//! kinds whose content is projected from the API or the pod itself through the
+//! [`atomic_writer`]: `secret` and `projected` (on a tmpfs, never on disk), `configMap` and
+//! `downwardAPI` (on disk). Also the mounts each container gets ([`mounts`]), and the pod's
+//! directories' removal when it goes.
 //!
-//! Layout under the root dir, as Go's: `pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`,
+//! The projected kinds read what the volume manager fetched beforehand ([`VolumeInputs`]; the
+//! payload builders in [`secret`], [`config_map`], [`downward_api`], [`projected`] are pure),
+//! so nothing here waits on the API.
+//!
+//! Layout under the root dir, as Go's: `pods/<uid>/volumes/<plugin>/<name>` with `<plugin>`
+//! `kubernetes.io~empty-dir`, `~secret`, `~configmap`, `~downward-api` or `~projected`,
 //! `pods/<uid>/etc-hosts`, `pods/<uid>/containers/<name>/<id>` (termination logs).
 //!
 //! Everything here touches the filesystem, so it runs in `spawn_blocking`.
 
+pub mod atomic_writer;
+pub mod config_map;
+pub mod downward_api;
 pub mod empty_dir;
 pub mod host_path;
+pub mod inputs;
 pub mod mounts;
-// Stand-in for the per-volume API of wt-vol; delete this and the `pub use` below at the merge.
-mod pending_api;
+mod nested;
+#[cfg(test)]
+mod payload_tests;
+pub mod projected;
+pub mod projection;
+pub mod secret;
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::Volume;
+use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume};
 
+use crate::podspec::NodeContext;
 use crate::types::Pod;
 
+pub use atomic_writer::{WriteError, WriteOutcome};
+pub use inputs::VolumeInputs;
+pub use inputs::{VolumeReferences, pod_references, references};
 pub use mounts::{MountContext, container_mounts_with};
-pub use pending_api::{
-    VolumeInputs, VolumeReferences, plugin_dir_name, references, requires_remount, setup_volume,
-    teardown_volume, volume_path,
-};
+pub use projection::ProjectionError;
 
 /// Why a pod's volumes or mounts could not be made or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum VolumeError {
-    /// A volume kind that needs an API server or a plugin we do not have.
+    /// A volume kind ferrolet has no plugin for.
     #[error(
-        "MountVolume.SetUp failed for volume {volume:?} : {kind} volumes are not supported by ferrolet (it runs without an API server)"
+        "MountVolume.SetUp failed for volume {volume:?} : {kind} volumes are not supported by ferrolet"
     )]
     Unsupported {
         /// The volume's name.
         volume: String,
         /// Its kind as the API names it (`configMap`, `secret`, ...).
         kind: String,
+    },
+    /// A secret, configMap, downwardAPI or projected volume's content could not be made.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {source}")]
+    Projection {
+        /// The volume's name.
+        volume: String,
+        /// Why, in Go's words.
+        #[source]
+        source: ProjectionError,
+    },
+    /// The atomic writer could not project the content.
+    #[error("MountVolume.SetUp failed for volume {volume:?} : {source}")]
+    Write {
+        /// The volume's name.
+        volume: String,
+        /// What failed.
+        #[source]
+        source: WriteError,
     },
     /// A `hostPath` that is not what its `type` demands.
     #[error(
@@ -181,15 +215,13 @@ pub(crate) fn mkdir_all(volume: &str, path: &Path, mode: u32) -> Result<(), Volu
 
 /// The volume kinds we cannot serve, by their API names.
 fn unsupported_kind(v: &Volume) -> Option<&'static str> {
-    let kinds: [(&'static str, bool); 28] = [
+    let kinds: [(&'static str, bool); 24] = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
         ("azureDisk", v.azure_disk.is_some()),
         ("azureFile", v.azure_file.is_some()),
         ("cephfs", v.cephfs.is_some()),
         ("cinder", v.cinder.is_some()),
-        ("configMap", v.config_map.is_some()),
         ("csi", v.csi.is_some()),
-        ("downwardAPI", v.downward_api.is_some()),
         ("ephemeral", v.ephemeral.is_some()),
         ("fc", v.fc.is_some()),
         ("flexVolume", v.flex_volume.is_some()),
@@ -203,29 +235,189 @@ fn unsupported_kind(v: &Volume) -> Option<&'static str> {
         ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
         ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
         ("portworxVolume", v.portworx_volume.is_some()),
-        ("projected", v.projected.is_some()),
         ("quobyte", v.quobyte.is_some()),
         ("rbd", v.rbd.is_some()),
         ("scaleIO", v.scale_io.is_some()),
-        ("secret", v.secret.is_some()),
         ("storageos", v.storageos.is_some()),
         ("vsphereVolume", v.vsphere_volume.is_some()),
     ];
     kinds.into_iter().find(|(_, set)| *set).map(|(k, _)| k)
 }
 
-/// Sets up every volume of a pod under `<root_dir>/pods/<uid>/volumes/<plugin>/<name>`:
-/// emptyDir (a directory; `medium: Memory` a tmpfs), hostPath with its type check; other
-/// kinds are refused. Idempotent: running it again for a pod already set up changes nothing.
-// The kubelet sets volumes up one by one through the volume manager; tests use this.
-#[cfg_attr(not(test), allow(dead_code))]
+/// Go's plugin dir name for a volume's kind (`kubernetes.io~empty-dir`, `kubernetes.io~secret`,
+/// `kubernetes.io~configmap`, `kubernetes.io~downward-api`, `kubernetes.io~projected`); None
+/// for hostPath (not under the pod dir) and for the kinds ferrolet cannot serve.
+pub fn plugin_dir_name(volume: &Volume) -> Option<&'static str> {
+    if volume.host_path.is_some() || unsupported_kind(volume).is_some() {
+        None
+    } else if volume.secret.is_some() {
+        Some(secret::PLUGIN)
+    } else if volume.config_map.is_some() {
+        Some(config_map::PLUGIN)
+    } else if volume.downward_api.is_some() {
+        Some(downward_api::PLUGIN)
+    } else if volume.projected.is_some() {
+        Some(projected::PLUGIN)
+    } else {
+        // No source at all is an emptyDir, the API's default.
+        Some(EMPTY_DIR_PLUGIN)
+    }
+}
+
+/// Where the volume lives on the host: `<root>/pods/<uid>/volumes/<plugin>/<name>`, or the
+/// hostPath's path. (A kind ferrolet cannot serve gets `<root>/pods/<uid>/volumes/<name>`,
+/// where nothing is ever made.)
+pub fn volume_path(root_dir: &Path, uid: &str, volume: &Volume) -> PathBuf {
+    if let Some(hp) = &volume.host_path {
+        return PathBuf::from(&hp.path);
+    }
+    let volumes = pod_dir(root_dir, uid).join("volumes");
+    match plugin_dir_name(volume) {
+        Some(plugin) => volumes.join(plugin).join(&volume.name),
+        None => volumes.join(&volume.name),
+    }
+}
+
+/// Whether the volume's content follows API objects/pod metadata and must be re-set-up
+/// periodically (secret, configMap, downwardAPI, projected).
+pub fn requires_remount(volume: &Volume) -> bool {
+    is_projected_kind(volume)
+}
+
+/// The kinds written by the atomic writer (secret, configMap, downwardAPI, projected): their
+/// content is refreshed, and containers always mount them read-only (Go's `ReadOnly`
+/// attribute).
+pub(crate) fn is_projected_kind(volume: &Volume) -> bool {
+    volume.secret.is_some()
+        || volume.config_map.is_some()
+        || volume.downward_api.is_some()
+        || volume.projected.is_some()
+}
+
+/// The pod's `fsGroup` as a gid.
+fn fs_group(volume: &str, pod: &Pod) -> Result<Option<u32>, VolumeError> {
+    let gid = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group);
+    gid.map(|g| {
+        u32::try_from(g).map_err(|_| VolumeError::Invalid {
+            volume: volume.into(),
+            reason: format!("fsGroup {g} is out of range"),
+        })
+    })
+    .transpose()
+}
+
+/// Sets up one volume (blocking; idempotent; for the projected kinds writes the payload through
+/// the atomic writer — a no-op when unchanged). Returns the host path. Unsupported kinds →
+/// [`VolumeError::Unsupported`]. A projected kind's content is built before anything is made,
+/// so a missing secret leaves nothing behind; a failed update leaves the previous content.
+pub fn setup_volume(
+    root_dir: &Path,
+    pod: &Pod,
+    volume: &Volume,
+    inputs: &VolumeInputs,
+    node: &NodeContext,
+) -> Result<PathBuf, VolumeError> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    check_uid(uid)?;
+    let name = volume.name.as_str();
+    if let Some(kind) = unsupported_kind(volume) {
+        return Err(VolumeError::Unsupported {
+            volume: name.into(),
+            kind: kind.into(),
+        });
+    }
+    if let Some(hp) = &volume.host_path {
+        return host_path::setup(name, hp);
+    }
+    let dir = volume_path(root_dir, uid, volume);
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    // Secrets and tokens go on a tmpfs (Go wraps an emptyDir of medium Memory).
+    let (payload, in_memory) = if let Some(s) = &volume.secret {
+        (secret::payload(namespace, s, inputs), true)
+    } else if let Some(c) = &volume.config_map {
+        (config_map::payload(namespace, c, inputs), false)
+    } else if let Some(d) = &volume.downward_api {
+        (downward_api::payload(pod, d, node), false)
+    } else if let Some(p) = &volume.projected {
+        (projected::payload(pod, name, p, inputs, node), true)
+    } else {
+        mkdir_all("", &pod_dir(root_dir, uid), 0o750)?;
+        empty_dir::setup(name, &dir, volume.empty_dir.as_ref(), pod)?;
+        return Ok(dir);
+    };
+    let payload = payload.map_err(|source| VolumeError::Projection {
+        volume: name.into(),
+        source,
+    })?;
+    let fs_group = fs_group(name, pod)?;
+    mkdir_all("", &pod_dir(root_dir, uid), 0o750)?;
+    let wrapper = EmptyDirVolumeSource {
+        medium: in_memory.then(|| "Memory".to_string()),
+        ..Default::default()
+    };
+    empty_dir::setup(name, &dir, Some(&wrapper), pod)?;
+    nested::make_nested_mount_points(name, &dir, pod)?;
+    let outcome =
+        atomic_writer::write(&dir, &payload, fs_group).map_err(|source| VolumeError::Write {
+            volume: name.into(),
+            source,
+        })?;
+    if outcome == WriteOutcome::Written {
+        // Paths and sizes only: the content may be a secret.
+        tracing::debug!(
+            volume = name,
+            pod = uid,
+            files = payload.len(),
+            "volume content written"
+        );
+    }
+    Ok(dir)
+}
+
+/// Tears down one volume dir under the pod dir: unmount if a mount point (tmpfs), remove
+/// (never following symlinks). Idempotent. Not for hostPath: a path that is not
+/// `.../volumes/<plugin>/<name>` is refused.
+pub fn teardown_volume(path: &Path) -> Result<(), VolumeError> {
+    let plugin = path.parent();
+    let under_volumes = plugin
+        .and_then(Path::file_name)
+        .is_some_and(|p| p.to_string_lossy().starts_with("kubernetes.io~"))
+        && plugin
+            .and_then(Path::parent)
+            .and_then(Path::file_name)
+            .is_some_and(|v| v == "volumes");
+    if !under_volumes {
+        return Err(VolumeError::Invalid {
+            volume: path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            reason: format!(
+                "{} is not a volume directory under a pod directory",
+                path.display()
+            ),
+        });
+    }
+    unmount_and_remove(path)
+}
+
+/// Sets up every volume of a pod under `<root_dir>/pods/<uid>/volumes/<plugin>/<name>` (see
+/// [`setup_volume`]) with no API server to read from: secret, configMap and token sources fail
+/// as in a standalone Go kubelet; downwardAPI works. Kinds we cannot serve are refused before
+/// anything is made. Idempotent. (The kubelet sets volumes up one by one through the volume
+/// manager; the tests here use this.)
+#[cfg(test)]
 pub async fn setup(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError> {
     let root_dir = root_dir.to_path_buf();
     let pod = pod.clone();
     blocking(move || setup_blocking(&root_dir, &pod)).await
 }
 
-#[cfg_attr(not(test), allow(dead_code))]
+#[cfg(test)]
 fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError> {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     check_uid(&uid)?;
@@ -243,19 +435,22 @@ fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError>
             });
         }
     }
-    let pod_dir = pod_dir(root_dir, &uid);
-    mkdir_all("", &pod_dir, 0o750)?;
+    mkdir_all("", &pod_dir(root_dir, &uid), 0o750)?;
+    let inputs = VolumeInputs::standalone(pod);
+    // Only the downward API's resource defaults read the node context.
+    let node = NodeContext {
+        node_name: String::new(),
+        host_ip: String::new(),
+        cluster_dns: Vec::new(),
+        cluster_domain: String::new(),
+        resolv_conf: PathBuf::new(),
+        pod_logs_dir: PathBuf::new(),
+        cgroup_root: String::new(),
+        memory_capacity: crate::node::memory_capacity(),
+    };
     let mut out = PodVolumes::default();
     for v in volumes {
-        let path = match (&v.host_path, &v.empty_dir) {
-            (Some(hp), _) => host_path::setup(&v.name, hp)?,
-            // No source at all is an emptyDir, the API's default.
-            (None, ed) => {
-                let dir = pod_dir.join("volumes").join(EMPTY_DIR_PLUGIN).join(&v.name);
-                empty_dir::setup(&v.name, &dir, ed.as_ref(), pod)?;
-                dir
-            }
-        };
+        let path = setup_volume(root_dir, pod, v, &inputs, &node)?;
         out.dirs.insert(v.name.clone(), path);
     }
     Ok(out)
@@ -267,10 +462,12 @@ fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError>
 pub async fn teardown(root_dir: &Path, uid: &str) -> Result<(), VolumeError> {
     check_uid(uid)?;
     let dir = pod_dir(root_dir, uid);
-    blocking(move || teardown_blocking(&dir)).await
+    blocking(move || unmount_and_remove(&dir)).await
 }
 
-fn teardown_blocking(dir: &Path) -> Result<(), VolumeError> {
+/// Unmounts everything mounted at or below `dir` (deepest first), then removes it without
+/// following symlinks; a missing `dir` is fine.
+fn unmount_and_remove(dir: &Path) -> Result<(), VolumeError> {
     let dir = match std::fs::canonicalize(dir) {
         Ok(d) => d,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
@@ -342,15 +539,15 @@ spec:
   containers: [{name: c}]
   volumes:
   - {name: a, emptyDir: {}}
-  - {name: cm, configMap: {name: x}}");
+  - {name: share, nfs: {server: s, path: /x}}");
         let err = setup(root.path(), &p).await.unwrap_err();
         assert!(
-            matches!(&err, VolumeError::Unsupported { volume, kind } if volume == "cm" && kind == "configMap"),
+            matches!(&err, VolumeError::Unsupported { volume, kind } if volume == "share" && kind == "nfs"),
             "{err}"
         );
-        assert!(
-            err.to_string()
-                .contains("configMap volumes are not supported")
+        assert_eq!(
+            err.to_string(),
+            "MountVolume.SetUp failed for volume \"share\" : nfs volumes are not supported by ferrolet"
         );
         assert!(!root.path().join("pods/u1").exists());
     }
@@ -407,5 +604,228 @@ spec:
             setup(root.path(), &p).await,
             Err(VolumeError::BadUid { .. })
         ));
+    }
+
+    fn is_mount_point(dir: &Path) -> bool {
+        let dir = std::fs::canonicalize(dir).unwrap();
+        empty_dir::mount_table()
+            .unwrap()
+            .iter()
+            .any(|m| m.mount_point == dir)
+    }
+
+    fn tmpfs_count(dir: &Path) -> usize {
+        let dir = std::fs::canonicalize(dir).unwrap();
+        empty_dir::mount_table()
+            .unwrap()
+            .iter()
+            .filter(|m| m.mount_point == dir && m.fs_type == "tmpfs")
+            .count()
+    }
+
+    fn node() -> NodeContext {
+        crate::podspec::testutil::node()
+    }
+
+    const PROJECTED_POD: &str = r#"
+metadata: {name: p, namespace: ns, uid: pv1}
+spec:
+  securityContext: {fsGroup: 2000}
+  containers:
+  - name: c
+    volumeMounts: [{name: conf, mountPath: /etc/app}, {name: down, mountPath: /etc/app/meta}, {name: sec, mountPath: /s, readOnly: false}]
+  volumes:
+  - {name: sec, secret: {secretName: s, defaultMode: 256}}
+  - {name: conf, configMap: {name: cm}}
+  - {name: down, downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}
+  - {name: host, hostPath: {path: /tmp}}
+"#;
+
+    fn projected_inputs(value: &str) -> VolumeInputs {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        let mut i = VolumeInputs::default();
+        i.set_secret(
+            "s",
+            Ok(Some(std::sync::Arc::new(Secret {
+                data: Some([("key".to_string(), ByteString(value.as_bytes().to_vec()))].into()),
+                ..Default::default()
+            }))),
+        );
+        i.set_config_map(
+            "cm",
+            Ok(Some(std::sync::Arc::new(ConfigMap {
+                data: Some([("key".to_string(), value.to_string())].into()),
+                ..Default::default()
+            }))),
+        );
+        i
+    }
+
+    #[test]
+    fn plugin_dirs_and_paths_follow_go() {
+        let p = pod(PROJECTED_POD);
+        let vols = p.spec.as_ref().unwrap().volumes.clone().unwrap();
+        let root = Path::new("/var/lib/kubelet");
+        let names: Vec<Option<&str>> = vols.iter().map(plugin_dir_name).collect();
+        assert_eq!(
+            names,
+            [
+                Some("kubernetes.io~secret"),
+                Some("kubernetes.io~configmap"),
+                Some("kubernetes.io~downward-api"),
+                None
+            ]
+        );
+        assert_eq!(
+            volume_path(root, "pv1", &vols[0]),
+            Path::new("/var/lib/kubelet/pods/pv1/volumes/kubernetes.io~secret/sec")
+        );
+        assert_eq!(volume_path(root, "pv1", &vols[3]), Path::new("/tmp"));
+        let requires: Vec<bool> = vols.iter().map(requires_remount).collect();
+        assert_eq!(requires, [true, true, true, false]);
+        let ed: Volume = serde_yaml_ng::from_str("{name: e}").unwrap();
+        assert_eq!(plugin_dir_name(&ed), Some(EMPTY_DIR_PLUGIN));
+        assert!(!requires_remount(&ed));
+        let pj: Volume = serde_yaml_ng::from_str("{name: e, projected: {}}").unwrap();
+        assert_eq!(plugin_dir_name(&pj), Some("kubernetes.io~projected"));
+    }
+
+    #[test]
+    fn projected_kinds_set_up_idempotently_and_tear_down() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod(PROJECTED_POD);
+        let vols = p.spec.as_ref().unwrap().volumes.clone().unwrap();
+        let (sec, conf, down) = (&vols[0], &vols[1], &vols[2]);
+
+        // A missing secret: nothing is made.
+        let err = setup_volume(root.path(), &p, sec, &VolumeInputs::default(), &node())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "MountVolume.SetUp failed for volume \"sec\" : secret ns/s was not read"
+            ),
+            "{err}"
+        );
+        assert!(!root.path().join("pods/pv1").exists());
+
+        let inputs = projected_inputs("v1");
+        let sec_dir = setup_volume(root.path(), &p, sec, &inputs, &node()).unwrap();
+        let conf_dir = setup_volume(root.path(), &p, conf, &inputs, &node()).unwrap();
+        let down_dir = setup_volume(root.path(), &p, down, &inputs, &node()).unwrap();
+        let result = std::panic::catch_unwind(|| {
+            assert_eq!(sec_dir, volume_path(root.path(), "pv1", sec));
+            // The secret on a tmpfs, the configMap and downward API on disk.
+            assert_eq!(tmpfs_count(&sec_dir), 1);
+            assert!(!is_mount_point(&conf_dir));
+            assert!(!is_mount_point(&down_dir));
+            assert_eq!(std::fs::read_to_string(sec_dir.join("key")).unwrap(), "v1");
+            assert_eq!(std::fs::read_to_string(conf_dir.join("key")).unwrap(), "v1");
+            assert_eq!(std::fs::read_to_string(down_dir.join("name")).unwrap(), "p");
+            // The downward API volume's mount point inside the configMap's.
+            assert!(conf_dir.join("meta").is_dir());
+            // fsGroup: group-owned, group-readable.
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(sec_dir.join("key")).unwrap();
+            assert_eq!((m.gid(), m.mode() & 0o7777), (2000, 0o440));
+
+            // Again: no remount, no rewrite.
+            let before = std::fs::read_link(sec_dir.join("..data")).unwrap();
+            let ino = std::fs::metadata(conf_dir.join("key")).unwrap().ino();
+            setup_volume(root.path(), &p, sec, &inputs, &node()).unwrap();
+            setup_volume(root.path(), &p, conf, &inputs, &node()).unwrap();
+            assert_eq!(tmpfs_count(&sec_dir), 1);
+            assert_eq!(std::fs::read_link(sec_dir.join("..data")).unwrap(), before);
+            assert_eq!(std::fs::metadata(conf_dir.join("key")).unwrap().ino(), ino);
+
+            // An update is written, still on the same tmpfs.
+            let v2 = projected_inputs("v2");
+            setup_volume(root.path(), &p, sec, &v2, &node()).unwrap();
+            assert_eq!(std::fs::read_to_string(sec_dir.join("key")).unwrap(), "v2");
+            assert_ne!(std::fs::read_link(sec_dir.join("..data")).unwrap(), before);
+            assert_eq!(tmpfs_count(&sec_dir), 1);
+
+            // A failed update leaves the content in place.
+            let gone = VolumeInputs {
+                secrets: [("s".to_string(), None)].into(),
+                ..Default::default()
+            };
+            assert!(setup_volume(root.path(), &p, sec, &gone, &node()).is_err());
+            assert_eq!(std::fs::read_to_string(sec_dir.join("key")).unwrap(), "v2");
+        });
+        let torn = [&sec_dir, &conf_dir, &down_dir].map(|d| teardown_volume(d));
+        result.unwrap();
+        for t in torn {
+            t.unwrap();
+        }
+        assert_eq!(tmpfs_count(&root.path().join("pods")), 0);
+        assert!(!sec_dir.exists() && !conf_dir.exists() && !down_dir.exists());
+        // Idempotent; hostPaths and other paths are refused.
+        teardown_volume(&sec_dir).unwrap();
+        assert!(matches!(
+            teardown_volume(Path::new("/tmp")),
+            Err(VolumeError::Invalid { .. })
+        ));
+        unmount_and_remove(&pod_dir(root.path(), "pv1")).unwrap();
+    }
+
+    #[tokio::test]
+    async fn pod_setup_serves_downward_api_standalone_and_refuses_secrets_as_go() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod("metadata: {name: p, namespace: ns, uid: sa1}
+spec:
+  containers: [{name: c}]
+  volumes:
+  - {name: d, downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}}
+  - {name: kube-api-access, projected: {sources: [{downwardAPI: {items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]}}]}}");
+        let v = setup(root.path(), &p).await.unwrap();
+        let result = std::panic::catch_unwind(|| {
+            assert_eq!(
+                std::fs::read_to_string(v.dirs["d"].join("ns")).unwrap(),
+                "ns"
+            );
+            let pj = &v.dirs["kube-api-access"];
+            assert_eq!(std::fs::read_to_string(pj.join("namespace")).unwrap(), "ns");
+            assert_eq!(tmpfs_count(pj), 1);
+        });
+        teardown(root.path(), "sa1").await.unwrap();
+        result.unwrap();
+        assert!(!root.path().join("pods/sa1").exists());
+
+        let s = pod("metadata: {name: p, namespace: ns, uid: sa2}
+spec:
+  containers: [{name: c}]
+  volumes: [{name: sec, secret: {secretName: s}}]");
+        let err = setup(root.path(), &s).await.unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "MountVolume.SetUp failed for volume \"sec\" : not supported due to running kubelet in standalone mode"
+        );
+        teardown(root.path(), "sa2").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn projected_kinds_are_mounted_read_only() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod(PROJECTED_POD);
+        let volumes = PodVolumes {
+            dirs: ["sec", "conf", "down"]
+                .map(|n| (n.to_string(), root.path().join(n)))
+                .into(),
+        };
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let mounts = mounts::container_mounts(root.path(), &p, c, &volumes, "")
+            .await
+            .unwrap();
+        let ro: Vec<(&str, bool)> = mounts
+            .iter()
+            .filter(|m| m.container_path != "/dev/termination-log")
+            .map(|m| (m.container_path.as_str(), m.readonly))
+            .collect();
+        assert_eq!(
+            ro,
+            [("/etc/app", true), ("/etc/app/meta", true), ("/s", true)]
+        );
     }
 }

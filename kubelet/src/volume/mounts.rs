@@ -85,6 +85,13 @@ pub async fn container_mounts_with(
         pod_dir: pod_dir(root_dir, &uid),
         container: container.clone(),
         volumes: volumes.clone(),
+        read_only_volumes: pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter(|v| super::is_projected_kind(v))
+            .map(|v| v.name.clone())
+            .collect(),
         host_network: pod
             .spec
             .as_ref()
@@ -113,6 +120,8 @@ struct Job {
     pod_dir: PathBuf,
     container: Container,
     volumes: PodVolumes,
+    /// Volumes mounted read-only whatever the mount says (secret, configMap, ...).
+    read_only_volumes: BTreeSet<String>,
     host_network: bool,
     host_aliases: Vec<HostAlias>,
     pod_ips: Vec<String>,
@@ -216,7 +225,7 @@ impl Job {
         Ok(cri::Mount {
             container_path: absolute(&vm.mount_path),
             host_path: host_path.to_string_lossy().into_owned(),
-            readonly: read_only,
+            readonly: read_only || self.read_only_volumes.contains(&vm.name),
             selinux_relabel: false,
             propagation: propagation as i32,
             recursive_read_only,

@@ -11,12 +11,6 @@ use futures::future::join_all;
 use crate::objects::{ObjectSource, TokenRequestSpec, TokenSource};
 use crate::volume::{VolumeInputs, VolumeReferences};
 
-/// The key of a token's read error in [`VolumeInputs::errors`].
-// NEEDS THE MERGE WITH wt-vol: must be the key its `setup_volume` looks tokens' errors up by.
-pub fn token_error_key(spec: &TokenRequestSpec) -> String {
-    format!("token/{}", spec.audience.as_deref().unwrap_or(""))
-}
-
 /// Reads everything `references` names in `namespace`.
 pub async fn fetch_inputs(
     objects: &dyn ObjectSource,
@@ -46,34 +40,13 @@ pub async fn fetch_inputs(
         futures::future::join3(secrets, config_maps, token_reads).await;
     let mut inputs = VolumeInputs::default();
     for (name, read) in secrets {
-        match read {
-            Ok(s) => {
-                inputs.secrets.insert(name, s);
-            }
-            Err(e) => {
-                inputs.errors.insert(format!("secret/{name}"), e);
-            }
-        }
+        inputs.set_secret(&name, read);
     }
     for (name, read) in config_maps {
-        match read {
-            Ok(cm) => {
-                inputs.config_maps.insert(name, cm);
-            }
-            Err(e) => {
-                inputs.errors.insert(format!("configmap/{name}"), e);
-            }
-        }
+        inputs.set_config_map(&name, read);
     }
     for (spec, read) in token_reads {
-        match read {
-            Ok(t) => {
-                inputs.tokens.insert(spec, t);
-            }
-            Err(e) => {
-                inputs.errors.insert(token_error_key(&spec), e);
-            }
-        }
+        inputs.set_token(&spec, read);
     }
     inputs
 }

@@ -1,9 +1,9 @@
 //! Volume validation: unique DNS-label names, exactly one source, and the emptyDir and
-//! hostPath sources this node agent mounts.
+//! hostPath sources this node agent mounts (the projected kinds: [`super::projection`]).
 
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, HostPathVolumeSource, Volume};
 
-use super::{Errs, VolumeNames, has_backsteps, is_absolute, quote};
+use super::{Errs, VolumeNames, has_backsteps, is_absolute, projection, quote};
 use crate::manifest::defaults::source_count;
 use crate::manifest::names;
 use crate::manifest::quantity::parse_quantity;
@@ -43,6 +43,18 @@ pub(super) fn volumes(errs: &mut Errs, volumes: &[Volume]) -> VolumeNames {
         }
         if let Some(e) = &v.empty_dir {
             empty_dir(errs, &format!("{path}.emptyDir"), e);
+        }
+        if let Some(s) = &v.secret {
+            projection::secret(errs, &format!("{path}.secret"), s);
+        }
+        if let Some(c) = &v.config_map {
+            projection::config_map(errs, &format!("{path}.configMap"), c);
+        }
+        if let Some(d) = &v.downward_api {
+            projection::downward_api(errs, &format!("{path}.downwardAPI"), d);
+        }
+        if let Some(p) = &v.projected {
+            projection::projected(errs, &format!("{path}.projected"), p);
         }
     }
     seen
