@@ -15,7 +15,7 @@ set -euo pipefail
 
 ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT_DIR/target/release}
-KUBELET=$BIN/ferrolet
+KUBELET=${KUBELET:-$BIN/ferrolet}
 CRI=$BIN/ferrolet-cri
 BENCH=$BIN/ferrolet-api-bench
 CRI_BENCH=$BIN/ferrolet-cri-bench

@@ -24,10 +24,11 @@ const PANIC_BACKOFF: Duration = Duration::from_secs(10);
 /// What a worker is asked to do.
 #[derive(Clone, Debug)]
 pub enum Work {
-    /// Drive the pod to its desired state.
-    Sync(Box<Pod>),
+    /// Drive the pod to its desired state. (Shared, not copied: a worker keeps its work for
+    /// a retry while it runs, and a pod with volumes is tens of KiB.)
+    Sync(Arc<Pod>),
     /// Stop it with a grace period in seconds and clean up; the worker ends afterwards.
-    Kill(Box<Pod>, i64),
+    Kill(Arc<Pod>, i64),
 }
 
 struct Slot {
@@ -201,10 +202,10 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn pod(name: &str) -> Box<Pod> {
+    fn pod(name: &str) -> Arc<Pod> {
         let mut p = Pod::default();
         p.metadata.name = Some(name.into());
-        Box::new(p)
+        Arc::new(p)
     }
 
     #[tokio::test(start_paused = true)]

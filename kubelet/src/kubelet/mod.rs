@@ -319,7 +319,7 @@ impl Kubelet {
                     if let Some(state) = self.pod_state(&event.uid)
                         && state.syncable()
                     {
-                        workers.update(&event.uid, Work::Sync(Box::new(state.pod)));
+                        workers.update(&event.uid, Work::Sync(Arc::new(state.pod)));
                     }
                 }
                 Some(uid) = volumes_ready.recv() => {
@@ -327,7 +327,7 @@ impl Kubelet {
                     if let Some(state) = self.pod_state(&uid)
                         && state.syncable()
                     {
-                        workers.update(&uid, Work::Sync(Box::new(state.pod)));
+                        workers.update(&uid, Work::Sync(Arc::new(state.pod)));
                     }
                 }
                 Some(update) = probe_updates.recv() => {
@@ -336,14 +336,14 @@ impl Kubelet {
                         && let Some(state) = self.pod_state(&update.pod_uid)
                         && state.syncable()
                     {
-                        workers.update(&update.pod_uid, Work::Sync(Box::new(state.pod)));
+                        workers.update(&update.pod_uid, Work::Sync(Arc::new(state.pod)));
                     }
                 }
                 _ = resync.tick() => {
                     for state in self.pods() {
                         if state.syncable() {
                             let uid = uid_of(&state.pod);
-                            workers.update(&uid, Work::Sync(Box::new(state.pod)));
+                            workers.update(&uid, Work::Sync(Arc::new(state.pod)));
                         }
                     }
                 }
@@ -422,7 +422,7 @@ impl Kubelet {
                     // resync cover it (else N manifests written one by one cost N² syncs).
                     if change.op != PodOp::Reconcile || !known {
                         crate::metrics::note_pod_update(&uid, known);
-                        workers.update(&uid, Work::Sync(Box::new(pod)));
+                        workers.update(&uid, Work::Sync(Arc::new(pod)));
                     }
                 }
                 PodOp::Remove => {
@@ -442,7 +442,7 @@ impl Kubelet {
                     }
                     self.update_state(&uid, |s| s.terminating = true);
                     tracing::info!(pod = %pod_name(&pod), grace, "pod removed from its source; stopping it");
-                    workers.update(&uid, Work::Kill(Box::new(pod), grace));
+                    workers.update(&uid, Work::Kill(Arc::new(pod), grace));
                 }
             }
         }
@@ -496,7 +496,7 @@ impl Kubelet {
         };
         if first {
             tracing::info!(pod = %pod_name(&pod), grace, "pod deleted in the API; stopping it");
-            workers.update(uid, Work::Kill(Box::new(pod), grace));
+            workers.update(uid, Work::Kill(Arc::new(pod), grace));
         }
     }
 
@@ -572,7 +572,7 @@ impl Kubelet {
             pod.metadata.uid = Some(runtime_pod.uid.clone());
             pod.metadata.name = Some(runtime_pod.name.clone());
             pod.metadata.namespace = Some(runtime_pod.namespace.clone());
-            workers.update(&runtime_pod.uid, Work::Kill(Box::new(pod), 0));
+            workers.update(&runtime_pod.uid, Work::Kill(Arc::new(pod), 0));
         }
         for uid in crate::volume::pod_dirs(&self.config.root_dir).await {
             // The volume manager tears the volumes down first (see `remove_orphans`).

@@ -46,6 +46,9 @@ struct Entry {
     /// periodic check compares with. Kept apart from `pod`, whose copy a sync hands in may
     /// carry an older status.
     seen: Option<PodStatus>,
+    /// `seen` and `status` were found to agree and neither changed since: the periodic check
+    /// (a JSON merge per pod) can skip the pod.
+    agreed: bool,
 }
 
 impl Entry {
@@ -120,6 +123,7 @@ impl StatusManager {
                     e.pod = pod.clone();
                 }
                 e.status = status;
+                e.agreed = false;
             }
             None => {
                 entries.insert(
@@ -132,6 +136,7 @@ impl StatusManager {
                         retry: None,
                         recheck: false,
                         seen: pod.status.clone(),
+                        agreed: false,
                     },
                 );
             }
@@ -185,7 +190,12 @@ impl StatusManager {
     fn mark_drifted(&self) {
         let mut entries = self.entries();
         for e in entries.values_mut() {
-            let seen = if is_static_pod(&e.pod) {
+            let is_static = is_static_pod(&e.pod);
+            // A static pod's mirror changes without a pod_seen: always compared.
+            if e.agreed && !is_static {
+                continue;
+            }
+            let seen = if is_static {
                 let name = pod_name(&e.pod);
                 self.0.mirrors.get(&name).and_then(|m| m.status)
             } else {
@@ -198,6 +208,7 @@ impl StatusManager {
             rules::normalize(&mut seen);
             let merged = rules::merge_with_api(Some(&seen), e.status.clone());
             e.recheck = merged != seen;
+            e.agreed = !e.recheck;
             if e.recheck {
                 tracing::debug!(pod = %pod_name(&e.pod), fields = ?rules::differing_fields(&seen, &merged), "status differs from the API's");
             }
@@ -225,6 +236,7 @@ impl StatusManager {
                     e.sent = Some(*sent);
                     // Until the watch shows our write, what we wrote is what the API has.
                     e.seen = Some(*api);
+                    e.agreed = false;
                     e.retry = None;
                 }
                 Ok(Outcome::Wait) => {}
@@ -322,6 +334,7 @@ impl crate::status::sink::StatusSink for StatusManager {
     fn pod_seen(&self, pod: &Pod) {
         if let Some(e) = self.entries().get_mut(&uid_of(pod)) {
             e.seen = pod.status.clone();
+            e.agreed = false;
             e.pod = pod.clone();
         }
     }

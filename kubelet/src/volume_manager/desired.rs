@@ -32,11 +32,10 @@ impl VolumeKey {
     }
 }
 
-/// A volume a pod wants.
+/// A volume a pod wants (its spec is the pod's own, [`DesiredPod::spec`]: a `Volume` is
+/// over 3 KiB, and a copy per volume was the volume manager's largest memory cost).
 #[derive(Clone, Debug)]
 pub struct DesiredVolume {
-    /// Its spec.
-    pub spec: Volume,
     /// The secrets, configMaps and tokens it is made from.
     pub references: VolumeReferences,
     /// Whether its content follows its sources (secret, configMap, downwardAPI, projected).
@@ -52,6 +51,22 @@ pub struct DesiredPod {
     pub pod: Arc<Pod>,
     /// Its used volumes by name.
     pub volumes: BTreeMap<String, DesiredVolume>,
+}
+
+impl DesiredPod {
+    /// The spec of its volume `name`.
+    pub fn spec(&self, name: &str) -> Option<&Volume> {
+        pod_volume(&self.pod, name)
+    }
+}
+
+fn pod_volume<'a>(pod: &'a Pod, name: &str) -> Option<&'a Volume> {
+    pod.spec
+        .as_ref()?
+        .volumes
+        .as_ref()?
+        .iter()
+        .find(|v| v.name == name)
 }
 
 /// Every wanted pod's volumes.
@@ -119,10 +134,13 @@ impl DesiredState {
         for spec in specs {
             let references = crate::volume::references(pod, spec);
             let requires_remount = crate::volume::requires_remount(spec);
-            let previous = old.as_ref().and_then(|o| o.volumes.get(&spec.name));
+            let previous = old.as_ref().and_then(|o| {
+                let v = o.volumes.get(&spec.name)?;
+                Some((v, o.spec(&spec.name)?))
+            });
             let generation = match previous {
-                Some(p)
-                    if p.spec == *spec
+                Some((p, old_spec))
+                    if old_spec == spec
                         && p.references == references
                         && !(relabelled && requires_remount) =>
                 {
@@ -134,7 +152,6 @@ impl DesiredState {
                 }
             };
             let volume = DesiredVolume {
-                spec: spec.clone(),
                 references,
                 requires_remount,
                 generation,

@@ -416,8 +416,8 @@ fn plan(
         let stale_reconstructed = mounted.generation.is_none()
             && mounted.plugin.is_some()
             && state.desired.pod(&key.uid).is_some_and(|p| {
-                p.volumes.get(&key.name).is_some_and(|v| {
-                    crate::volume::volume_path(root_dir, &key.uid, &v.spec) != mounted.path
+                p.spec(&key.name).is_some_and(|v| {
+                    crate::volume::volume_path(root_dir, &key.uid, v) != mounted.path
                 })
             });
         let unwanted = !state.desired.contains(&key) && state.removed.contains(&key.uid);
@@ -446,9 +446,12 @@ fn plan(
             .get(&key)
             .is_none_or(|m| m.generation < Some(wanted.generation));
         if due && state.retries.ready(&key, now) {
+            let Some(spec) = pod.spec(&key.name) else {
+                continue;
+            };
             let op = Op::SetUp {
                 pod: pod.pod.clone(),
-                volume: Box::new(wanted.spec.clone()),
+                volume: Box::new(spec.clone()),
                 references: wanted.references.clone(),
                 generation: wanted.generation,
             };
