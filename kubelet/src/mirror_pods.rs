@@ -123,10 +123,16 @@ impl MirrorPods {
     /// What to do so that `static_pods` (the static pods that should have a mirror) and the
     /// API's `mirrors` agree: deletions (stale, terminating, orphaned mirrors) first, then
     /// creations. Nothing is replaced or created before the node is registered (no Node UID).
-    pub fn reconcile(&self, static_pods: &[Pod], mirrors: &[Pod]) -> Vec<MirrorAction> {
+    pub fn reconcile<P: std::borrow::Borrow<Pod>>(
+        &self,
+        static_pods: &[P],
+        mirrors: &[Pod],
+    ) -> Vec<MirrorAction> {
         let by_name: BTreeMap<String, &Pod> = mirrors.iter().map(|m| (full_name(m), m)).collect();
-        let wanted: BTreeMap<String, &Pod> =
-            static_pods.iter().map(|p| (full_name(p), p)).collect();
+        let wanted: BTreeMap<String, &Pod> = static_pods
+            .iter()
+            .map(|p| (full_name(p.borrow()), p.borrow()))
+            .collect();
         let node_uid = (self.node_uid)();
         let mut deletes = Vec::new();
         let mut creates = Vec::new();
@@ -210,7 +216,12 @@ impl MirrorPods {
     }
 
     /// One round: reconcile, then apply.
-    pub async fn sync(&self, api: &ApiHandle, static_pods: &[Pod], mirrors: &[Pod]) {
+    pub async fn sync<P: std::borrow::Borrow<Pod> + Sync>(
+        &self,
+        api: &ApiHandle,
+        static_pods: &[P],
+        mirrors: &[Pod],
+    ) {
         let actions = self.reconcile(static_pods, mirrors);
         if !actions.is_empty() {
             self.apply(api, actions).await;

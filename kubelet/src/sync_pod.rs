@@ -12,6 +12,7 @@
 //! grace period, and notes why the kubelet killed it for the instance's terminated state.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ferrolet_proto::cri::ContainerState;
@@ -80,7 +81,7 @@ struct Kill<'a> {
 
 impl Kubelet {
     /// Drives a pod to its desired state and records its status.
-    pub async fn sync_pod(&self, pod: &Pod) -> Result<(), SyncError> {
+    pub async fn sync_pod(&self, pod: &Arc<Pod>) -> Result<(), SyncError> {
         let uid = uid_of(pod);
         let started = Instant::now();
         // Probes start with the pod (and are cheap to ask for again).
@@ -101,16 +102,17 @@ impl Kubelet {
     /// One pass: gather the inputs, decide, carry the actions out.
     async fn sync_pod_once(
         &self,
-        pod: &Pod,
+        pod: &Arc<Pod>,
         uid: &str,
         waiting: &mut BTreeMap<String, Waiting>,
     ) -> Result<(), SyncError> {
-        let spec = pod.spec.clone().unwrap_or_default();
+        let no_spec = PodSpec::default();
+        let spec = pod.spec.as_ref().unwrap_or(&no_spec);
         let runtime = self.pleg.refresh(uid).await?.unwrap_or_default();
         let probes = self.probe_verdicts(&runtime);
         let input = PodInputs {
             uid,
-            spec: &spec,
+            spec,
             grace: grace_period(pod),
             runtime: &runtime,
             backoff: &self.crash_backoff,
@@ -132,7 +134,7 @@ impl Kubelet {
                 // As the Go kubelet: the pod waits in ContainerCreating (the reason says why);
                 // the volume manager keeps retrying and hands the pod back once they are set up.
                 tracing::warn!(error = %e, "FailedMount");
-                mark_all(&spec, waiting, "ContainerCreating", &e.to_string());
+                mark_all(spec, waiting, "ContainerCreating", &e.to_string());
                 return Ok(());
             }
         };
@@ -147,13 +149,13 @@ impl Kubelet {
             volumes: &volumes,
         };
         for step in &actions.steps {
-            self.carry_out(pod, &spec, step, &target, waiting).await;
+            self.carry_out(pod, spec, step, &target, waiting).await;
         }
         if let Some(later) = &actions.initializing {
             for name in later {
                 waiting.insert(name.clone(), pod_actions::pod_initializing());
             }
-            mark_app_containers(&spec, waiting);
+            mark_app_containers(spec, waiting);
         }
         Ok(())
     }
@@ -665,7 +667,7 @@ impl Kubelet {
         };
         // The pod as last known (with its status), for the preStop hooks.
         let pod = self.pod_state(uid).map(|s| {
-            let mut pod = s.pod;
+            let mut pod = Arc::unwrap_or_clone(s.pod);
             pod.status = Some(s.status);
             pod
         });
@@ -734,7 +736,7 @@ impl Kubelet {
         crate::metrics::observe_pod_status(pod, &state.status, &status);
         // The probe workers look at the instances this status shows.
         self.probes.set_status(uid, &status);
-        self.status_sink.set_pod_status(pod, &status);
+        self.status_sink.set_pod_status(&state.pod, &status);
         self.update_state(uid, |s| {
             s.status = status;
             s.waiting = waiting;

@@ -2,6 +2,7 @@
 //! a pod as read back through CRI.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub use k8s_openapi::api::core::v1::Pod;
 
@@ -23,10 +24,23 @@ pub enum PodOp {
 pub struct PodUpdate {
     /// What happened.
     pub op: PodOp,
-    /// The pods it happened to (for Reconcile: all of the source's pods).
-    pub pods: Vec<Pod>,
+    /// The pods it happened to (for Reconcile: all of the source's pods), shared: the merge,
+    /// the kubelet's state, its status and volume managers and the pod workers hold the same
+    /// copy (a pod is kilobytes; a copy per holder was a quarter of the heap at 100 pods).
+    pub pods: Vec<Arc<Pod>>,
     /// `file`, `http` or `api`, as the Go kubelet's `kubernetes.io/config.source` annotation.
     pub source: String,
+}
+
+impl PodUpdate {
+    /// An update of `source` for freshly made pods.
+    pub fn new(op: PodOp, pods: Vec<Pod>, source: &str) -> Self {
+        Self {
+            op,
+            pods: pods.into_iter().map(Arc::new).collect(),
+            source: source.into(),
+        }
+    }
 }
 
 /// Labels and annotations the Go kubelet puts on sandboxes and containers; CRI runtimes,

@@ -21,7 +21,7 @@ impl NodeView for Kubelet {
         Kubelet::pods(self)
             .into_iter()
             .map(|s| {
-                let mut pod = s.pod;
+                let mut pod = std::sync::Arc::unwrap_or_clone(s.pod);
                 pod.status = Some(s.status);
                 pod
             })

@@ -254,7 +254,7 @@ async fn measure(
     if let Some(api) = server {
         let before = api.request_counts();
         let total_before = api.request_count();
-        tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
+        steady_window(args.steady_secs, kubelet_pid, last_burst).await;
         let total = api.request_count() - total_before;
         let per_min = total as f64 * 60.0 / args.steady_secs as f64;
         println!("api_requests_per_min_steady_{last_burst}_pods {per_min:.1}");
@@ -267,7 +267,7 @@ async fn measure(
     } else if let Some(audit) = &args.audit_log {
         let user = format!("system:node:{}", args.node);
         let before = count_audit(audit, &user)?;
-        tokio::time::sleep(Duration::from_secs(args.steady_secs)).await;
+        steady_window(args.steady_secs, kubelet_pid, last_burst).await;
         let after = count_audit(audit, &user)?;
         let total: u64 = after.values().sum::<u64>() - before.values().sum::<u64>();
         let per_min = total as f64 * 60.0 / args.steady_secs as f64;
@@ -570,6 +570,29 @@ fn report(n: usize, samples: &mut [f64], all: Option<f64>) {
         "{n:>6} {:>10.0} {:>10.0} {all:>12}",
         percentile(samples, 50.0),
         percentile(samples, 99.0)
+    );
+}
+
+/// Waits out the steady-state window, sampling the kubelet's RSS every second: the heap
+/// breathes with periodic work (status and volume passes), so one sample can miss a peak.
+async fn steady_window(secs: u64, kubelet_pid: Option<u32>, pods: usize) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    let mut samples = Vec::new();
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_secs(1).min(end - Instant::now())).await;
+        if let Some(rss) = kubelet_pid.and_then(|pid| rss_kib(pid).ok()) {
+            samples.push(rss as f64);
+        }
+    }
+    if samples.is_empty() {
+        return;
+    }
+    samples.sort_by(f64::total_cmp);
+    println!(
+        "rss_kib_steady_{pods}_pods p50 {:.0} max {:.0} ({} samples)",
+        percentile(&samples, 50.0),
+        samples.last().copied().unwrap_or(0.0),
+        samples.len()
     );
 }
 

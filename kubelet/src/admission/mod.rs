@@ -106,8 +106,16 @@ fn terminal(pod: &Pod) -> bool {
 
 /// Admits `pod` onto `node`, where `admitted` are the pods already admitted (terminal ones
 /// are left out here too); see the module doc.
-pub fn admit(pod: &Pod, node: &NodeInfo, admitted: &[Pod]) -> Result<Admitted, Rejection> {
-    let others: Vec<&Pod> = admitted.iter().filter(|p| !terminal(p)).collect();
+pub fn admit<P: std::borrow::Borrow<Pod>>(
+    pod: &Pod,
+    node: &NodeInfo,
+    admitted: &[P],
+) -> Result<Admitted, Rejection> {
+    let others: Vec<&Pod> = admitted
+        .iter()
+        .map(P::borrow)
+        .filter(|p| !terminal(p))
+        .collect();
     let alloc = resources::allocatable(&node.allocatable);
     let mut failures: Vec<Failure> = resources::fits(pod, &alloc, &others)
         .into_iter()

@@ -375,7 +375,7 @@ fn admission_as_go_s() {
 fn critical_shortfall_is_reported() {
     let mut p = pod("api", &[("cpu", "4")]);
     p.spec.as_mut().unwrap().priority = Some(2_000_001_000);
-    let a = admit(&p, &node(), &[]).unwrap();
+    let a = admit(&p, &node(), &[] as &[Pod]).unwrap();
     assert_eq!(a.shortfall.len(), 1);
     assert_eq!(a.shortfall[0].resource, "cpu");
 }

@@ -268,14 +268,13 @@ impl EvictionManager {
         terminator: &dyn PodTerminator,
     ) -> Option<String> {
         let reclaim = self.observe(summary, now)?;
-        self.reclaim(
-            reclaim,
-            summary,
-            active_pods,
-            dedicated_image_fs,
-            terminator,
-        )
-        .await
+        let active: Vec<_> = active_pods
+            .iter()
+            .cloned()
+            .map(std::sync::Arc::new)
+            .collect();
+        self.reclaim(reclaim, summary, &active, dedicated_image_fs, terminator)
+            .await
     }
 
     /// The first half of a pass: observes the node-level signals of `summary` (its pods are
@@ -300,7 +299,7 @@ impl EvictionManager {
         &self,
         reclaim: Reclaim,
         summary: &Summary,
-        active_pods: &[Pod],
+        active_pods: &[std::sync::Arc<Pod>],
         dedicated_image_fs: bool,
         terminator: &dyn PodTerminator,
     ) -> Option<String> {
@@ -335,7 +334,7 @@ impl EvictionManager {
                 .copied()
         };
         let by = rank::rank_by(threshold.signal, dedicated_image_fs);
-        let mut ranked: Vec<&Pod> = active_pods.iter().collect();
+        let mut ranked: Vec<&Pod> = active_pods.iter().map(|p| &**p).collect();
         rank::rank(&mut ranked, by, &stats);
         let names: Vec<String> = ranked.iter().map(|p| crate::types::pod_name(p)).collect();
         tracing::info!(pods = ?names, "Eviction manager: pods ranked for eviction");

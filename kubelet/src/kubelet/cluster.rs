@@ -160,7 +160,7 @@ impl Kubelet {
     /// The Go kubelet's `canAdmitPod` for a pod seen for the first time, against the pods
     /// admitted before it that have not finished.
     pub(crate) fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
-        let admitted: Vec<Pod> = self
+        let admitted: Vec<Arc<Pod>> = self
             .pods
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -193,7 +193,7 @@ impl Kubelet {
                 !s.terminating && !s.rejected && crate::podspec::resources::is_static_pod(&s.pod)
             })
             .collect();
-        let pods: Vec<Pod> = statics.iter().map(|s| s.pod.clone()).collect();
+        let pods: Vec<Arc<Pod>> = statics.iter().map(|s| s.pod.clone()).collect();
         cluster
             .mirrors
             .sync(&cluster.api, &pods, &cluster.mirror_table.all())

@@ -52,7 +52,7 @@ impl Kubelet {
         let Some(reclaim) = self.eviction.observe(&node, Instant::now()) else {
             return;
         };
-        let active: Vec<Pod> = states
+        let active: Vec<Arc<Pod>> = states
             .into_iter()
             .filter(|s| !s.terminating && self.eviction.evicted(&uid_of(&s.pod)).is_none())
             .filter(|s| {

@@ -37,8 +37,8 @@ const SYNC_BACKOFF: Duration = Duration::from_secs(10);
 /// What the kubelet knows of one desired pod.
 #[derive(Clone, Debug, Default)]
 pub struct PodState {
-    /// The pod as its source gave it.
-    pub pod: Pod,
+    /// The pod as its source gave it (shared with the merge, the workers and the managers).
+    pub pod: Arc<Pod>,
     /// The status from the last sync.
     pub status: PodStatus,
     /// Why containers are not running, per container name, from the last sync.
@@ -319,7 +319,7 @@ impl Kubelet {
                     if let Some(state) = self.pod_state(&event.uid)
                         && state.syncable()
                     {
-                        workers.update(&event.uid, Work::Sync(Arc::new(state.pod)));
+                        workers.update(&event.uid, Work::Sync(state.pod));
                     }
                 }
                 Some(uid) = volumes_ready.recv() => {
@@ -327,7 +327,7 @@ impl Kubelet {
                     if let Some(state) = self.pod_state(&uid)
                         && state.syncable()
                     {
-                        workers.update(&uid, Work::Sync(Arc::new(state.pod)));
+                        workers.update(&uid, Work::Sync(state.pod));
                     }
                 }
                 Some(update) = probe_updates.recv() => {
@@ -336,14 +336,14 @@ impl Kubelet {
                         && let Some(state) = self.pod_state(&update.pod_uid)
                         && state.syncable()
                     {
-                        workers.update(&update.pod_uid, Work::Sync(Arc::new(state.pod)));
+                        workers.update(&update.pod_uid, Work::Sync(state.pod));
                     }
                 }
                 _ = resync.tick() => {
                     for state in self.pods() {
                         if state.syncable() {
                             let uid = uid_of(&state.pod);
-                            workers.update(&uid, Work::Sync(Arc::new(state.pod)));
+                            workers.update(&uid, Work::Sync(state.pod));
                         }
                     }
                 }
@@ -422,7 +422,7 @@ impl Kubelet {
                     // resync cover it (else N manifests written one by one cost N² syncs).
                     if change.op != PodOp::Reconcile || !known {
                         crate::metrics::note_pod_update(&uid, known);
-                        workers.update(&uid, Work::Sync(Arc::new(pod)));
+                        workers.update(&uid, Work::Sync(pod));
                     }
                 }
                 PodOp::Remove => {
@@ -442,7 +442,7 @@ impl Kubelet {
                     }
                     self.update_state(&uid, |s| s.terminating = true);
                     tracing::info!(pod = %pod_name(&pod), grace, "pod removed from its source; stopping it");
-                    workers.update(&uid, Work::Kill(Arc::new(pod), grace));
+                    workers.update(&uid, Work::Kill(pod, grace));
                 }
             }
         }
@@ -462,12 +462,13 @@ impl Kubelet {
             &rejection.reason,
             &rejection.message,
         );
-        self.status_sink.set_pod_status(pod, &status);
+        let pod = Arc::new(pod.clone());
+        self.status_sink.set_pod_status(&pod, &status);
         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
         pods.insert(
             uid.to_string(),
             PodState {
-                pod: pod.clone(),
+                pod,
                 status,
                 rejected: true,
                 ..Default::default()
@@ -479,8 +480,12 @@ impl Kubelet {
     /// A pod the API is deleting (`deletionTimestamp` set): killed once, with its
     /// `deletionGracePeriodSeconds` (preStop hooks included); a shorter grace given later
     /// does not restart the kill. Its state stays until the API object is gone.
-    fn begin_graceful_deletion<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, uid: &str, pod: Pod)
-    where
+    fn begin_graceful_deletion<F, Fut>(
+        &self,
+        workers: &Arc<PodWorkers<F>>,
+        uid: &str,
+        pod: Arc<Pod>,
+    ) where
         F: Fn(String, Work) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = RetryAfter> + Send + 'static,
     {
@@ -496,7 +501,7 @@ impl Kubelet {
         };
         if first {
             tracing::info!(pod = %pod_name(&pod), grace, "pod deleted in the API; stopping it");
-            workers.update(uid, Work::Kill(Arc::new(pod), grace));
+            workers.update(uid, Work::Kill(pod, grace));
         }
     }
 

@@ -2,6 +2,7 @@
 //! them once a pod's containers are gone (Go's rule: volumes outlive the containers using
 //! them, never the other way round).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Kubelet;
@@ -15,7 +16,7 @@ const UNMOUNT_WAIT: Duration = Duration::from_secs(10);
 impl Kubelet {
     /// Wants the volumes of an admitted pod, unless eviction stopped it (its volumes stay
     /// released until its source removes it).
-    pub(crate) fn want_volumes(&self, uid: &str, pod: &Pod) {
+    pub(crate) fn want_volumes(&self, uid: &str, pod: &Arc<Pod>) {
         if self.eviction.evicted(uid).is_none() {
             self.volumes.add_pod(pod);
         }

@@ -199,14 +199,13 @@ impl Manager {
 
     /// Starts the workers the pod's probes need and does not have yet (Go's `AddPod`;
     /// calling it on every sync is cheap); new workers record their events to `events`.
-    pub fn add_pod(self: &Arc<Self>, pod: &Pod, events: &Arc<dyn EventRecorder>) {
+    pub fn add_pod(self: &Arc<Self>, pod: &Arc<Pod>, events: &Arc<dyn EventRecorder>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if uid.is_empty() {
             return;
         }
         let never_restarts =
             pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
-        let mut shared: Option<Arc<Pod>> = None;
         let mut workers = lock(&self.workers);
         for c in probed_containers(pod) {
             // The container's probe workers share one copy of it: a `Container` is 2 KiB
@@ -227,7 +226,7 @@ impl Manager {
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
                 let (stop, stop_rx) = watch::channel(false);
                 workers.insert(key.clone(), WorkerHandle { id, stop });
-                let pod = shared.get_or_insert_with(|| Arc::new(pod.clone())).clone();
+                let pod = pod.clone();
                 let timings = worker::Timings::of(probe);
                 let worker = worker::Worker {
                     manager: self.clone(),

@@ -102,7 +102,7 @@ async fn readiness_follows_the_probe_and_updates_are_sent() {
         readiness_probe: Some(probe()),
         ..Default::default()
     };
-    let p = pod(vec![c], vec![]);
+    let p = Arc::new(pod(vec![c], vec![]));
     manager.add_pod(&p, &log_events());
     manager.add_pod(&p, &log_events());
     assert_eq!(manager.worker_count(), 1);
@@ -160,7 +160,7 @@ async fn a_liveness_failure_is_sent_once_and_probing_holds() {
     };
     let events = Arc::new(crate::events::MemoryRecorder::default());
     let recorder: Arc<dyn crate::events::EventRecorder> = events.clone();
-    manager.add_pod(&pod(vec![c], vec![]), &recorder);
+    manager.add_pod(&Arc::new(pod(vec![c], vec![])), &recorder);
     manager.set_status("uid-1", &status(vec![running("c", "a", true)]));
     until("liveness failure", || {
         manager.result(ProbeKind::Liveness, "a") == Some(ProbeResult::Failure)
@@ -214,7 +214,7 @@ async fn started_waits_for_the_startup_probe() {
         startup_probe: Some(probe()),
         ..Default::default()
     };
-    manager.add_pod(&pod(vec![c], vec![]), &log_events());
+    manager.add_pod(&Arc::new(pod(vec![c], vec![])), &log_events());
     assert_eq!(manager.health("uid-1", "c", "a", true), (false, false));
     manager.set_status("uid-1", &status(vec![running("c", "a", false)]));
     until("started", || {
@@ -240,7 +240,10 @@ async fn workers_go_to_app_containers_and_sidecars_only() {
         name: "plain".into(),
         ..Default::default()
     };
-    let p = pod(vec![probed("app"), plain], vec![probed("init"), sidecar]);
+    let p = Arc::new(pod(
+        vec![probed("app"), plain],
+        vec![probed("init"), sidecar],
+    ));
     manager.add_pod(&p, &log_events());
     assert_eq!(manager.worker_count(), 4);
     assert!(manager.has_worker("uid-1", "side", ProbeKind::Liveness));
@@ -252,9 +255,9 @@ async fn workers_go_to_app_containers_and_sidecars_only() {
     manager.remove_pod("uid-1");
     assert_eq!(manager.worker_count(), 0);
     // No UID, no workers.
-    let mut anonymous = p.clone();
+    let mut anonymous = Arc::unwrap_or_clone(p);
     anonymous.metadata.uid = None;
-    manager.add_pod(&anonymous, &log_events());
+    manager.add_pod(&Arc::new(anonymous), &log_events());
     assert_eq!(manager.worker_count(), 0);
 }
 

@@ -142,11 +142,7 @@ fn update(op: PodOp, mut pods: Vec<Pod>) -> PodUpdate {
             .get_or_insert_with(Default::default)
             .insert(labels::CONFIG_SOURCE.into(), API_SOURCE.into());
     }
-    PodUpdate {
-        op,
-        pods,
-        source: API_SOURCE.into(),
-    }
+    PodUpdate::new(op, pods, API_SOURCE)
 }
 
 /// The watcher's settings: this node's pods, with bookmarks.
@@ -221,7 +217,7 @@ mod tests {
     }
 
     fn uids(u: &PodUpdate) -> Vec<String> {
-        u.pods.iter().map(uid_of).collect()
+        u.pods.iter().map(|p| uid_of(p)).collect()
     }
 
     #[test]

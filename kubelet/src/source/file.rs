@@ -120,11 +120,7 @@ impl FileSource {
                 continue;
             }
             tracing::debug!(pods = pods.len(), "manifest set changed");
-            let update = PodUpdate {
-                op: PodOp::Reconcile,
-                pods,
-                source: FILE_SOURCE.into(),
-            };
+            let update = PodUpdate::new(PodOp::Reconcile, pods, FILE_SOURCE);
             if self.tx.send(update).await.is_err() {
                 return;
             }

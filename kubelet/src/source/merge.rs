@@ -4,6 +4,7 @@
 //! incremental Add/Update/Remove from a source apply as such.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::types::{Pod, PodOp, PodUpdate, labels};
 
@@ -17,8 +18,8 @@ const LOCAL_ANNOTATIONS: &[&str] = &[
 /// Merges per-source updates into one stream of Add/Update/Remove/Reconcile.
 #[derive(Debug, Default)]
 pub struct PodConfig {
-    /// source → UID → pod.
-    sources: BTreeMap<String, BTreeMap<String, Pod>>,
+    /// source → UID → pod (the copy the kubelet's state shares).
+    sources: BTreeMap<String, BTreeMap<String, Arc<Pod>>>,
     /// Sources that have sent a full set.
     seen: BTreeSet<String>,
 }
@@ -26,10 +27,10 @@ pub struct PodConfig {
 /// What one update did, gathered per kind.
 #[derive(Default)]
 struct Changes {
-    add: Vec<Pod>,
-    update: Vec<Pod>,
-    remove: Vec<Pod>,
-    reconcile: Vec<Pod>,
+    add: Vec<Arc<Pod>>,
+    update: Vec<Arc<Pod>>,
+    remove: Vec<Arc<Pod>>,
+    reconcile: Vec<Arc<Pod>>,
 }
 
 impl PodConfig {
@@ -98,7 +99,7 @@ impl PodConfig {
     pub fn pods(&self) -> Vec<Pod> {
         self.sources
             .values()
-            .flat_map(|pods| pods.values().cloned())
+            .flat_map(|pods| pods.values().map(|p| Pod::clone(p)))
             .collect()
     }
 
@@ -120,7 +121,7 @@ fn uid_of(pod: &Pod) -> String {
 
 /// The pods that can be tracked: with a UID, first of their namespace/name in this update;
 /// each annotated with its source.
-fn usable(source: &str, pods: Vec<Pod>) -> Vec<Pod> {
+fn usable(source: &str, pods: Vec<Arc<Pod>>) -> Vec<Arc<Pod>> {
     let mut names = BTreeSet::new();
     let mut uids = BTreeSet::new();
     let mut out = Vec::new();
@@ -135,7 +136,9 @@ fn usable(source: &str, pods: Vec<Pod>) -> Vec<Pod> {
             tracing::warn!(source, pod = %name, "duplicate pod in one update; ignored");
             continue;
         }
-        pod.metadata
+        // A source's pods are its own (one reference): no copy is made here.
+        Arc::make_mut(&mut pod)
+            .metadata
             .annotations
             .get_or_insert_with(Default::default)
             .insert(labels::CONFIG_SOURCE.into(), source.into());
@@ -145,8 +148,8 @@ fn usable(source: &str, pods: Vec<Pod>) -> Vec<Pod> {
 }
 
 /// A pod seen for the first time: stamped with when, unless its source already did.
-fn added(mut pod: Pod, changes: &mut Changes) -> Pod {
-    let annotations = pod
+fn added(mut pod: Arc<Pod>, changes: &mut Changes) -> Arc<Pod> {
+    let annotations = Arc::make_mut(&mut pod)
         .metadata
         .annotations
         .get_or_insert_with(Default::default);
@@ -162,7 +165,7 @@ fn added(mut pod: Pod, changes: &mut Changes) -> Pod {
 
 /// A pod already known: Update if it changed (keeping when it was first seen), else the
 /// known pod with the new status, as a Reconcile when the source re-listed it.
-fn merge(existing: Pod, mut new: Pod, changes: &mut Changes, relisted: bool) -> Pod {
+fn merge(existing: Arc<Pod>, mut new: Arc<Pod>, changes: &mut Changes, relisted: bool) -> Arc<Pod> {
     if differs(&existing, &new) {
         if let Some(seen) = existing
             .metadata
@@ -170,7 +173,8 @@ fn merge(existing: Pod, mut new: Pod, changes: &mut Changes, relisted: bool) -> 
             .as_ref()
             .and_then(|a| a.get(labels::CONFIG_SEEN))
         {
-            new.metadata
+            Arc::make_mut(&mut new)
+                .metadata
                 .annotations
                 .get_or_insert_with(Default::default)
                 .insert(labels::CONFIG_SEEN.into(), seen.clone());
@@ -180,10 +184,15 @@ fn merge(existing: Pod, mut new: Pod, changes: &mut Changes, relisted: bool) -> 
     }
     let status_changed = existing.status != new.status;
     let mut kept = existing;
-    kept.status = new.status;
     // The newer object's version goes with its status: whoever compares copies by
-    // resourceVersion (the status manager) must not take this one for the older.
-    kept.metadata.resource_version = new.metadata.resource_version;
+    // resourceVersion (the status manager) must not take this one for the older. The known
+    // copy is shared, so it is copied only when either differs.
+    if status_changed || kept.metadata.resource_version != new.metadata.resource_version {
+        let new = Arc::unwrap_or_clone(new);
+        let k = Arc::make_mut(&mut kept);
+        k.status = new.status;
+        k.metadata.resource_version = new.metadata.resource_version;
+    }
     if relisted || status_changed {
         changes.reconcile.push(kept.clone());
     }
@@ -233,18 +242,14 @@ mod tests {
     }
 
     fn set(source: &str, pods: Vec<Pod>) -> PodUpdate {
-        PodUpdate {
-            op: PodOp::Reconcile,
-            pods,
-            source: source.into(),
-        }
+        PodUpdate::new(PodOp::Reconcile, pods, source)
     }
 
     /// (op, sorted UIDs) per emitted update.
     fn summary(out: &[PodUpdate]) -> Vec<(PodOp, Vec<String>)> {
         out.iter()
             .map(|u| {
-                let mut uids: Vec<String> = u.pods.iter().map(uid_of).collect();
+                let mut uids: Vec<String> = u.pods.iter().map(|p| uid_of(p)).collect();
                 uids.sort();
                 (u.op, uids)
             })
@@ -338,11 +343,7 @@ mod tests {
     #[test]
     fn incremental_ops_and_status() {
         let mut c = PodConfig::new();
-        let add = |pods| PodUpdate {
-            op: PodOp::Add,
-            pods,
-            source: "api".into(),
-        };
+        let add = |pods| PodUpdate::new(PodOp::Add, pods, "api");
         assert_eq!(
             summary(&c.apply(add(vec![pod("a", "1", "x:1")]))),
             [(PodOp::Add, s(&["1"]))]
@@ -355,26 +356,18 @@ mod tests {
             phase: Some("Running".into()),
             ..Default::default()
         });
-        let out = c.apply(PodUpdate {
-            op: PodOp::Update,
-            pods: vec![with_status],
-            source: "api".into(),
-        });
+        let out = c.apply(PodUpdate::new(PodOp::Update, vec![with_status], "api"));
         assert_eq!(summary(&out), [(PodOp::Reconcile, s(&["1"]))]);
         // A label change is an update.
         let mut labelled = pod("a", "1", "x:1");
         labelled.metadata.labels = Some([("k".to_string(), "v".to_string())].into());
-        let out = c.apply(PodUpdate {
-            op: PodOp::Update,
-            pods: vec![labelled],
-            source: "api".into(),
-        });
+        let out = c.apply(PodUpdate::new(PodOp::Update, vec![labelled], "api"));
         assert_eq!(summary(&out), [(PodOp::Update, s(&["1"]))]);
-        let out = c.apply(PodUpdate {
-            op: PodOp::Remove,
-            pods: vec![pod("a", "1", "x:1"), pod("z", "9", "x")],
-            source: "api".into(),
-        });
+        let out = c.apply(PodUpdate::new(
+            PodOp::Remove,
+            vec![pod("a", "1", "x:1"), pod("z", "9", "x")],
+            "api",
+        ));
         assert_eq!(summary(&out), [(PodOp::Remove, s(&["1"]))]);
     }
 
@@ -427,11 +420,7 @@ mod tests {
         for (what, new, want) in cases {
             let mut c = PodConfig::new();
             c.apply(set("api", vec![base()]));
-            let out = c.apply(PodUpdate {
-                op: PodOp::Update,
-                pods: vec![new],
-                source: "api".into(),
-            });
+            let out = c.apply(PodUpdate::new(PodOp::Update, vec![new], "api"));
             assert_eq!(out.iter().map(|u| u.op).next(), want, "{what}");
         }
         // A shorter grace period on a pod already being deleted is an update too.
@@ -439,11 +428,7 @@ mod tests {
         c.apply(set("api", vec![deleting()]));
         let mut shorter = deleting();
         shorter.metadata.deletion_grace_period_seconds = Some(0);
-        let out = c.apply(PodUpdate {
-            op: PodOp::Update,
-            pods: vec![shorter],
-            source: "api".into(),
-        });
+        let out = c.apply(PodUpdate::new(PodOp::Update, vec![shorter], "api"));
         assert_eq!(summary(&out), [(PodOp::Update, s(&["1"]))]);
         assert_eq!(
             out[0].pods[0].metadata.deletion_grace_period_seconds,

@@ -140,11 +140,7 @@ impl UrlSource {
             if last_sent.as_ref() == Some(&stripped) {
                 continue;
             }
-            let update = PodUpdate {
-                op: PodOp::Reconcile,
-                pods,
-                source: HTTP_SOURCE.into(),
-            };
+            let update = PodUpdate::new(PodOp::Reconcile, pods, HTTP_SOURCE);
             if self.tx.send(update).await.is_err() {
                 return;
             }

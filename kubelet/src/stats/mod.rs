@@ -197,7 +197,7 @@ pub struct SummaryInput {
     /// The runtime's pods (from the PLEG's cache).
     pub runtime_pods: Vec<RuntimePod>,
     /// The desired pods: volumes and cgroups come from their specs.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<std::sync::Arc<Pod>>,
 }
 
 /// What the runtime said, gathered before the blocking part.
@@ -337,7 +337,7 @@ impl StatsProvider {
         let specs: HashMap<&str, &Pod> = input
             .pods
             .iter()
-            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, &**p)))
             .collect();
         let mut pods: Vec<_> = input
             .runtime_pods

@@ -677,7 +677,7 @@ async fn the_summary_covers_node_runtime_and_pods() {
     pod.containers.retain(|c| c.id == "c1");
     let input = SummaryInput {
         runtime_pods: vec![pod],
-        pods: vec![spec()],
+        pods: vec![spec().into()],
     };
     let summary = p.summary(input.clone(), Scope::Full).await.unwrap();
     let node = &summary.node;

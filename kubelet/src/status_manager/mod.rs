@@ -32,7 +32,8 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// One pod's status as the manager holds it.
 #[derive(Clone, Debug)]
 struct Entry {
-    pod: Pod,
+    /// The pod, shared with the kubelet's state.
+    pod: Arc<Pod>,
     status: PodStatus,
     /// The status last written (or found already in the API).
     sent: Option<PodStatus>,
@@ -103,7 +104,7 @@ impl StatusManager {
 
     /// Takes `status` as pod `pod`'s newest (see [`rules::follow`]; refused, with a log line,
     /// if a terminated container would run again) and wakes the writer.
-    pub fn set_pod_status(&self, pod: &Pod, status: PodStatus) {
+    pub fn set_pod_status(&self, pod: &Arc<Pod>, status: PodStatus) {
         let uid = uid_of(pod);
         let mut entries = self.entries();
         let old = entries
@@ -147,7 +148,7 @@ impl StatusManager {
 
     /// Pod `pod` has stopped and its volumes are cleaned up: once its API object is being
     /// deleted, its final status is written and the object deleted (Go's `canBeDeleted`).
-    pub fn terminated(&self, pod: &Pod) {
+    pub fn terminated(&self, pod: &Arc<Pod>) {
         if let Some(e) = self.entries().get_mut(&uid_of(pod)) {
             e.pod = pod.clone();
             e.terminated = true;
@@ -322,16 +323,16 @@ async fn sleep_until(at: Option<Instant>) {
 mod tests;
 
 impl crate::status::sink::StatusSink for StatusManager {
-    fn set_pod_status(&self, pod: &Pod, status: &PodStatus) {
+    fn set_pod_status(&self, pod: &Arc<Pod>, status: &PodStatus) {
         StatusManager::set_pod_status(self, pod, status.clone());
     }
 
-    fn pod_terminated(&self, pod: &Pod, status: &PodStatus) {
+    fn pod_terminated(&self, pod: &Arc<Pod>, status: &PodStatus) {
         StatusManager::set_pod_status(self, pod, status.clone());
         self.terminated(pod);
     }
 
-    fn pod_seen(&self, pod: &Pod) {
+    fn pod_seen(&self, pod: &Arc<Pod>) {
         if let Some(e) = self.entries().get_mut(&uid_of(pod)) {
             e.seen = pod.status.clone();
             e.agreed = false;

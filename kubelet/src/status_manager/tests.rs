@@ -8,6 +8,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::rules::*;
+use std::sync::Arc;
+
 use crate::types::Pod;
 
 fn t(s: &str) -> Time {
@@ -216,12 +218,12 @@ fn running() -> PodStatus {
 async fn an_older_copy_from_a_sync_does_not_make_the_pod_drift() {
     use crate::status::sink::StatusSink;
     let m = manager();
-    m.set_pod_status(&api_pod("5", phase("Pending")), running());
+    m.set_pod_status(&Arc::new(api_pod("5", phase("Pending"))), running());
     let written = m.entries()["u1"].status.clone();
     // The watch shows our write (as a re-list may, under the version the kubelet first saw);
     // then a sync hands in the copy it started with.
-    m.pod_seen(&api_pod("5", written.clone()));
-    m.set_pod_status(&api_pod("5", phase("Pending")), running());
+    m.pod_seen(&Arc::new(api_pod("5", written.clone())));
+    m.set_pod_status(&Arc::new(api_pod("5", phase("Pending"))), running());
     m.entries().get_mut("u1").unwrap().sent = Some(written);
     m.mark_drifted();
     assert!(
@@ -229,7 +231,7 @@ async fn an_older_copy_from_a_sync_does_not_make_the_pod_drift() {
         "no re-check when the API has our status"
     );
     // Someone else changed a field the kubelet owns: re-checked.
-    m.pod_seen(&api_pod("7", phase("Running")));
+    m.pod_seen(&Arc::new(api_pod("7", phase("Running"))));
     m.mark_drifted();
     assert!(m.entries()["u1"].recheck);
 }

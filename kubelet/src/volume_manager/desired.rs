@@ -117,7 +117,7 @@ impl DesiredState {
     /// uses go, and remountable volumes get a new generation when their spec or the pod's
     /// labels, annotations or containers (downward API) changed. Whether anything changed
     /// for the reconciler.
-    pub fn add_pod(&mut self, uid: &str, pod: &Pod) -> bool {
+    pub fn add_pod(&mut self, uid: &str, pod: &Arc<Pod>) -> bool {
         let used = used_volume_names(pod);
         let specs: Vec<&Volume> = pod
             .spec
@@ -161,9 +161,13 @@ impl DesiredState {
         if let Some(o) = &old {
             changed |= o.volumes.keys().any(|n| !volumes.contains_key(n));
         }
-        let pod = Arc::new(pod.clone());
-        self.pods
-            .insert(uid.to_string(), DesiredPod { pod, volumes });
+        self.pods.insert(
+            uid.to_string(),
+            DesiredPod {
+                pod: pod.clone(),
+                volumes,
+            },
+        );
         changed
     }
 
@@ -281,7 +285,7 @@ spec:
     #[test]
     fn only_used_volumes_are_wanted_with_their_references() {
         let mut dsw = DesiredState::default();
-        assert!(dsw.add_pod("u1", &pod(POD)));
+        assert!(dsw.add_pod("u1", &Arc::new(pod(POD))));
         let p = dsw.pod("u1").unwrap();
         let names: Vec<&str> = p.volumes.keys().map(String::as_str).collect();
         assert_eq!(names, ["cm", "scratch", "sec"]);
@@ -296,12 +300,12 @@ spec:
     #[test]
     fn the_same_pod_again_changes_nothing_new_labels_remount() {
         let mut dsw = DesiredState::default();
-        dsw.add_pod("u1", &pod(POD));
+        dsw.add_pod("u1", &Arc::new(pod(POD)));
         let before = generations(&dsw, "u1");
-        assert!(!dsw.add_pod("u1", &pod(POD)));
+        assert!(!dsw.add_pod("u1", &Arc::new(pod(POD))));
         assert_eq!(generations(&dsw, "u1"), before);
 
-        assert!(dsw.add_pod("u1", &pod(&POD.replace("{a: b}", "{a: c}"))));
+        assert!(dsw.add_pod("u1", &Arc::new(pod(&POD.replace("{a: b}", "{a: c}")))));
         let after = generations(&dsw, "u1");
         assert_eq!(after["scratch"], before["scratch"]);
         assert!(after["cm"] > before["cm"] && after["sec"] > before["sec"]);
@@ -310,10 +314,12 @@ spec:
     #[test]
     fn remount_marks_and_object_changes_bump_the_right_volumes() {
         let mut dsw = DesiredState::default();
-        dsw.add_pod("u1", &pod(POD));
+        dsw.add_pod("u1", &Arc::new(pod(POD)));
         dsw.add_pod(
             "u2",
-            &pod(&POD.replace("uid: u1", "uid: u2").replace("ns,", "other,")),
+            &Arc::new(pod(&POD
+                .replace("uid: u1", "uid: u2")
+                .replace("ns,", "other,"))),
         );
         let mut bumped = dsw.mark_remount("u1");
         bumped.sort();
@@ -343,11 +349,11 @@ spec:
     #[test]
     fn a_pod_added_again_gets_newer_generations() {
         let mut dsw = DesiredState::default();
-        dsw.add_pod("u1", &pod(POD));
+        dsw.add_pod("u1", &Arc::new(pod(POD)));
         let before = generations(&dsw, "u1");
         assert!(dsw.remove_pod("u1"));
         assert!(!dsw.has_pod("u1"));
-        dsw.add_pod("u1", &pod(POD));
+        dsw.add_pod("u1", &Arc::new(pod(POD)));
         let after = generations(&dsw, "u1");
         assert!(after.iter().all(|(n, g)| *g > before[n]));
     }

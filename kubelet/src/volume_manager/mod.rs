@@ -150,7 +150,7 @@ impl VolumeManager {
 
     /// Wants the volumes of `pod` (added, or updated: new labels and annotations reach its
     /// downward API). The kubelet calls it for every admitted pod its sources give.
-    pub fn add_pod(&self, pod: &Pod) {
+    pub fn add_pod(&self, pod: &Arc<Pod>) {
         let uid = uid_of(pod);
         let changed = {
             let mut state = self.lock();
@@ -216,7 +216,7 @@ impl VolumeManager {
     /// downward API, and secrets or configMaps read without a watch, follow their sources),
     /// and retries its failed ones at once. Ends early with the failures once every missing volume has failed an attempt
     /// made during the wait.
-    pub async fn wait_for_attach_and_mount(&self, pod: &Pod) -> Result<PodVolumes, WaitError> {
+    pub async fn wait_for_attach_and_mount(&self, pod: &Arc<Pod>) -> Result<PodVolumes, WaitError> {
         let uid = uid_of(pod);
         let started = Instant::now();
         let mut progress = self.progress.subscribe();

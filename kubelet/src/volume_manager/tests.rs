@@ -157,7 +157,7 @@ fn manager(root: &Path) -> Setup {
 }
 
 /// A pod `uid` whose one container mounts each of `volumes` (YAML flow mappings).
-fn pod_with(uid: &str, volumes: &[&str]) -> Pod {
+fn pod_with(uid: &str, volumes: &[&str]) -> Arc<Pod> {
     let names: Vec<String> = volumes
         .iter()
         .map(|v| {
@@ -169,14 +169,14 @@ fn pod_with(uid: &str, volumes: &[&str]) -> Pod {
         .iter()
         .map(|n| format!("{{name: {n}, mountPath: /m/{n}}}"))
         .collect();
-    pod(&format!(
+    Arc::new(pod(&format!(
         "metadata: {{name: p-{uid}, namespace: ns, uid: {uid}}}
 spec:
   containers: [{{name: c, volumeMounts: [{}]}}]
   volumes: [{}]",
         mounts.join(", "),
         volumes.join(", ")
-    ))
+    )))
 }
 
 /// Polls `f` every 10 ms for up to 5 s.
@@ -236,10 +236,10 @@ async fn unused_volumes_are_not_set_up_and_a_pod_without_any_waits_for_nothing()
     let root = tempfile::tempdir().unwrap();
     let s = manager(root.path());
     // Not even spawned: nothing to wait for.
-    let p = pod("metadata: {name: p, namespace: ns, uid: u0}
+    let p = Arc::new(pod("metadata: {name: p, namespace: ns, uid: u0}
 spec:
   containers: [{name: c}]
-  volumes: [{name: unused, emptyDir: {}}]");
+  volumes: [{name: unused, emptyDir: {}}]"));
     let v = s.manager.wait_for_attach_and_mount(&p).await.unwrap();
     assert!(v.dirs.is_empty());
 }
@@ -413,7 +413,7 @@ async fn inputs_are_fetched_with_their_errors() {
     let objects = FakeObjects::default();
     objects.put_secret("ns", "db", "k", "v");
     let tokens = FakeTokens::default();
-    let p = pod("metadata: {name: p, namespace: ns, uid: u8}
+    let p = Arc::new(pod("metadata: {name: p, namespace: ns, uid: u8}
 spec:
   containers: [{name: c}]
   volumes:
@@ -423,7 +423,7 @@ spec:
       - secret: {name: db}
       - configMap: {name: missing}
       - serviceAccountToken: {path: token, audience: api}
-      - serviceAccountToken: {path: denied, audience: nobody}");
+      - serviceAccountToken: {path: denied, audience: nobody}"));
     let volume = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
     let refs = crate::volume::references(&p, volume);
     let inputs = fetch::fetch_inputs(&objects, &tokens, "ns", &refs).await;
