@@ -164,6 +164,8 @@ async fn run(config: Config) -> Result<(), AppError> {
         None => (Seams::default(), None),
     };
     let events = seams.events.clone();
+    let streaming = server::streaming::Streaming::new(Arc::new(cri.clone()));
+    let secure = secure.map(|s| s.with_streaming(streaming));
     let kubelet = Kubelet::new(config.clone(), node, cri, seams).await;
     tokio::spawn(crate::heap::release_free_pages());
     let (tx, rx) = mpsc::channel(64);

@@ -300,6 +300,48 @@ impl Cri {
         result
     }
 
+    /// ExecSync without a deadline of ours (`timeout` 0: the runtime's own default), as the Go
+    /// kubelet's RunInContainer for `/run`: the call ends with the command, or is dropped
+    /// with the request.
+    pub async fn run_in_container(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+    ) -> Result<cri::ExecSyncResponse, CriError> {
+        let req = cri::ExecSyncRequest {
+            container_id: id.to_string(),
+            cmd,
+            timeout: 0,
+        };
+        let mut client = self.runtime.clone();
+        let started = std::time::Instant::now();
+        let result = client
+            .exec_sync(req)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| CriError::Call {
+                method: "ExecSync",
+                status,
+            });
+        crate::metrics::runtime_operation("ExecSync", started, result.is_err());
+        result
+    }
+
+    /// Exec: the URL of the runtime's streaming server that runs the command.
+    pub async fn exec(&self, req: cri::ExecRequest) -> Result<String, CriError> {
+        call!(self, runtime, exec, "Exec", req).map(|r| r.url)
+    }
+
+    /// Attach: the URL of the runtime's streaming server that attaches to the container.
+    pub async fn attach(&self, req: cri::AttachRequest) -> Result<String, CriError> {
+        call!(self, runtime, attach, "Attach", req).map(|r| r.url)
+    }
+
+    /// PortForward: the URL of the runtime's streaming server that forwards to the sandbox.
+    pub async fn port_forward(&self, req: cri::PortForwardRequest) -> Result<String, CriError> {
+        call!(self, runtime, port_forward, "PortForward", req).map(|r| r.url)
+    }
+
     /// Whether the image is present; its id when it is.
     pub async fn image_id(&self, image: &str) -> Result<Option<String>, CriError> {
         let req = cri::ImageStatusRequest {

@@ -6,7 +6,8 @@
 //! - assembly: `config` (KubeletConfiguration + flags, assembling the managers' own config
 //!   types), `kubelet` (desired pods, the sync loop, housekeeping), `sync_pod` (SyncPod and
 //!   KillPod carrying out the actions), `view` (the kubelet as the servers see it), `server`
-//!   (read-only, healthz and secure HTTP APIs, `/stats/summary`, `/metrics`).
+//!   (read-only, healthz and secure HTTP APIs, `/stats/summary`, `/metrics`, the streaming
+//!   endpoints `/exec`, `/attach`, `/portForward`, `/run` proxied to the runtime).
 //! - managers: `pod_actions` (what one sync does, pure), `pod_workers` (one task per pod),
 //!   `images` (pull policies, back-off), `prober`, `lifecycle` (hooks), `gc`, `stats` (the
 //!   Summary API), `eviction`, `log_rotation`, `admission` (does a pod fit the node, pure),

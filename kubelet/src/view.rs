@@ -1,5 +1,5 @@
 //! What the HTTP API reads from the kubelet: desired pods with statuses, the runtime's pods,
-//! health, and where container logs are.
+//! health, where container logs are, and the pods the streaming endpoints reach.
 
 use std::path::PathBuf;
 
@@ -12,7 +12,7 @@ use crate::server::NodeView;
 use crate::server::stats::SummarySource;
 use crate::stats::StatsError;
 use crate::stats::types::Summary;
-use crate::types::Pod;
+use crate::types::{Pod, RuntimePod};
 
 use crate::pleg::RELIST_THRESHOLD;
 
@@ -66,6 +66,25 @@ impl NodeView for Kubelet {
             )),
             _ => Ok(()),
         }
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<std::sync::Arc<Pod>> {
+        self.find_pod(namespace, name)
+    }
+
+    fn runtime_pod(&self, namespace: &str, name: &str) -> Option<RuntimePod> {
+        // The desired pod's own first (its UID); another of that name (a pod replaced under
+        // the same name) only when that one is not there.
+        let uid = self
+            .find_pod(namespace, name)
+            .and_then(|p| p.metadata.uid.clone());
+        if let Some(pod) = uid.and_then(|uid| self.pleg.get(&uid)) {
+            return Some(pod);
+        }
+        self.pleg
+            .all()
+            .into_iter()
+            .find(|p| p.namespace == namespace && p.name == name)
     }
 
     fn container_log_path(

@@ -197,6 +197,19 @@ impl Kubelet {
             .collect()
     }
 
+    /// The desired pod `namespace/name`, without copying any state.
+    pub fn find_pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|s| {
+                s.pod.metadata.namespace.as_deref() == Some(namespace)
+                    && s.pod.metadata.name.as_deref() == Some(name)
+            })
+            .map(|s| s.pod.clone())
+    }
+
     /// One desired pod.
     pub fn pod_state(&self, uid: &str) -> Option<PodState> {
         self.pods

@@ -9,8 +9,10 @@
 //!   ([`metrics`]).
 //!
 //! [`crate::cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows. The
-//! secure API adds TLS ([`tls`], [`x509`]), authentication and authorization ([`auth`]) and
-//! `/configz` ([`configz`]).
+//! secure API adds TLS ([`tls`], [`x509`]), authentication and authorization ([`auth`]),
+//! `/configz` ([`configz`]) and the streaming endpoints ([`streaming`]: `/exec`, `/attach`,
+//! `/portForward`, `/run`; their queries in [`stream_options`], the connection to the
+//! runtime's streaming server through [`upgrade_proxy`]).
 
 pub mod auth;
 pub mod configz;
@@ -21,7 +23,10 @@ pub mod metrics;
 pub mod pods;
 pub mod secure;
 pub mod stats;
+pub mod stream_options;
+pub mod streaming;
 pub mod tls;
+pub mod upgrade_proxy;
 pub mod webhook;
 pub mod x509;
 
@@ -45,7 +50,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::types::Pod;
+use crate::types::{Pod, RuntimePod};
 
 /// What the server reads; the kubelet implements it.
 pub trait NodeView: Send + Sync + 'static {
@@ -64,6 +69,24 @@ pub trait NodeView: Send + Sync + 'static {
         container: &str,
         previous: bool,
     ) -> Option<PathBuf>;
+
+    /// The desired pod `namespace/name` (Go's `GetPodByName`). The default looks through
+    /// [`NodeView::pods`].
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pods()
+            .into_iter()
+            .find(|p| {
+                p.metadata.namespace.as_deref() == Some(namespace)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .map(Arc::new)
+    }
+
+    /// What the runtime runs of pod `namespace/name` (its sandboxes and containers, newest
+    /// first), as last seen; the streaming endpoints find containers and sandboxes in it.
+    fn runtime_pod(&self, _namespace: &str, _name: &str) -> Option<RuntimePod> {
+        None
+    }
 
     /// Whether the instance writing `log_path` still runs; following its log ends once it
     /// does not (and the file is drained). The default says so while `container_log_path`

@@ -6,7 +6,9 @@
 //! - `/configz`: the effective configuration ([`configz`](super::configz));
 //! - the [`ExtraRoutes`] other parts of the kubelet register (`/stats/…`, `/metrics…`); while
 //!   none is registered for `/stats/` or `/metrics`, those answer 501;
-//! - `/exec`, `/attach`, `/portForward`, `/run`, `/cri`: 501 until streaming lands.
+//! - `/exec`, `/attach`, `/portForward`, `/run`: the streaming endpoints
+//!   ([`streaming`](super::streaming)) once [`SecureServer::with_streaming`] gives them the
+//!   runtime; 501 without it.
 //!
 //! Unauthenticated requests get 401 `Unauthorized`, denied ones 403 with the Go kubelet's
 //! `Forbidden (user=…, verb=…, resource=nodes, subresource(s)=[…])`, and those whose
@@ -30,6 +32,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::auth::{self, Authenticator, AuthnError, Authorizer, Denied, Policy, PolicyError};
 use super::extra::is_subpath;
+use super::streaming::{self, Streaming};
 use super::tls::{self, ServingFiles, TlsError};
 use super::webhook::{KubeReviews, ReviewClient, TokenAuthenticator, WebhookAuthorizer};
 use super::{Body, ExtraRoutes, NodeView, Routes, api_request, common_route, json, text};
@@ -39,9 +42,6 @@ use crate::kube_client::ApiHandle;
 
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Paths of the streaming endpoints, answered 501 for now.
-const STREAMING: &[&str] = &["/exec", "/attach", "/portForward", "/run", "/cri"];
 
 /// Paths other parts of the kubelet serve through [`ExtraRoutes`]; 501 while unregistered.
 const PLUGGED: &[&str] = &["/stats/", "/metrics"];
@@ -87,6 +87,7 @@ pub struct SecureServer {
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
     files: ServingFiles,
+    streaming: Option<Arc<Streaming>>,
 }
 
 impl std::fmt::Debug for SecureServer {
@@ -164,7 +165,15 @@ impl SecureServer {
             acceptor: TlsAcceptor::from(server_config),
             shared: Arc::new(shared),
             files,
+            streaming: None,
         })
+    }
+
+    /// Serves the streaming endpoints (`/exec`, `/attach`, `/portForward`, `/run`) with
+    /// `streaming`; without it they answer 501.
+    pub fn with_streaming(mut self, streaming: Streaming) -> Self {
+        self.streaming = Some(Arc::new(streaming));
+        self
     }
 
     /// The bound address.
@@ -198,8 +207,7 @@ impl SecureServer {
                             remote,
                             self.acceptor.clone(),
                             self.shared.clone(),
-                            view.clone(),
-                            extra.clone(),
+                            Handlers { view: view.clone(), extra: extra.clone(), streaming: self.streaming.clone() },
                         ));
                     }
                     Err(e) => {
@@ -298,14 +306,21 @@ fn setup(
     Ok((server_config, shared, files))
 }
 
+/// What serves an authorized request.
+#[derive(Clone)]
+struct Handlers {
+    view: Arc<dyn NodeView>,
+    extra: ExtraRoutes,
+    streaming: Option<Arc<Streaming>>,
+}
+
 /// One connection: the handshake, then HTTP/1.1 requests with the client's certificates.
 async fn connection(
     stream: TcpStream,
     remote: SocketAddr,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
-    view: Arc<dyn NodeView>,
-    extra: ExtraRoutes,
+    handlers: Handlers,
 ) {
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
@@ -326,12 +341,13 @@ async fn connection(
         .unwrap_or_default()
         .into();
     let service = hyper::service::service_fn(move |req| {
-        let (peer, shared, view, extra) =
-            (peer.clone(), shared.clone(), view.clone(), extra.clone());
-        async move { Ok::<_, Infallible>(handle(req, &peer, &shared, view, &extra, remote).await) }
+        let (peer, shared, handlers) = (peer.clone(), shared.clone(), handlers.clone());
+        async move { Ok::<_, Infallible>(handle(req, &peer, &shared, handlers, remote).await) }
     });
-    let conn =
-        hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service);
+    // Upgrades: the streaming endpoints hand the connection to the runtime's server.
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades();
     if let Err(e) = conn.await {
         tracing::debug!(%remote, error = %e, "kubelet API connection");
     }
@@ -342,8 +358,7 @@ async fn handle(
     req: Request<Incoming>,
     peer: &[CertificateDer<'static>],
     shared: &Shared,
-    view: Arc<dyn NodeView>,
-    extra: &ExtraRoutes,
+    handlers: Handlers,
     remote: SocketAddr,
 ) -> Response<Body> {
     let authorization = req
@@ -378,16 +393,21 @@ async fn handle(
         }
     }
     tracing::trace!(user = %user.name, method = %req.method(), path = req.uri().path(), "kubelet API request");
-    route(req, shared, view, extra).await
+    route(req, shared, handlers, remote).await
 }
 
 /// The endpoint of an authorized request.
 async fn route(
     req: Request<Incoming>,
     shared: &Shared,
-    view: Arc<dyn NodeView>,
-    extra: &ExtraRoutes,
+    handlers: Handlers,
+    remote: SocketAddr,
 ) -> Response<Body> {
+    let Handlers {
+        view,
+        extra,
+        streaming,
+    } = handlers;
     let path = req.uri().path();
     if path == "/configz" {
         if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -395,14 +415,17 @@ async fn route(
         }
         return json(shared.configz.to_vec());
     }
-    if let Some(endpoint) = STREAMING.iter().find(|p| is_subpath(path, p)) {
-        return text(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "501 Not Implemented: {endpoint} is a streaming endpoint, and ferrolet does not \
-                 support streaming (exec, attach, portForward, run) yet\n"
+    if let Some(endpoint) = streaming::PATHS.iter().find(|p| is_subpath(path, p)) {
+        return match streaming {
+            Some(streaming) => streaming.serve(req, view.as_ref(), remote).await,
+            None => text(
+                StatusCode::NOT_IMPLEMENTED,
+                format!(
+                    "501 Not Implemented: {endpoint} is a streaming endpoint, and this server \
+                     has no runtime to stream from\n"
+                ),
             ),
-        );
+        };
     }
     if let Some(endpoint) = extra.find(path) {
         return endpoint.serve(api_request(&req)).await;
@@ -418,4 +441,4 @@ async fn route(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
