@@ -14,7 +14,9 @@ use http::HeaderMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::frame::{FLAG_FIN, FLAG_UNIDIRECTIONAL, Frame, FrameDecoder, FrameError, GoAwayStatus, RstStatus};
+use super::frame::{
+    FLAG_FIN, FLAG_UNIDIRECTIONAL, Frame, FrameDecoder, FrameError, GoAwayStatus, RstStatus,
+};
 use super::header_block::{HeaderBlockError, HeaderDecoder, HeaderEncoder};
 use super::stream::{SpdyStream, StreamShared};
 
@@ -102,13 +104,28 @@ pub(crate) enum Outgoing {
     /// A control frame without a header block.
     Control(Frame),
     /// SYN_STREAM / SYN_REPLY: the header block is compressed by the writer, in wire order.
-    Syn { stream_id: u32, flags: u8, headers: HeaderMap, reply: bool },
+    Syn {
+        stream_id: u32,
+        flags: u8,
+        headers: HeaderMap,
+        reply: bool,
+    },
     /// Flush, close the transport's write side, stop.
     Shutdown,
 }
 
 /// Control frames count this much against the write queue.
 const CONTROL_COST: usize = 64;
+
+impl Outgoing {
+    /// What the item counts against the write queue's limit.
+    fn cost(&self) -> usize {
+        match self {
+            Outgoing::Data(b) => b.len(),
+            _ => CONTROL_COST,
+        }
+    }
+}
 
 pub(crate) struct ConnState {
     pub(crate) streams: HashMap<u32, Arc<StreamShared>>,
@@ -140,10 +157,7 @@ pub(crate) struct ConnShared {
 impl ConnShared {
     /// Queues an item and wakes the writer; returns its sequence number.
     pub(crate) fn push(&self, st: &mut ConnState, item: Outgoing) -> u64 {
-        st.queued_bytes += match &item {
-            Outgoing::Data(b) => b.len(),
-            _ => CONTROL_COST,
-        };
+        st.queued_bytes += item.cost();
         st.queue.push_back(item);
         st.queued_seq += 1;
         if let Some(w) = st.writer_waker.take() {
@@ -191,7 +205,10 @@ impl ConnShared {
             if let Some(w) = st.writer_waker.take() {
                 w.wake();
             }
-            (std::mem::take(&mut st.streams), std::mem::take(&mut st.pings))
+            (
+                std::mem::take(&mut st.streams),
+                std::mem::take(&mut st.pings),
+            )
         };
         drop(pings);
         for stream in streams.values() {
@@ -201,7 +218,9 @@ impl ConnShared {
     }
 }
 
-/// A SPDY/3.1 connection (cheap to clone: all clones drive the same connection).
+/// A SPDY/3.1 connection (cheap to clone: all clones drive the same connection). It lives
+/// until [`Connection::close`] / [`Connection::go_away`] or until the peer hangs up: dropping
+/// the handles does not end it.
 #[derive(Clone)]
 pub struct Connection {
     shared: Arc<ConnShared>,
@@ -209,7 +228,9 @@ pub struct Connection {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("role", &self.shared.role).finish_non_exhaustive()
+        f.debug_struct("Connection")
+            .field("role", &self.shared.role)
+            .finish_non_exhaustive()
     }
 }
 
@@ -303,7 +324,15 @@ impl Connection {
             let stream = StreamShared::new(id, false, fin, false, Some(tx));
             st.streams.insert(id, stream.clone());
             let flags = if fin { FLAG_FIN } else { 0 };
-            self.shared.push(&mut st, Outgoing::Syn { stream_id: id, flags, headers: headers.clone(), reply: false });
+            self.shared.push(
+                &mut st,
+                Outgoing::Syn {
+                    stream_id: id,
+                    flags,
+                    headers: headers.clone(),
+                    reply: false,
+                },
+            );
             stream
         };
         // Made before waiting: if this future is dropped, the handle's drop resets the stream.
@@ -325,9 +354,14 @@ impl Connection {
                 return Err(Error::Closed);
             }
             let id = st.next_ping_id;
-            st.next_ping_id = if id > 0x7fff_fffd { id - 0x7fff_fffc } else { id + 2 };
+            st.next_ping_id = if id > 0x7fff_fffd {
+                id - 0x7fff_fffc
+            } else {
+                id + 2
+            };
             st.pings.insert(id, tx);
-            self.shared.push(&mut st, Outgoing::Control(Frame::Ping { id }));
+            self.shared
+                .push(&mut st, Outgoing::Control(Frame::Ping { id }));
         }
         rx.await.map_err(|_| Error::Closed)?;
         Ok(start.elapsed())
@@ -343,7 +377,13 @@ impl Connection {
         if !st.going_away {
             st.going_away = true;
             let last_good_stream_id = st.last_peer_stream;
-            self.shared.push(&mut st, Outgoing::Control(Frame::GoAway { last_good_stream_id, status: GoAwayStatus::OK }));
+            self.shared.push(
+                &mut st,
+                Outgoing::Control(Frame::GoAway {
+                    last_good_stream_id,
+                    status: GoAwayStatus::OK,
+                }),
+            );
         }
         self.shared.maybe_shutdown(&mut st);
     }
@@ -359,13 +399,25 @@ impl Connection {
             let streams: Vec<_> = st.streams.drain().map(|(_, s)| s).collect();
             for s in &streams {
                 if s.reset_locally(RstStatus::CANCEL) {
-                    self.shared.push(&mut st, Outgoing::Control(Frame::RstStream { stream_id: s.id, status: RstStatus::CANCEL }));
+                    self.shared.push(
+                        &mut st,
+                        Outgoing::Control(Frame::RstStream {
+                            stream_id: s.id,
+                            status: RstStatus::CANCEL,
+                        }),
+                    );
                 }
             }
             if !st.going_away {
                 st.going_away = true;
                 let last_good_stream_id = st.last_peer_stream;
-                self.shared.push(&mut st, Outgoing::Control(Frame::GoAway { last_good_stream_id, status: GoAwayStatus::OK }));
+                self.shared.push(
+                    &mut st,
+                    Outgoing::Control(Frame::GoAway {
+                        last_good_stream_id,
+                        status: GoAwayStatus::OK,
+                    }),
+                );
             }
             self.shared.maybe_shutdown(&mut st);
             streams
@@ -401,7 +453,9 @@ async fn writer_task<T: AsyncWrite>(shared: Arc<ConnShared>, mut io: WriteHalf<T
                 st.writer_waker = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            st.queued_bytes = 0;
+            // Only what is taken: writers may hold reservations for frames still being built.
+            let taken: usize = st.queue.iter().map(Outgoing::cost).sum();
+            st.queued_bytes -= taken;
             for w in st.room_waiters.drain(..) {
                 w.wake();
             }
@@ -450,14 +504,32 @@ async fn write_batch<T: AsyncWrite>(
             }
             Outgoing::Data(bytes) => small.extend_from_slice(&bytes),
             Outgoing::Control(frame) => frame.encode(small),
-            Outgoing::Syn { stream_id, flags, headers, reply } => {
+            Outgoing::Syn {
+                stream_id,
+                flags,
+                headers,
+                reply,
+            } => {
                 let mut block = BytesMut::new();
-                encoder.encode(&headers, &mut block).map_err(io::Error::other)?;
+                encoder
+                    .encode(&headers, &mut block)
+                    .map_err(io::Error::other)?;
                 let header_block = block.freeze();
                 let frame = if reply {
-                    Frame::SynReply { stream_id, flags, header_block }
+                    Frame::SynReply {
+                        stream_id,
+                        flags,
+                        header_block,
+                    }
                 } else {
-                    Frame::SynStream { stream_id, associated_to: 0, priority: 0, slot: 0, flags, header_block }
+                    Frame::SynStream {
+                        stream_id,
+                        associated_to: 0,
+                        priority: 0,
+                        slot: 0,
+                        flags,
+                        header_block,
+                    }
                 };
                 frame.encode(small);
             }
@@ -478,7 +550,11 @@ async fn write_batch<T: AsyncWrite>(
     Ok(())
 }
 
-async fn reader_task<T: AsyncRead>(shared: Arc<ConnShared>, mut io: ReadHalf<T>, accept: mpsc::Sender<SpdyStream>) {
+async fn reader_task<T: AsyncRead>(
+    shared: Arc<ConnShared>,
+    mut io: ReadHalf<T>,
+    accept: mpsc::Sender<SpdyStream>,
+) {
     let mut reader = Reader {
         decoder: FrameDecoder::new(shared.config.max_frame_size),
         headers: HeaderDecoder::new(shared.config.max_header_block),
@@ -508,7 +584,10 @@ async fn reader_task<T: AsyncRead>(shared: Arc<ConnShared>, mut io: ReadHalf<T>,
     .await;
     if let Err(Error::Frame(_) | Error::HeaderBlock(_)) = &result {
         // A broken peer: tell it why before hanging up, as far as the writer still can.
-        shared.send(Outgoing::Control(Frame::GoAway { last_good_stream_id: 0, status: GoAwayStatus::PROTOCOL_ERROR }));
+        shared.send(Outgoing::Control(Frame::GoAway {
+            last_good_stream_id: 0,
+            status: GoAwayStatus::PROTOCOL_ERROR,
+        }));
         shared.send(Outgoing::Shutdown);
     }
     shared.terminate();
@@ -528,22 +607,38 @@ impl Reader {
 
     async fn handle(&mut self, frame: Frame) -> Result<(), Error> {
         match frame {
-            Frame::Data { stream_id, flags, payload } => {
-                let Some(stream) = self.stream(stream_id) else { return Ok(()) };
+            Frame::Data {
+                stream_id,
+                flags,
+                payload,
+            } => {
+                let Some(stream) = self.stream(stream_id) else {
+                    return Ok(());
+                };
                 let fin = flags & FLAG_FIN != 0;
                 if stream.deliver(payload, fin, self.shared.config.stream_receive_buffer) {
-                    poll_fn(|cx| stream.poll_room(cx, self.shared.config.stream_receive_buffer)).await;
+                    poll_fn(|cx| stream.poll_room(cx, self.shared.config.stream_receive_buffer))
+                        .await;
                 }
                 if fin && stream.finished() {
                     self.shared.remove_stream(stream_id);
                 }
             }
-            Frame::SynStream { stream_id, flags, header_block, .. } => {
+            Frame::SynStream {
+                stream_id,
+                flags,
+                header_block,
+                ..
+            } => {
                 // Inflate first: the zlib context must see every block, even refused ones.
                 let headers = self.headers.decode(&header_block)?;
                 self.open_peer_stream(stream_id, flags, headers).await;
             }
-            Frame::SynReply { stream_id, flags, header_block } => {
+            Frame::SynReply {
+                stream_id,
+                flags,
+                header_block,
+            } => {
                 self.headers.decode(&header_block)?;
                 if let Some(stream) = self.stream(stream_id) {
                     stream.replied(flags & FLAG_FIN != 0);
@@ -552,7 +647,11 @@ impl Reader {
                     }
                 }
             }
-            Frame::Headers { stream_id, flags, header_block } => {
+            Frame::Headers {
+                stream_id,
+                flags,
+                header_block,
+            } => {
                 self.headers.decode(&header_block)?;
                 if flags & FLAG_FIN != 0
                     && let Some(stream) = self.stream(stream_id)
@@ -574,7 +673,8 @@ impl Reader {
             Frame::Ping { id } => {
                 let mut st = lock(&self.shared.state);
                 if id & 1 != st.next_ping_id & 1 {
-                    self.shared.push(&mut st, Outgoing::Control(Frame::Ping { id }));
+                    self.shared
+                        .push(&mut st, Outgoing::Control(Frame::Ping { id }));
                 } else if let Some(tx) = st.pings.remove(&id) {
                     let _ = tx.send(());
                 }
@@ -608,15 +708,33 @@ impl Reader {
         let stream = {
             let mut st = lock(&self.shared.state);
             if stream_id & 1 != peer_parity || stream_id <= st.last_peer_stream {
-                self.shared.push(&mut st, Outgoing::Control(Frame::RstStream { stream_id, status: RstStatus::PROTOCOL_ERROR }));
+                self.shared.push(
+                    &mut st,
+                    Outgoing::Control(Frame::RstStream {
+                        stream_id,
+                        status: RstStatus::PROTOCOL_ERROR,
+                    }),
+                );
                 return;
             }
             st.last_peer_stream = stream_id;
             if st.going_away {
-                self.shared.push(&mut st, Outgoing::Control(Frame::RstStream { stream_id, status: RstStatus::REFUSED_STREAM }));
+                self.shared.push(
+                    &mut st,
+                    Outgoing::Control(Frame::RstStream {
+                        stream_id,
+                        status: RstStatus::REFUSED_STREAM,
+                    }),
+                );
                 return;
             }
-            let stream = StreamShared::new(stream_id, true, flags & FLAG_UNIDIRECTIONAL != 0, flags & FLAG_FIN != 0, None);
+            let stream = StreamShared::new(
+                stream_id,
+                true,
+                flags & FLAG_UNIDIRECTIONAL != 0,
+                flags & FLAG_FIN != 0,
+                None,
+            );
             st.streams.insert(stream_id, stream.clone());
             stream
         };

@@ -240,7 +240,9 @@ impl Default for FrameDecoder {
 impl FrameDecoder {
     /// A decoder refusing frames whose payload is longer than `max_frame_size` bytes.
     pub fn new(max_frame_size: usize) -> Self {
-        Self { max_frame_size: max_frame_size.min(MAX_FRAME_LENGTH) }
+        Self {
+            max_frame_size: max_frame_size.min(MAX_FRAME_LENGTH),
+        }
     }
 
     /// Takes the next whole frame off the front of `buf`; data payloads are split off without
@@ -259,7 +261,10 @@ impl FrameDecoder {
             }
         }
         if len > self.max_frame_size {
-            return Err(FrameError::TooLarge { len, max: self.max_frame_size });
+            return Err(FrameError::TooLarge {
+                len,
+                max: self.max_frame_size,
+            });
         }
         if buf.len() < HEADER_LEN + len {
             buf.reserve(HEADER_LEN + len - buf.len());
@@ -272,7 +277,11 @@ impl FrameDecoder {
             if stream_id == 0 {
                 return Err(FrameError::ZeroStreamId("DATA"));
             }
-            return Ok(Some(Frame::Data { stream_id, flags, payload }));
+            return Ok(Some(Frame::Data {
+                stream_id,
+                flags,
+                payload,
+            }));
         }
         parse_control((first & 0xffff) as u16, flags, payload).map(Some)
     }
@@ -281,10 +290,18 @@ impl FrameDecoder {
 fn parse_control(frame_type: u16, flags: u8, mut p: Bytes) -> Result<Frame, FrameError> {
     let len = p.len();
     let need = |frame: &'static str, ok: bool| {
-        if ok { Ok(()) } else { Err(FrameError::InvalidLength { frame, len }) }
+        if ok {
+            Ok(())
+        } else {
+            Err(FrameError::InvalidLength { frame, len })
+        }
     };
     let no_flags = |frame: &'static str| {
-        if flags == 0 { Ok(()) } else { Err(FrameError::InvalidFlags { frame, flags }) }
+        if flags == 0 {
+            Ok(())
+        } else {
+            Err(FrameError::InvalidFlags { frame, flags })
+        }
     };
     let frame = match frame_type {
         TYPE_SYN_STREAM => {
@@ -296,19 +313,38 @@ fn parse_control(frame_type: u16, flags: u8, mut p: Bytes) -> Result<Frame, Fram
             if stream_id == 0 {
                 return Err(FrameError::ZeroStreamId("SYN_STREAM"));
             }
-            Frame::SynStream { stream_id, associated_to, priority, slot, flags, header_block: p }
+            Frame::SynStream {
+                stream_id,
+                associated_to,
+                priority,
+                slot,
+                flags,
+                header_block: p,
+            }
         }
         TYPE_SYN_REPLY | TYPE_HEADERS => {
-            let name = if frame_type == TYPE_SYN_REPLY { "SYN_REPLY" } else { "HEADERS" };
+            let name = if frame_type == TYPE_SYN_REPLY {
+                "SYN_REPLY"
+            } else {
+                "HEADERS"
+            };
             need(name, len >= 4)?;
             let stream_id = p.get_u32() & 0x7fff_ffff;
             if stream_id == 0 {
                 return Err(FrameError::ZeroStreamId(name));
             }
             if frame_type == TYPE_SYN_REPLY {
-                Frame::SynReply { stream_id, flags, header_block: p }
+                Frame::SynReply {
+                    stream_id,
+                    flags,
+                    header_block: p,
+                }
             } else {
-                Frame::Headers { stream_id, flags, header_block: p }
+                Frame::Headers {
+                    stream_id,
+                    flags,
+                    header_block: p,
+                }
             }
         }
         TYPE_RST_STREAM => {
@@ -321,7 +357,10 @@ fn parse_control(frame_type: u16, flags: u8, mut p: Bytes) -> Result<Frame, Fram
             if status == 0 {
                 return Err(FrameError::ZeroRstStatus(stream_id));
             }
-            Frame::RstStream { stream_id, status: RstStatus(status) }
+            Frame::RstStream {
+                stream_id,
+                status: RstStatus(status),
+            }
         }
         TYPE_SETTINGS => {
             need("SETTINGS", len >= 4)?;
@@ -330,7 +369,11 @@ fn parse_control(frame_type: u16, flags: u8, mut p: Bytes) -> Result<Frame, Fram
             let settings = (0..count)
                 .map(|_| {
                     let flag_id = p.get_u32();
-                    Setting { flags: (flag_id >> 24) as u8, id: flag_id & 0xff_ffff, value: p.get_u32() }
+                    Setting {
+                        flags: (flag_id >> 24) as u8,
+                        id: flag_id & 0xff_ffff,
+                        value: p.get_u32(),
+                    }
                 })
                 .collect();
             Frame::Settings { flags, settings }
@@ -348,15 +391,25 @@ fn parse_control(frame_type: u16, flags: u8, mut p: Bytes) -> Result<Frame, Fram
             need("GOAWAY", len == 8)?;
             no_flags("GOAWAY")?;
             let last_good_stream_id = p.get_u32() & 0x7fff_ffff;
-            Frame::GoAway { last_good_stream_id, status: GoAwayStatus(p.get_u32()) }
+            Frame::GoAway {
+                last_good_stream_id,
+                status: GoAwayStatus(p.get_u32()),
+            }
         }
         TYPE_WINDOW_UPDATE => {
             need("WINDOW_UPDATE", len == 8)?;
             no_flags("WINDOW_UPDATE")?;
             let stream_id = p.get_u32() & 0x7fff_ffff;
-            Frame::WindowUpdate { stream_id, delta: p.get_u32() & 0x7fff_ffff }
+            Frame::WindowUpdate {
+                stream_id,
+                delta: p.get_u32() & 0x7fff_ffff,
+            }
         }
-        frame_type => Frame::Unknown { frame_type, flags, payload: p },
+        frame_type => Frame::Unknown {
+            frame_type,
+            flags,
+            payload: p,
+        },
     };
     Ok(frame)
 }
@@ -379,7 +432,14 @@ impl Frame {
     /// Appends the frame's wire form to `dst` (header blocks as given: already compressed).
     pub fn encode(&self, dst: &mut BytesMut) {
         match self {
-            Frame::SynStream { stream_id, associated_to, priority, slot, flags, header_block } => {
+            Frame::SynStream {
+                stream_id,
+                associated_to,
+                priority,
+                slot,
+                flags,
+                header_block,
+            } => {
                 control_header(dst, TYPE_SYN_STREAM, *flags, 10 + header_block.len());
                 dst.put_u32(*stream_id & 0x7fff_ffff);
                 dst.put_u32(*associated_to & 0x7fff_ffff);
@@ -387,12 +447,20 @@ impl Frame {
                 dst.put_u8(*slot);
                 dst.put_slice(header_block);
             }
-            Frame::SynReply { stream_id, flags, header_block } => {
+            Frame::SynReply {
+                stream_id,
+                flags,
+                header_block,
+            } => {
                 control_header(dst, TYPE_SYN_REPLY, *flags, 4 + header_block.len());
                 dst.put_u32(*stream_id & 0x7fff_ffff);
                 dst.put_slice(header_block);
             }
-            Frame::Headers { stream_id, flags, header_block } => {
+            Frame::Headers {
+                stream_id,
+                flags,
+                header_block,
+            } => {
                 control_header(dst, TYPE_HEADERS, *flags, 4 + header_block.len());
                 dst.put_u32(*stream_id & 0x7fff_ffff);
                 dst.put_slice(header_block);
@@ -414,7 +482,10 @@ impl Frame {
                 control_header(dst, TYPE_PING, 0, 4);
                 dst.put_u32(*id);
             }
-            Frame::GoAway { last_good_stream_id, status } => {
+            Frame::GoAway {
+                last_good_stream_id,
+                status,
+            } => {
                 control_header(dst, TYPE_GOAWAY, 0, 8);
                 dst.put_u32(*last_good_stream_id & 0x7fff_ffff);
                 dst.put_u32(status.0);
@@ -424,11 +495,19 @@ impl Frame {
                 dst.put_u32(*stream_id & 0x7fff_ffff);
                 dst.put_u32(*delta & 0x7fff_ffff);
             }
-            Frame::Data { stream_id, flags, payload } => {
+            Frame::Data {
+                stream_id,
+                flags,
+                payload,
+            } => {
                 dst.put_slice(&data_header(*stream_id, *flags, payload.len()));
                 dst.put_slice(payload);
             }
-            Frame::Unknown { frame_type, flags, payload } => {
+            Frame::Unknown {
+                frame_type,
+                flags,
+                payload,
+            } => {
                 control_header(dst, *frame_type, *flags, payload.len());
                 dst.put_slice(payload);
             }

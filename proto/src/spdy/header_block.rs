@@ -13,16 +13,72 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 pub const DICTIONARY: [u8; DICTIONARY_LEN] = build_dictionary();
 
 const DICTIONARY_WORDS: [&str; 66] = [
-    "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset",
-    "accept-encoding", "accept-language", "accept-ranges", "age", "allow", "authorization",
-    "cache-control", "connection", "content-base", "content-encoding", "content-language",
-    "content-length", "content-location", "content-md5", "content-range", "content-type",
-    "date", "etag", "expect", "expires", "from", "host", "if-match", "if-modified-since",
-    "if-none-match", "if-range", "if-unmodified-since", "last-modified", "location",
-    "max-forwards", "pragma", "proxy-authenticate", "proxy-authorization", "range", "referer",
-    "retry-after", "server", "te", "trailer", "transfer-encoding", "upgrade", "user-agent",
-    "vary", "via", "warning", "www-authenticate", "method", "get", "status", "200 OK",
-    "version", "HTTP/1.1", "url", "public", "set-cookie", "keep-alive", "origin", "",
+    "options",
+    "head",
+    "post",
+    "put",
+    "delete",
+    "trace",
+    "accept",
+    "accept-charset",
+    "accept-encoding",
+    "accept-language",
+    "accept-ranges",
+    "age",
+    "allow",
+    "authorization",
+    "cache-control",
+    "connection",
+    "content-base",
+    "content-encoding",
+    "content-language",
+    "content-length",
+    "content-location",
+    "content-md5",
+    "content-range",
+    "content-type",
+    "date",
+    "etag",
+    "expect",
+    "expires",
+    "from",
+    "host",
+    "if-match",
+    "if-modified-since",
+    "if-none-match",
+    "if-range",
+    "if-unmodified-since",
+    "last-modified",
+    "location",
+    "max-forwards",
+    "pragma",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "range",
+    "referer",
+    "retry-after",
+    "server",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "user-agent",
+    "vary",
+    "via",
+    "warning",
+    "www-authenticate",
+    "method",
+    "get",
+    "status",
+    "200 OK",
+    "version",
+    "HTTP/1.1",
+    "url",
+    "public",
+    "set-cookie",
+    "keep-alive",
+    "origin",
+    "",
 ];
 
 const DICTIONARY_TAIL: &str = "100101201202205206300302303304305306307402405406407408409410411412\
@@ -148,8 +204,9 @@ pub fn decode_plain(mut block: &[u8]) -> Result<HeaderMap, HeaderBlockError> {
     let mut headers = HeaderMap::with_capacity(count.min(block.len() / 8));
     for _ in 0..count {
         let name = take(&mut block)?;
-        let name = HeaderName::from_bytes(name)
-            .map_err(|_| HeaderBlockError::InvalidName(String::from_utf8_lossy(name).into_owned()))?;
+        let name = HeaderName::from_bytes(name).map_err(|_| {
+            HeaderBlockError::InvalidName(String::from_utf8_lossy(name).into_owned())
+        })?;
         let values = take(&mut block)?;
         for value in values.split(|&b| b == 0) {
             let value = HeaderValue::from_bytes(value)
@@ -185,11 +242,19 @@ impl std::fmt::Debug for HeaderEncoder {
 impl HeaderEncoder {
     /// A fresh context (best compression, as spdystream).
     pub fn new() -> Self {
-        Self { zlib: Compress::new(Compression::best(), true), plain: Vec::new(), out: Vec::new() }
+        Self {
+            zlib: Compress::new(Compression::best(), true),
+            plain: Vec::new(),
+            out: Vec::new(),
+        }
     }
 
     /// Appends the compressed, sync-flushed block for `headers` to `dst`.
-    pub fn encode(&mut self, headers: &HeaderMap, dst: &mut BytesMut) -> Result<(), HeaderBlockError> {
+    pub fn encode(
+        &mut self,
+        headers: &HeaderMap,
+        dst: &mut BytesMut,
+    ) -> Result<(), HeaderBlockError> {
         if self.zlib.total_in() == 0 && self.zlib.total_out() == 0 {
             self.zlib
                 .set_dictionary(&DICTIONARY)
@@ -226,14 +291,20 @@ pub struct HeaderDecoder {
 
 impl std::fmt::Debug for HeaderDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HeaderDecoder").field("max_size", &self.max_size).finish_non_exhaustive()
+        f.debug_struct("HeaderDecoder")
+            .field("max_size", &self.max_size)
+            .finish_non_exhaustive()
     }
 }
 
 impl HeaderDecoder {
     /// A fresh context refusing blocks that inflate beyond `max_size` bytes.
     pub fn new(max_size: usize) -> Self {
-        Self { zlib: Decompress::new(true), max_size, plain: Vec::new() }
+        Self {
+            zlib: Decompress::new(true),
+            max_size,
+            plain: Vec::new(),
+        }
     }
 
     /// Inflates and parses one block.
@@ -243,15 +314,20 @@ impl HeaderDecoder {
             if self.plain.len() >= self.max_size {
                 return Err(HeaderBlockError::TooLarge(self.max_size));
             }
-            self.plain.reserve((block.len() * 4).clamp(256, self.max_size - self.plain.len()));
+            self.plain
+                .reserve((block.len() * 4).clamp(256, self.max_size - self.plain.len()));
             let before_in = self.zlib.total_in();
-            let result = self.zlib.decompress_vec(block, &mut self.plain, FlushDecompress::Sync);
+            let result = self
+                .zlib
+                .decompress_vec(block, &mut self.plain, FlushDecompress::Sync);
             block = &block[(self.zlib.total_in() - before_in) as usize..];
             match result {
                 Ok(Status::Ok) | Ok(Status::BufError) => {}
                 Ok(Status::StreamEnd) if block.is_empty() => {}
                 Ok(Status::StreamEnd) => {
-                    return Err(HeaderBlockError::Decompress("zlib stream ended early".into()));
+                    return Err(HeaderBlockError::Decompress(
+                        "zlib stream ended early".into(),
+                    ));
                 }
                 Err(e) if e.needs_dictionary().is_some() => {
                     self.zlib

@@ -17,8 +17,10 @@ mod connection;
 pub mod frame;
 pub mod header_block;
 mod stream;
+#[cfg(test)]
+mod tests;
 
-pub use connection::{Config, Connection, Error, Incoming};
+pub use connection::{Config, Connection, Error, Incoming, Role};
 pub use frame::{FLAG_FIN, FLAG_UNIDIRECTIONAL, GoAwayStatus, RstStatus};
 pub use header_block::HeaderBlockError;
 pub use http::HeaderMap;

@@ -180,14 +180,23 @@ pub struct SpdyStream {
 
 impl std::fmt::Debug for SpdyStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpdyStream").field("id", &self.shared.id).field("headers", &self.headers).finish()
+        f.debug_struct("SpdyStream")
+            .field("id", &self.shared.id)
+            .field("headers", &self.headers)
+            .finish()
     }
 }
 
 fn reset_error(reset: Reset) -> io::Error {
     match reset {
-        Reset::ByPeer(status) => io::Error::new(io::ErrorKind::ConnectionReset, format!("SPDY stream reset by peer: {status}")),
-        Reset::Locally(status) => io::Error::new(io::ErrorKind::ConnectionReset, format!("SPDY stream reset: {status}")),
+        Reset::ByPeer(status) => io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            format!("SPDY stream reset by peer: {status}"),
+        ),
+        Reset::Locally(status) => io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            format!("SPDY stream reset: {status}"),
+        ),
     }
 }
 
@@ -196,8 +205,18 @@ fn closed_error() -> io::Error {
 }
 
 impl SpdyStream {
-    pub(crate) fn new(shared: Arc<StreamShared>, conn: Arc<ConnShared>, headers: HeaderMap) -> Self {
-        Self { shared, conn, headers, last_seq: 0, fin_queued: false }
+    pub(crate) fn new(
+        shared: Arc<StreamShared>,
+        conn: Arc<ConnShared>,
+        headers: HeaderMap,
+    ) -> Self {
+        Self {
+            shared,
+            conn,
+            headers,
+            last_seq: 0,
+            fin_queued: false,
+        }
     }
 
     /// The stream id (odd: opened by the client, even: by the server).
@@ -232,7 +251,12 @@ impl SpdyStream {
             st.local_fin && st.remote_fin
         };
         let flags = if fin { FLAG_FIN } else { 0 };
-        self.conn.send(Outgoing::Syn { stream_id: self.shared.id, flags, headers, reply: true });
+        self.conn.send(Outgoing::Syn {
+            stream_id: self.shared.id,
+            flags,
+            headers,
+            reply: true,
+        });
         if finished {
             self.conn.remove_stream(self.shared.id);
         }
@@ -243,7 +267,10 @@ impl SpdyStream {
     /// writes fail from now on.
     pub fn reset(&self, status: RstStatus) {
         if self.shared.reset_locally(status) {
-            self.conn.send(Outgoing::Control(Frame::RstStream { stream_id: self.shared.id, status }));
+            self.conn.send(Outgoing::Control(Frame::RstStream {
+                stream_id: self.shared.id,
+                status,
+            }));
             self.conn.remove_stream(self.shared.id);
         }
     }
@@ -258,7 +285,10 @@ impl SpdyStream {
             return Err(closed_error());
         }
         if st.local_fin {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "SPDY stream already half-closed"));
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "SPDY stream already half-closed",
+            ));
         }
         let reply = self.shared.incoming && !st.replied;
         st.replied = true;
@@ -267,18 +297,29 @@ impl SpdyStream {
 
     fn auto_reply(&self, reply: bool) {
         if reply {
-            self.conn.send(Outgoing::Syn { stream_id: self.shared.id, flags: 0, headers: HeaderMap::new(), reply: true });
+            self.conn.send(Outgoing::Syn {
+                stream_id: self.shared.id,
+                flags: 0,
+                headers: HeaderMap::new(),
+                reply: true,
+            });
         }
     }
 }
 
 impl AsyncRead for SpdyStream {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let limit = self.conn.config.stream_receive_buffer;
         let mut st = lock(&self.shared.state);
         let mut copied = 0;
         while buf.remaining() > 0 {
-            let Some(front) = st.recv.front_mut() else { break };
+            let Some(front) = st.recv.front_mut() else {
+                break;
+            };
             let n = front.len().min(buf.remaining());
             buf.put_slice(&front[..n]);
             front.advance(n);
@@ -312,7 +353,11 @@ impl AsyncRead for SpdyStream {
 }
 
 impl AsyncWrite for SpdyStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         if buf.is_empty() {
             return Poll::Ready(Ok(0));
         }
@@ -389,9 +434,19 @@ impl AsyncWrite for SpdyStream {
             if send_fin {
                 // The FIN rides on the reply when we have not replied yet.
                 let seq = if reply {
-                    self.conn.send(Outgoing::Syn { stream_id: self.shared.id, flags: FLAG_FIN, headers: HeaderMap::new(), reply: true })
+                    self.conn.send(Outgoing::Syn {
+                        stream_id: self.shared.id,
+                        flags: FLAG_FIN,
+                        headers: HeaderMap::new(),
+                        reply: true,
+                    })
                 } else {
-                    self.conn.send(Outgoing::Data(Bytes::copy_from_slice(&data_header(self.shared.id, FLAG_FIN, 0))))
+                    self.conn
+                        .send(Outgoing::Data(Bytes::copy_from_slice(&data_header(
+                            self.shared.id,
+                            FLAG_FIN,
+                            0,
+                        ))))
                 };
                 self.last_seq = seq;
             }
