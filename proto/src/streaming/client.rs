@@ -18,6 +18,9 @@ use super::upgrade_io::{self, Prefixed, ResponseHead};
 use super::ws::{ChannelDuplex, Framing, Mux};
 use super::{StreamOptions, TerminalSize, resize, status};
 
+mod spdy;
+pub use spdy::PortForwarder;
+
 /// Which transport the client upgrades to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -71,6 +74,7 @@ impl Target {
     pub fn default_protocols(&self, port_forward: bool) -> Vec<String> {
         let list: &[&str] = match (self.transport, port_forward) {
             (Transport::Spdy, false) => &[
+                "v5.channel.k8s.io",
                 "v4.channel.k8s.io",
                 "v3.channel.k8s.io",
                 "v2.channel.k8s.io",
@@ -122,6 +126,8 @@ pub struct Exec {
 
 enum Connection {
     WebSocket(#[allow(dead_code)] Mux),
+    /// Closed (streams reset, GOAWAY) when the Exec is dropped, as client-go's `conn.Close()`.
+    Spdy(#[allow(dead_code)] super::spdy_io::ConnectionGuard),
 }
 
 impl Exec {
@@ -223,9 +229,7 @@ where
     let (protocol, io) = upgrade(io, target, false).await?;
     match target.transport {
         Transport::WebSocket => Ok(exec_websocket(io, protocol, opts).await),
-        Transport::Spdy => Err(ClientError::Protocol(
-            "SPDY client not available yet".into(),
-        )),
+        Transport::Spdy => spdy::exec(io, protocol, opts).await,
     }
 }
 
@@ -280,7 +284,18 @@ where
     }
 }
 
-/// One forwarded port of a WebSocket port-forward.
+/// Opens a SPDY port-forward (`portforward.k8s.io`); each [`PortForwarder::connect`] then
+/// forwards one connection, as client-go's port forwarder.
+pub async fn port_forward_spdy<T>(io: T, target: &Target) -> Result<PortForwarder, ClientError>
+where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let (protocol, io) = upgrade(io, target, true).await?;
+    spdy::port_forwarder(io, &protocol)
+}
+
+/// One forwarded connection (WebSocket: one per port of the query; SPDY: one per
+/// [`PortForwarder::connect`]).
 pub struct ForwardedPort {
     /// The port.
     pub port: u16,

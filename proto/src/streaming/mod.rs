@@ -6,6 +6,8 @@
 //! - [`Negotiated::remote_command`] / [`Negotiated::port_forward`]: the server side over the
 //!   upgraded connection ([`remote_command`], [`port_forward`]).
 //! - [`status`]: the error stream's texts (metav1.Status JSON from v4 on, plain text before).
+//! - `spdy_streams`, `spdy_port_forward`: the server side over a SPDY connection (streams by
+//!   `streamType`, port-forward pairs by `requestID`); `spdy_io`: what both sides share there.
 //! - `ws`: the WebSocket channel multiplexer (one channel byte per message, base64 variants, the
 //!   v5 close signal), shared by server and client; `resize`: terminal size messages.
 //! - [`client`]: the other side of both protocols over both transports.
@@ -15,11 +17,15 @@ pub mod handshake;
 pub mod port_forward;
 pub mod remote_command;
 mod resize;
+mod spdy_io;
+mod spdy_port_forward;
 mod spdy_streams;
 pub mod status;
 mod upgrade_io;
 mod ws;
 
+#[cfg(test)]
+mod spdy_tests;
 #[cfg(test)]
 mod tests;
 

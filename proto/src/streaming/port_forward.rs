@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::{Negotiated, Transport};
 use super::ws::{ChannelDuplex, Framing, Mux};
-use super::{StreamError, spdy_streams};
+use super::{StreamError, spdy_port_forward};
 
 /// A forwarded connection's byte stream.
 pub trait ForwardIo: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -28,7 +28,7 @@ pub struct PortForward {
 enum Source {
     /// WebSocket: every request exists from the start; the mux lives as long as its channels.
     WebSocket,
-    Spdy(spdy_streams::PortForwardStreams),
+    Spdy(spdy_port_forward::PortForwardStreams),
 }
 
 /// One request to forward a connection to `port`.
@@ -105,7 +105,7 @@ impl Negotiated {
             }
             Transport::Spdy => {
                 let (streams, gone) =
-                    spdy_streams::port_forward(io, super::STREAM_CREATION_TIMEOUT).await?;
+                    spdy_port_forward::port_forward(io, super::STREAM_CREATION_TIMEOUT).await?;
                 Ok(PortForward {
                     pending: VecDeque::new(),
                     source: Source::Spdy(streams),

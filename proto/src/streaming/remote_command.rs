@@ -53,8 +53,6 @@ pub enum CommandResult {
 
 pub(crate) enum Session {
     WebSocket(Mux),
-    // Built once the SPDY server side is wired to `spdy::Connection`.
-    #[allow(dead_code)]
     Spdy(spdy_streams::Session),
 }
 

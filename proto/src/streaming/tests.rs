@@ -233,7 +233,10 @@ fn resize_messages_decode_back_to_back() {
 }
 
 /// The server's half of an upgrade over a test pipe: reads the request head and answers.
-async fn accept_upgrade(mut io: DuplexStream, endpoint: Endpoint) -> (Negotiated, DuplexStream) {
+pub(super) async fn accept_upgrade(
+    mut io: DuplexStream,
+    endpoint: Endpoint,
+) -> (Negotiated, DuplexStream) {
     let mut head = Vec::new();
     while !head.ends_with(b"\r\n\r\n") {
         head.push(io.read_u8().await.unwrap());
@@ -259,7 +262,7 @@ async fn accept_upgrade(mut io: DuplexStream, endpoint: Endpoint) -> (Negotiated
     (negotiated, io)
 }
 
-async fn read_all(reader: Option<Box<dyn AsyncRead + Send + Unpin>>) -> Vec<u8> {
+pub(super) async fn read_all(reader: Option<Box<dyn AsyncRead + Send + Unpin>>) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(mut reader) = reader {
         reader.read_to_end(&mut out).await.unwrap();
@@ -268,7 +271,7 @@ async fn read_all(reader: Option<Box<dyn AsyncRead + Send + Unpin>>) -> Vec<u8> 
 }
 
 /// An exec-like server: echoes stdin to stdout, writes "err" to stderr, exits with `code`.
-async fn serve_echo(io: DuplexStream, opts: StreamOptions, code: i32) {
+pub(super) async fn serve_echo(io: DuplexStream, opts: StreamOptions, code: i32) {
     let (negotiated, io) = accept_upgrade(io, Endpoint::RemoteCommand).await;
     let mut rc = negotiated.remote_command(io, opts).await.unwrap();
     if let Some(mut stderr) = rc.stderr.take() {
@@ -439,7 +442,7 @@ async fn websocket_client_disconnect_resolves_closed() {
     server.await.unwrap();
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(super) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[1] ^ seed)
         .collect()
