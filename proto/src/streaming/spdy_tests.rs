@@ -557,3 +557,132 @@ async fn spdy_port_forward_pairs_without_request_id_and_refuses_bad_streams() {
     conn.close();
     assert_eq!(server.await.unwrap(), None);
 }
+
+/// Reads an HTTP/1.1 request head off `io`, as a request without body.
+async fn read_request<T: tokio::io::AsyncRead + Unpin>(io: &mut T) -> http::Request<()> {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        head.push(io.read_u8().await.unwrap());
+    }
+    let text = String::from_utf8(head).unwrap();
+    let mut lines = text.split("\r\n");
+    let mut parts = lines.next().unwrap().split(' ');
+    let mut builder = http::Request::builder()
+        .method(parts.next().unwrap())
+        .uri(parts.next().unwrap());
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').unwrap();
+        builder = builder.header(name.trim(), value.trim());
+    }
+    builder.body(()).unwrap()
+}
+
+/// One connection of the interop server: `/exec/x` echoes stdin with "err" on stderr and exit
+/// code 3, `/exec/tty` writes the first terminal size, `/portForward/x` echoes every forwarded
+/// connection except port 81's, which fails.
+async fn serve_interop(mut tcp: tokio::net::TcpStream) {
+    let request = read_request(&mut tcp).await;
+    let path = request.uri().path().to_string();
+    let query = request.uri().query().unwrap_or("").to_string();
+    let endpoint = if path.starts_with("/portForward") {
+        Endpoint::PortForward
+    } else {
+        Endpoint::RemoteCommand
+    };
+    let negotiated = match negotiate(&request, endpoint) {
+        Ok(negotiated) => negotiated,
+        Err(err) => {
+            let response = err.response();
+            let answer = format!(
+                "HTTP/1.1 {}\r\nContent-Length: {}\r\n\r\n{}",
+                response.status(),
+                response.body().len(),
+                response.body()
+            );
+            tcp.write_all(answer.as_bytes()).await.unwrap();
+            return;
+        }
+    };
+    let mut answer = "HTTP/1.1 101 Switching Protocols\r\n".to_string();
+    for (name, value) in negotiated.response().headers() {
+        answer.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+    }
+    answer.push_str("\r\n");
+    tcp.write_all(answer.as_bytes()).await.unwrap();
+    let flag = |name: &str| query.split('&').any(|kv| kv == format!("{name}=1"));
+    let opts = StreamOptions {
+        stdin: flag("stdin"),
+        stdout: flag("stdout"),
+        stderr: flag("stderr"),
+        tty: flag("tty"),
+    };
+    match path.as_str() {
+        "/exec/x" => {
+            let mut rc = negotiated.remote_command(tcp, opts).await.unwrap();
+            if let Some(mut stderr) = rc.stderr.take() {
+                stderr.write_all(b"err").await.unwrap();
+            }
+            if let (Some(mut stdin), Some(mut stdout)) = (rc.stdin.take(), rc.stdout.take()) {
+                tokio::io::copy(&mut stdin, &mut stdout).await.unwrap();
+                rc.stdout = Some(stdout);
+            }
+            rc.finish(CommandResult::Exited(3)).await;
+        }
+        "/exec/tty" => {
+            let mut rc = negotiated.remote_command(tcp, opts).await.unwrap();
+            let size = rc.resize.as_mut().unwrap().recv().await.unwrap();
+            let text = format!("{}x{}", size.width, size.height);
+            let stdout = rc.stdout.as_mut().unwrap();
+            stdout.write_all(text.as_bytes()).await.unwrap();
+            rc.finish(CommandResult::Exited(0)).await;
+        }
+        _ => {
+            let mut pf = negotiated.port_forward(tcp, Vec::new()).await.unwrap();
+            while let Some(request) = pf.next().await {
+                if request.port == 81 {
+                    request
+                        .fail("error forwarding port 81 to pod x, uid y: connection refused")
+                        .await;
+                    continue;
+                }
+                tokio::spawn(async move {
+                    let (mut reader, mut writer) = tokio::io::split(request.data);
+                    let _ = tokio::io::copy(&mut reader, &mut writer).await;
+                    let _ = writer.shutdown().await;
+                });
+            }
+        }
+    }
+}
+
+/// Live interoperability with client-go: `STREAMING_GO_CLIENT=/path/to/binary` is a Go program
+/// (throwaway, not in the repo) using client-go's SPDY executor (v4, v3, v2, v1; a tty with a
+/// resize) and port forwarder (4 × 16 MiB echoed, a refused port) against this server, run as
+/// `binary ADDR`; it prints what it saw and OK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a client-go program in STREAMING_GO_CLIENT"]
+async fn interop_serving_client_go() {
+    let bin = std::env::var("STREAMING_GO_CLIENT").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            tokio::spawn(serve_interop(tcp));
+        }
+    });
+    // The Go program's report goes straight to our output.
+    let status = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new(bin)
+            .arg(addr.to_string())
+            .kill_on_drop(true)
+            .status(),
+    )
+    .await
+    .expect("the Go client finishes")
+    .unwrap();
+    server.abort();
+    assert!(status.success());
+}
