@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::{
-    ExecProcessRequest, ResizePtyRequest, StartRequest, WaitRequest,
+    CloseIoRequest, ExecProcessRequest, ResizePtyRequest, StartRequest, WaitRequest,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -116,7 +116,24 @@ async fn run(
         stderr,
         resize,
     } = client;
-    let stdin_copy = feed_stdin(stdin, opened.take_stdin());
+    let stdin_fifo = opened.take_stdin();
+    let stdin_copy = async {
+        if feed_stdin(stdin, stdin_fifo).await {
+            // The shim keeps the FIFO's read end open for another writer, so our EOF alone
+            // never reaches the process: containerd's CRI closes its stdin the same way.
+            let closed = cd
+                .tasks()
+                .close_io(CloseIoRequest {
+                    container_id: container_id.into(),
+                    exec_id: exec_id.into(),
+                    stdin: true,
+                })
+                .await;
+            if let Err(e) = closed {
+                tracing::debug!(error = %e.message(), "closing the exec's stdin");
+            }
+        }
+    };
     let resizes = follow_resizes(cd, container_id, exec_id, resize);
     let output = async {
         tokio::join!(
@@ -154,17 +171,18 @@ async fn run(
 
 /// Copies the client's stdin into the process's FIFO; at the client's EOF, closes it, so the
 /// process sees EOF too.
+/// Whether there was a stdin to copy (and the client has now ended it).
 pub async fn feed_stdin(
     client: Option<Box<dyn AsyncRead + Send + Unpin>>,
     fifo: Option<tokio::net::unix::pipe::Sender>,
-) {
+) -> bool {
     let (Some(mut client), Some(mut fifo)) = (client, fifo) else {
-        return;
+        return false;
     };
     if let Err(e) = tokio::io::copy(&mut client, &mut fifo).await {
         tracing::debug!(error = %e, "copying stdin to the process");
     }
-    // Dropping our write end (the last one) is the process's EOF.
+    true
 }
 
 /// Copies one output FIFO to the client to EOF; if the client stops taking it, the rest is
