@@ -108,7 +108,7 @@ const FERROLET_CRI: Rule = Rule {
                 "registry",
             ],
         ),
-        ("services", &["runtime", "image"]),
+        ("services", &["runtime", "image", "streaming"]),
         ("process", &["server", "cli", "logging"]),
     ],
 };

@@ -72,6 +72,12 @@ pub struct ServerArgs {
         )
     )]
     pub sandbox_image: Option<String>,
+    /// Address of the streaming server (exec, attach, port-forward URLs) [default: 127.0.0.1].
+    #[arg(long, value_name = "IP")]
+    pub stream_server_address: Option<String>,
+    /// Port of the streaming server, 0 for a free one [default: 0].
+    #[arg(long, value_name = "PORT")]
+    pub stream_server_port: Option<String>,
 }
 
 /// The commands.
@@ -118,6 +124,8 @@ impl ServerArgs {
             listen: later.listen.or(self.listen),
             root: later.root.or(self.root),
             sandbox_image: later.sandbox_image.or(self.sandbox_image),
+            stream_server_address: later.stream_server_address.or(self.stream_server_address),
+            stream_server_port: later.stream_server_port.or(self.stream_server_port),
         }
     }
 
@@ -129,6 +137,10 @@ impl ServerArgs {
             Some("--root")
         } else if self.sandbox_image.is_some() {
             Some("--sandbox-image")
+        } else if self.stream_server_address.is_some() {
+            Some("--stream-server-address")
+        } else if self.stream_server_port.is_some() {
+            Some("--stream-server-port")
         } else {
             None
         }
@@ -166,6 +178,8 @@ impl Cli {
             set(&mut config.listen, &s.listen);
             set(&mut config.root, &s.root);
             set(&mut config.sandbox_image, &s.sandbox_image);
+            set(&mut config.stream_server_address, &s.stream_server_address);
+            set(&mut config.stream_server_port, &s.stream_server_port);
         }
         config.validate()?;
         Ok(config)
@@ -226,6 +240,8 @@ mod tests {
             ("namespace", d.namespace.clone()),
             ("root", d.root.display().to_string()),
             ("sandbox-image", d.sandbox_image.clone()),
+            ("stream-server-address", d.stream_server_address.clone()),
+            ("stream-server-port", d.stream_server_port.clone()),
             ("log-level", d.log_level.clone()),
             ("log-format", format.to_string()),
         ];
@@ -259,7 +275,12 @@ mod tests {
         ] {
             assert!(h.contains(flag), "{flag} missing from\n{h}");
         }
-        for flag in ["--listen", "--root", "--sandbox-image"] {
+        for flag in [
+            "--listen",
+            "--root",
+            "--sandbox-image",
+            "--stream-server-port",
+        ] {
             assert!(!h.contains(flag), "{flag} in\n{h}");
         }
         assert!(!help(&["image"]).contains("--listen"));

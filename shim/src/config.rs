@@ -54,6 +54,24 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Registry hosts: mirrors, TLS and default credentials.
     pub registry: RegistryConfig,
+    /// Address the streaming server (exec, attach, port-forward URLs) listens on.
+    pub stream_server_address: String,
+    /// Its port, as text as in containerd; "0" picks a free one.
+    pub stream_server_port: String,
+    /// Serve the streaming URLs over HTTPS with `x509_key_pair_streaming`.
+    pub enable_tls_streaming: bool,
+    /// The streaming server's certificate and key (PEM), read when TLS streaming is on.
+    pub x509_key_pair_streaming: X509KeyPairStreaming,
+}
+
+/// The streaming server's certificate and key, named as containerd names them.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct X509KeyPairStreaming {
+    /// The certificate chain, PEM.
+    pub tls_cert_file: PathBuf,
+    /// Its private key, PEM.
+    pub tls_key_file: PathBuf,
 }
 
 /// Registry configuration, per host (`[registry.hosts."docker.io"]`).
@@ -98,6 +116,10 @@ impl Default for Config {
             log_level: "info".into(),
             log_format: LogFormat::Text,
             registry: RegistryConfig::default(),
+            stream_server_address: "127.0.0.1".into(),
+            stream_server_port: "0".into(),
+            enable_tls_streaming: false,
+            x509_key_pair_streaming: X509KeyPairStreaming::default(),
         }
     }
 }
@@ -154,9 +176,41 @@ impl Config {
         }
     }
 
+    /// The streaming server's socket address.
+    pub fn stream_server_addr(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        let port: u16 = self
+            .stream_server_port
+            .parse()
+            .map_err(|_| ConfigError::Invalid {
+                field: "stream_server_port",
+                reason: format!("{:?} is not a port number", self.stream_server_port),
+            })?;
+        // An IPv6 address may come with or without brackets.
+        let host = self
+            .stream_server_address
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let ip: std::net::IpAddr = host.parse().map_err(|_| ConfigError::Invalid {
+            field: "stream_server_address",
+            reason: format!("{:?} is not an IP address", self.stream_server_address),
+        })?;
+        Ok(std::net::SocketAddr::new(ip, port))
+    }
+
     /// Checks values a type cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.socket_mode()?;
+        self.stream_server_addr()?;
+        let pair = &self.x509_key_pair_streaming;
+        if self.enable_tls_streaming
+            && (pair.tls_cert_file.as_os_str().is_empty()
+                || pair.tls_key_file.as_os_str().is_empty())
+        {
+            return Err(ConfigError::Invalid {
+                field: "x509_key_pair_streaming",
+                reason: "enable_tls_streaming needs tls_cert_file and tls_key_file".into(),
+            });
+        }
         if self.max_concurrent_downloads == 0 {
             return Err(ConfigError::Invalid {
                 field: "max_concurrent_downloads",
@@ -189,6 +243,37 @@ mod tests {
         assert_eq!(c.socket_mode().unwrap(), 0o660);
         assert_eq!(c.namespace, "k8s.io");
         assert!(c.sandbox_image.starts_with("ferrolet.local/pause:"));
+        assert_eq!(
+            c.stream_server_addr().unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert!(!c.enable_tls_streaming);
+    }
+
+    #[test]
+    fn streaming_keys_as_containerd_names_them() {
+        let c = Config::parse(
+            "stream_server_address = \"::1\"\nstream_server_port = \"10010\"\n\
+             enable_tls_streaming = true\n[x509_key_pair_streaming]\n\
+             tls_cert_file = \"/c.pem\"\ntls_key_file = \"/k.pem\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.stream_server_addr().unwrap(),
+            "[::1]:10010".parse().unwrap()
+        );
+        assert_eq!(
+            c.x509_key_pair_streaming.tls_key_file,
+            PathBuf::from("/k.pem")
+        );
+        for bad in [
+            "stream_server_port = \"http\"",
+            "stream_server_address = \"localhost\"",
+            "enable_tls_streaming = true",
+        ] {
+            assert!(Config::parse(bad).unwrap().validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -13,11 +13,16 @@
 //!   (`runtime::{sandbox,container}_{lifecycle,status}`), task-exit events, recovery, stats,
 //!   Status.
 //! - [`image`]: the CRI ImageService: pull, list, status, remove, fs info, the pause image.
+//! - [`streaming`]: the streaming server behind Exec/Attach/PortForward: single-use URL
+//!   tokens, the HTTP/1.1 upgrade (SPDY or WebSocket via `ferrolet_proto::streaming`), exec
+//!   and attach sessions, port-forward dials inside the sandbox's netns. Below `runtime`,
+//!   which implements its `Backend`.
 //!
 //! Domain, what the services work on:
 //! - [`oci`]: OCI runtime specs for pause and application containers.
 //! - [`sandbox`]: what a pod sandbox is; the files it shares; its network (netns + CNI).
-//! - [`container`]: what a container is; its FIFO IO, CRI log file, exec.
+//! - [`container`]: what a container is; its FIFO IO, CRI log file (with attach's fan-out),
+//!   exec (sync and streaming), attach.
 //! - [`stats`]: container and pod stats from containerd's task metrics.
 //! - [`archive`]: OCI and Docker image archives, as OCI layouts.
 //! - [`oci_layout`]: OCI image layouts: reading them, importing their images.
@@ -52,4 +57,5 @@ pub mod sandbox;
 pub mod server;
 pub mod stats;
 pub mod store;
+pub mod streaming;
 pub mod task;

@@ -3,6 +3,9 @@
 //! the container's process spec (args replaced, no terminal) and FIFOs for stdout/stderr,
 //! started, waited for within the timeout, SIGKILLed when the timeout passes. The exec process
 //! and its FIFOs are removed on every path, including when the caller stops polling.
+//!
+//! The pieces every exec shares (the process spec, ids, the cleanup guard, error
+//! classification) are also what [`super::exec_stream`] (streaming Exec) builds on.
 
 use std::time::Duration;
 
@@ -97,6 +100,12 @@ pub enum ExecError {
     /// The process spec could not be encoded.
     #[error("failed to exec in container: encoding the process spec: {0}")]
     Spec(#[from] serde_json::Error),
+    /// A streaming client went away before the command ended; it was killed.
+    #[error("failed to exec in container: the client went away; exec {exec_id:?} was killed")]
+    ClientGone {
+        /// The exec process.
+        exec_id: String,
+    },
 }
 
 impl ExecError {
@@ -111,6 +120,7 @@ impl ExecError {
             ExecError::Containerd { status, .. } => status.code(),
             ExecError::Io(e) => e.code(),
             ExecError::Spec(_) => tonic::Code::Internal,
+            ExecError::ClientGone { .. } => tonic::Code::Cancelled,
         }
     }
 }
@@ -150,25 +160,26 @@ fn go_duration(d: Duration) -> String {
 
 /// A fresh exec id: 64 hex digits, as containerd's CRI makes them (within containerd's
 /// 76-character identifier limit).
-fn new_exec_id() -> String {
+pub(super) fn new_exec_id() -> String {
     crate::store::new_id()
 }
 
-/// The exec's process: the container's, running `cmd` without a terminal.
-fn exec_process(
+/// The exec's process: the container's, running `cmd`, with a terminal when `tty`.
+pub(super) fn exec_process(
     template: &oci_spec::runtime::Process,
     cmd: &[String],
+    tty: bool,
 ) -> oci_spec::runtime::Process {
     let mut p = template.clone();
     p.set_args(Some(cmd.to_vec()));
-    p.set_terminal(Some(false));
+    p.set_terminal(Some(tty));
     p.set_console_size(None);
     // A command line would override args on runtimes that read it.
     p.set_command_line(None);
     p
 }
 
-fn process_any(
+pub(super) fn process_any(
     p: &oci_spec::runtime::Process,
 ) -> Result<ferrolet_proto::prost_types::Any, serde_json::Error> {
     Ok(ferrolet_proto::prost_types::Any {
@@ -179,7 +190,7 @@ fn process_any(
 
 /// How far the exec process got, so cleanup undoes exactly that.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Stage {
+pub(super) enum Stage {
     /// Only FIFOs (maybe) exist.
     Fifos,
     /// containerd knows the exec process.
@@ -192,17 +203,36 @@ enum Stage {
 
 /// Removes the exec process and its FIFOs; when dropped before [`Cleanup::run`] (the caller
 /// stopped polling), it does so on a spawned task.
-struct Cleanup {
+pub(super) struct Cleanup {
     containerd: Containerd,
     container_id: String,
     exec_id: String,
     fifos: Fifos,
-    stage: Stage,
+    /// How far the exec got; the caller advances it.
+    pub(super) stage: Stage,
     armed: bool,
 }
 
 impl Cleanup {
-    async fn run(mut self) {
+    /// A guard for an exec that has nothing yet but (maybe) its FIFOs.
+    pub(super) fn new(
+        containerd: &Containerd,
+        container_id: &str,
+        exec_id: &str,
+        fifos: &Fifos,
+    ) -> Self {
+        Self {
+            containerd: containerd.clone(),
+            container_id: container_id.into(),
+            exec_id: exec_id.into(),
+            fifos: fifos.clone(),
+            stage: Stage::Fifos,
+            armed: true,
+        }
+    }
+
+    /// Undoes what the exec got to, now.
+    pub(super) async fn run(mut self) {
         self.armed = false;
         cleanup(
             self.containerd.clone(),
@@ -274,7 +304,11 @@ async fn cleanup(
     }
 }
 
-async fn kill(cd: &Containerd, container_id: &str, exec_id: &str) -> Result<(), tonic::Status> {
+pub(super) async fn kill(
+    cd: &Containerd,
+    container_id: &str,
+    exec_id: &str,
+) -> Result<(), tonic::Status> {
     match cd
         .tasks()
         .kill(KillRequest {
@@ -320,14 +354,7 @@ async fn read_capped(rx: Option<Receiver>, cap: usize) -> Vec<u8> {
 pub async fn exec_sync(containerd: &Containerd, spec: ExecSpec) -> Result<ExecOutput, ExecError> {
     let exec_id = new_exec_id();
     let fifos = Fifos::new(&spec.fifo_dir, &exec_id, false, false);
-    let mut cleanup = Cleanup {
-        containerd: containerd.clone(),
-        container_id: spec.container_id.clone(),
-        exec_id: exec_id.clone(),
-        fifos: fifos.clone(),
-        stage: Stage::Fifos,
-        armed: true,
-    };
+    let mut cleanup = Cleanup::new(containerd, &spec.container_id, &exec_id, &fifos);
     let result = run(containerd, &spec, &exec_id, &fifos, &mut cleanup.stage).await;
     cleanup.run().await;
     result
@@ -344,7 +371,7 @@ async fn run(
     let containerd_err =
         |op: &'static str| move |status: tonic::Status| classify(op, container_id, exec_id, status);
     let mut opened = io::open(fifos).await?;
-    let process = process_any(&exec_process(&spec.process, &spec.cmd))?;
+    let process = process_any(&exec_process(&spec.process, &spec.cmd, false))?;
     cd.tasks()
         .exec(ExecProcessRequest {
             container_id: container_id.into(),
@@ -438,7 +465,7 @@ async fn run(
 }
 
 /// Tells "the container is not running" apart from other containerd failures.
-fn classify(
+pub(super) fn classify(
     op: &'static str,
     container_id: &str,
     exec_id: &str,
@@ -545,7 +572,11 @@ mod tests {
         template.set_terminal(Some(true));
         template.set_command_line(Some("pause".into()));
         template.set_env(Some(vec!["A=1".into()]));
-        let p = exec_process(&template, &["sh".into(), "-c".into(), "echo hi".into()]);
+        let p = exec_process(
+            &template,
+            &["sh".into(), "-c".into(), "echo hi".into()],
+            false,
+        );
         let any = process_any(&p).unwrap();
         assert_eq!(any.type_url, PROCESS_TYPE_URL);
         let json: serde_json::Value = serde_json::from_slice(&any.value).unwrap();

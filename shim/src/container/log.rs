@@ -9,6 +9,11 @@
 //! cost of formatting the timestamp does not grow with the number of lines.
 //! Both streams share one writer behind a mutex, and every read becomes one `write`, so
 //! entries never interleave mid-line.
+//!
+//! Attach ([`LogHandle::attach`]) subscribes to the same reads: each chunk is handed to every
+//! attached client through a bounded channel before it is logged. A client that falls
+//! [`ATTACH_BUFFER`] chunks behind is disconnected (its channel dropped) rather than let slow
+//! the log or the container down.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -18,8 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
 use tokio::net::unix::pipe::Receiver;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::io::{IoError, OpenedIo};
 
@@ -28,6 +34,55 @@ pub const MAX_LINE_SIZE: usize = 16 * 1024;
 
 /// How much one pump reads from its FIFO before writing (a pipe holds 64 KiB by default).
 const READ_BUF: usize = 128 * 1024;
+
+/// Chunks (each one read, at most [`READ_BUF`] bytes) an attached client may lag behind.
+pub const ATTACH_BUFFER: usize = 64;
+
+/// The attached clients of one output stream.
+#[derive(Default)]
+struct Subscribers(Mutex<Vec<mpsc::Sender<Bytes>>>);
+
+impl Subscribers {
+    fn add(&self) -> mpsc::Receiver<Bytes> {
+        let (tx, rx) = mpsc::channel(ATTACH_BUFFER);
+        self.lock().push(tx);
+        rx
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<mpsc::Sender<Bytes>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands `chunk` to every client; drops those gone or too far behind.
+    fn send(&self, chunk: &Bytes, container_id: &str, stream: Stream) {
+        let mut subs = self.lock();
+        if subs.is_empty() {
+            return;
+        }
+        subs.retain(|tx| match tx.try_send(chunk.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tracing::warn!(container = %container_id, stream = stream.as_str(), "attached client too slow; disconnecting it");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+
+    /// At EOF: every client's stream ends.
+    fn close(&self) {
+        self.lock().clear();
+    }
+}
+
+/// An attach's view of the output: chunks as they are read, until EOF.
+#[derive(Debug, Default)]
+pub struct Attached {
+    /// stdout chunks, when asked for.
+    pub stdout: Option<mpsc::Receiver<Bytes>>,
+    /// stderr chunks, when asked for and the container has a stderr (no tty).
+    pub stderr: Option<mpsc::Receiver<Bytes>>,
+}
 
 /// Which output stream an entry came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,6 +335,8 @@ struct Shared {
     sink: Arc<Sink>,
     done: watch::Receiver<bool>,
     placeholders: Mutex<Vec<File>>,
+    /// Attached clients per stream (stdout, stderr); None for a stream the process lacks.
+    attached: [Option<Arc<Subscribers>>; 2],
 }
 
 /// Handle to a container's log pumps (clone-able).
@@ -322,16 +379,21 @@ pub fn start(
     let (done_tx, done) = watch::channel(false);
     let stdout = io.take_stdout();
     let stderr = io.take_stderr();
+    let attached = [
+        stdout.as_ref().map(|_| Arc::new(Subscribers::default())),
+        stderr.as_ref().map(|_| Arc::new(Subscribers::default())),
+    ];
+    let [out_subs, err_subs] = attached.clone();
     let pumps_sink = sink.clone();
     runtime.spawn(async move {
         let out = async {
-            if let Some(rx) = stdout {
-                pump(rx, Stream::Stdout, &pumps_sink).await;
+            if let (Some(rx), Some(subs)) = (stdout, out_subs) {
+                pump(rx, Stream::Stdout, &pumps_sink, &subs).await;
             }
         };
         let err = async {
-            if let Some(rx) = stderr {
-                pump(rx, Stream::Stderr, &pumps_sink).await;
+            if let (Some(rx), Some(subs)) = (stderr, err_subs) {
+                pump(rx, Stream::Stderr, &pumps_sink, &subs).await;
             }
         };
         tokio::join!(out, err);
@@ -352,12 +414,18 @@ pub fn start(
             sink,
             done,
             placeholders: Mutex::new(io.take_placeholders()),
+            attached,
         }),
     })
 }
 
-/// Copies one FIFO into the sink until EOF.
-async fn pump(rx: Receiver, stream: Stream, sink: &Arc<Sink>) {
+/// Copies one FIFO into the sink (and to attached clients) until EOF.
+async fn pump(rx: Receiver, stream: Stream, sink: &Arc<Sink>, attached: &Subscribers) {
+    pump_reads(rx, stream, sink, attached).await;
+    attached.close();
+}
+
+async fn pump_reads(rx: Receiver, stream: Stream, sink: &Arc<Sink>, attached: &Subscribers) {
     let mut fmt = LineFormatter::new(stream, MAX_LINE_SIZE);
     let mut eof = false;
     while !eof {
@@ -385,12 +453,18 @@ async fn pump(rx: Receiver, stream: Stream, sink: &Arc<Sink>) {
                 }
             }
         }
-        if buf.is_empty() || sink.discards() {
+        if buf.is_empty() {
             continue;
         }
-        let mut out = Vec::with_capacity(buf.len() + buf.len() / 8 + 64);
-        fmt.push(SystemTime::now(), &buf, &mut out);
-        drop(buf);
+        // Shared with attached clients without a copy; the formatter reads the same bytes.
+        let chunk = Bytes::from(buf);
+        attached.send(&chunk, &sink.container_id, stream);
+        if sink.discards() {
+            continue;
+        }
+        let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 8 + 64);
+        fmt.push(SystemTime::now(), &chunk, &mut out);
+        drop(chunk);
         sink.write(out).await;
     }
     if !sink.discards() {
@@ -434,6 +508,23 @@ impl LogHandle {
         let mut done = self.inner.done.clone();
         // An error means the pump task is gone, which also means it has stopped writing.
         let _ = done.wait_for(|d| *d).await;
+    }
+
+    /// Subscribes to the output read from now on (`stdout`/`stderr`: which streams the
+    /// client wants). Each stream ends at the process's EOF, or early when the client falls
+    /// [`ATTACH_BUFFER`] chunks behind.
+    pub fn attach(&self, stdout: bool, stderr: bool) -> Attached {
+        let [out, err] = &self.inner.attached;
+        let running = self.running();
+        let sub = |want: bool, subs: &Option<Arc<Subscribers>>| {
+            subs.as_ref()
+                .filter(|_| want && running)
+                .map(|subs| subs.add())
+        };
+        Attached {
+            stdout: sub(stdout, out),
+            stderr: sub(stderr, err),
+        }
     }
 
     /// Whether the pumps are still running.
@@ -675,6 +766,62 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(60), h.wait())
             .await
             .expect("pumps end");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn attached_clients_see_the_output_the_log_gets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("0.log");
+        let (fifos, ends, h) = started(tmp.path(), log.clone()).await;
+        let mut a = h.attach(true, true);
+        let only_out = h.attach(true, false);
+        assert!(only_out.stderr.is_none());
+        drop(only_out);
+        shim_write(ends, b"hello\n".repeat(1000), b"oops\n".to_vec())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(c) = a.stdout.as_mut().unwrap().recv().await {
+            out.extend_from_slice(&c);
+        }
+        let mut err = Vec::new();
+        while let Some(c) = a.stderr.as_mut().unwrap().recv().await {
+            err.extend_from_slice(&c);
+        }
+        assert_eq!(out, b"hello\n".repeat(1000));
+        assert_eq!(err, b"oops\n");
+        wait(&h).await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(text.lines().count(), 1001);
+        // After EOF nothing more is attached.
+        let late = h.attach(true, true);
+        assert!(late.stdout.is_none() && late.stderr.is_none());
+        io::remove(&fifos).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_attached_client_is_dropped_and_the_log_keeps_everything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("0.log");
+        let (fifos, ends, h) = started(tmp.path(), log.clone()).await;
+        // Never read: falls behind after ATTACH_BUFFER chunks.
+        let slow = h.attach(true, true);
+        let line = [b"x".repeat(99), b"\n".to_vec()].concat();
+        // 20 MB: far more reads than the client's buffer holds.
+        let data = line.repeat(200_000);
+        shim_write(ends, data, Vec::new()).await.unwrap();
+        wait(&h).await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(text.lines().count(), 200_000, "the log lost nothing");
+        let mut rx = slow.stdout.unwrap();
+        let (mut chunks, mut bytes) = (0, 0);
+        while let Some(c) = rx.recv().await {
+            chunks += 1;
+            bytes += c.len();
+        }
+        assert!(chunks <= ATTACH_BUFFER, "{chunks}");
+        assert!(bytes < 20_000_000, "the slow client was cut off: {bytes}");
+        io::remove(&fifos).await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,14 +1,17 @@
 //! Containers: what one is ([`Container`]), its IO over FIFOs ([`io`]), its log file
-//! ([`log`]) and exec ([`exec`]). The CRI calls on containers are in
-//! `runtime::container_lifecycle` and `runtime::container_status`.
+//! ([`log`]), exec ([`exec`], and streaming exec in [`exec_stream`]) and attach
+//! ([`attach`]). The CRI calls on containers are in `runtime::container_lifecycle` and
+//! `runtime::container_status`.
 
+pub mod attach;
 pub mod exec;
+pub mod exec_stream;
 pub mod io;
 pub mod log;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 use ferrolet_proto::containerd::types::Mount;
 use ferrolet_proto::cri;
@@ -148,6 +151,9 @@ pub struct Container {
     pub meta_written: AtomicBool,
     /// The log pumps, while the process runs.
     pub log: Mutex<Option<log::LogHandle>>,
+    /// Our write end of its stdin FIFO (containers created with `stdin`), held so its stdin
+    /// stays open between attaches, as containerd does; attach writes through it.
+    stdin: Mutex<Option<Arc<tokio::net::unix::pipe::Sender>>>,
     /// Serializes lifecycle calls on this container.
     pub op: tokio::sync::Mutex<()>,
     /// Serializes record writes; true once removed, so a late exit cannot write it back.
@@ -171,6 +177,7 @@ impl Container {
             oom_killed: AtomicBool::new(false),
             meta_written: AtomicBool::new(false),
             log: Mutex::new(None),
+            stdin: Mutex::new(None),
             op: tokio::sync::Mutex::new(()),
             removed: tokio::sync::Mutex::new(false),
         }
@@ -231,6 +238,26 @@ impl Container {
     /// Sets or clears the log pumps' handle.
     pub fn set_log_handle(&self, handle: Option<log::LogHandle>) {
         *self.log.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+    }
+
+    /// Keeps (or, with None, closes) our write end of the process's stdin.
+    pub fn set_stdin(&self, stdin: Option<tokio::net::unix::pipe::Sender>) {
+        *self.stdin.lock().unwrap_or_else(|p| p.into_inner()) = stdin.map(Arc::new);
+    }
+
+    /// The stdin write end, while the container has one open.
+    pub fn stdin(&self) -> Option<Arc<tokio::net::unix::pipe::Sender>> {
+        self.stdin.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Closes our stdin write end (`stdin_once`); the process sees EOF once no attach is
+    /// still writing. Whether it was open.
+    pub fn close_stdin(&self) -> bool {
+        self.stdin
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some()
     }
 }
 

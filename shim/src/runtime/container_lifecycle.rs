@@ -320,6 +320,7 @@ impl RuntimeInner {
         };
         task::create_task(&self.cd, id, rootfs, task_io).await?;
         opened.task_created();
+        c.set_stdin(opened.take_stdin());
         let started = async {
             let handle = log::start(opened, c.meta.log_path.clone(), id.to_string())?;
             c.set_log_handle(Some(handle));
@@ -327,6 +328,7 @@ impl RuntimeInner {
         }
         .await;
         if started.is_err() {
+            c.set_stdin(None);
             let _ = task::kill(&self.cd, id, libc::SIGKILL as u32).await;
             if let Err(e) = task::delete_task(&self.cd, id).await {
                 tracing::warn!(id, error = %e, "deleting a task that failed to start");
@@ -407,6 +409,8 @@ impl RuntimeInner {
         let oom = c.oom_killed.load(Ordering::Relaxed)
             || (exit_status == 128 + libc::SIGKILL as u32
                 && super::stats::cgroup_oom_killed(&c.meta.cgroups_path));
+        // Nobody reads its stdin any more.
+        c.set_stdin(None);
         // Reap first, as containerd does: once a container reads as exited, RemoveContainer
         // finds no task left to wait for.
         if let Err(e) = task::delete_task(&self.cd, id).await {
@@ -489,6 +493,7 @@ impl RuntimeInner {
             tracing::warn!(id, error = %e, "deleting task");
         }
         c.set_log_handle(None);
+        c.set_stdin(None);
         let record = async {
             if let Err(e) = task::delete_record(&self.cd, id).await {
                 tracing::warn!(id, error = %e, "deleting containerd container");

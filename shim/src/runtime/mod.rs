@@ -2,7 +2,8 @@
 //! on ([`RuntimeInner`]). The calls live in one file per object and kind, as in containerd's
 //! pkg/cri/server: [`sandbox_lifecycle`] (Run/Stop/RemovePodSandbox), [`sandbox_status`],
 //! [`container_lifecycle`] (Create/Start/Stop/RemoveContainer, ExecSync, ...),
-//! [`container_status`]; the task-exit follower in [`events`], start-up recovery in
+//! [`container_status`], Exec/Attach/PortForward (URLs on the streaming server) in
+//! [`streaming`]; the task-exit follower in [`events`], start-up recovery in
 //! [`recover`], stats in [`stats`], Status and runtime config in [`node`]. The objects
 //! themselves ([`crate::sandbox`], [`crate::container`]) sit below and know nothing of this.
 
@@ -15,6 +16,7 @@ pub mod recover;
 pub mod sandbox_lifecycle;
 pub mod sandbox_status;
 pub mod stats;
+pub mod streaming;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -101,6 +103,8 @@ pub struct RuntimeInner {
     pub cpu: crate::stats::CpuRates,
     /// Our own oom_score_adj, the floor of every container's.
     pub min_oom_score_adj: i32,
+    /// The streaming server's URLs (Exec, Attach, PortForward).
+    pub streams: crate::streaming::Urls,
 }
 
 /// The RuntimeService: cheap to clone.
@@ -111,8 +115,14 @@ pub struct Runtime {
 
 impl Runtime {
     /// Builds the runtime, recovers every sandbox and container containerd still has, and
-    /// starts following task exits.
+    /// starts following task exits and serving the streaming URLs.
     pub async fn new(cd: Containerd, images: ImageService, config: &Config) -> Result<Self> {
+        let stream_server = crate::streaming::StreamServer::bind(config)
+            .await
+            .map_err(|e| RuntimeError::internal(e.to_string()))?;
+        if let Some(addr) = stream_server.local_addr() {
+            tracing::info!(%addr, "streaming server listening");
+        }
         let network = PodNetwork::new(
             config.cni_conf_dir.clone(),
             config.cni_bin_dirs.clone(),
@@ -133,11 +143,13 @@ impl Runtime {
             events,
             cpu: crate::stats::CpuRates::default(),
             min_oom_score_adj: crate::oci::own_oom_score_adj(),
+            streams: stream_server.urls(),
         });
         // Subscribe before reading state, so no exit falls between the two.
         let exits = events::subscribe(&inner).await?;
         recover::recover(&inner).await?;
         tokio::spawn(events::follow(inner.clone(), exits));
+        tokio::spawn(stream_server.serve(inner.clone()));
         Ok(Self { inner })
     }
 
@@ -290,22 +302,25 @@ impl RuntimeService for Runtime {
         call!(self.exec_sync(req))
     }
 
-    #[tracing::instrument(name = "Exec", skip_all)]
-    async fn exec(&self, _: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
-        Err(unimplemented("Exec"))
+    #[tracing::instrument(name = "Exec", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn exec(&self, req: Request<ExecRequest>) -> Result<Response<ExecResponse>, Status> {
+        call!(self.exec(req))
     }
 
-    #[tracing::instrument(name = "Attach", skip_all)]
-    async fn attach(&self, _: Request<AttachRequest>) -> Result<Response<AttachResponse>, Status> {
-        Err(unimplemented("Attach"))
+    #[tracing::instrument(name = "Attach", skip_all, fields(id = %req.get_ref().container_id))]
+    async fn attach(
+        &self,
+        req: Request<AttachRequest>,
+    ) -> Result<Response<AttachResponse>, Status> {
+        call!(self.attach(req))
     }
 
-    #[tracing::instrument(name = "PortForward", skip_all)]
+    #[tracing::instrument(name = "PortForward", skip_all, fields(id = %req.get_ref().pod_sandbox_id))]
     async fn port_forward(
         &self,
-        _: Request<PortForwardRequest>,
+        req: Request<PortForwardRequest>,
     ) -> Result<Response<PortForwardResponse>, Status> {
-        Err(unimplemented("PortForward"))
+        call!(self.port_forward(req))
     }
 
     #[tracing::instrument(name = "ContainerStats", skip_all, fields(id = %req.get_ref().container_id))]

@@ -130,6 +130,7 @@ async fn resume_logs(c: &Container) -> Result<()> {
     let mut opened = io::open(&c.meta.fifos).await?;
     // The shim has held its ends open all along.
     opened.task_created();
+    c.set_stdin(opened.take_stdin());
     let handle = log::start(opened, c.meta.log_path.clone(), c.meta.id.clone())?;
     c.set_log_handle(Some(handle));
     Ok(())
