@@ -49,9 +49,17 @@ pub async fn attach(
     // A container created without stdin gets none: the client's input is not read.
     let container_stdin = stdin.as_ref().and_then(|_| c.stdin());
     let had_stdin = container_stdin.is_some();
+    let stdin_once = c.meta.config.stdin_once;
     let input = async {
         if let (Some(client), Some(fifo)) = (stdin, container_stdin) {
             copy_to_shared_fifo(client, &fifo).await;
+            drop(fifo);
+            // As containerd: without a tty the client's EOF is the container's at once (its
+            // process may be waiting for it before it ends the output this attach waits for);
+            // with a tty, stdin closes when the attach ends.
+            if stdin_once && !c.meta.config.tty {
+                close_stdin(containerd, c).await;
+            }
         }
     };
     let output = async {
@@ -83,7 +91,7 @@ pub async fn attach(
         () = session => {}
         () = gone => {}
     }
-    if had_stdin && c.meta.config.stdin_once {
+    if had_stdin && stdin_once {
         close_stdin(containerd, c).await;
     }
     Ok(())
