@@ -241,6 +241,7 @@ where
     let framing = Framing {
         base64: protocol.contains("base64."),
         close_signal: version == Version::V5,
+        send_close_signal: version == Version::V5,
     };
     let readable = [channel::STDOUT, channel::STDERR, channel::ERROR];
     let (mux, mut readers) = Mux::start(io, Role::Client, framing, &readable).await;
@@ -319,6 +320,7 @@ where
     let framing = Framing {
         base64: protocol.contains("base64."),
         close_signal: false,
+        send_close_signal: false,
     };
     let channels: Vec<u8> = (0..ports.len() * 2).map(|c| c as u8).collect();
     let (mux, mut readers) = Mux::start(io, Role::Client, framing, &channels).await;

@@ -100,6 +100,7 @@ impl Negotiated {
                 let framing = Framing {
                     base64: *base64,
                     close_signal: false,
+                    send_close_signal: false,
                 };
                 Ok(websocket(io, framing, ports).await)
             }

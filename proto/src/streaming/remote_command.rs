@@ -126,6 +126,7 @@ impl Negotiated {
                 let framing = Framing {
                     base64: *base64,
                     close_signal: self.version() == Version::V5,
+                    send_close_signal: false,
                 };
                 Ok(websocket(io, framing, self.version(), opts).await)
             }

@@ -29,8 +29,21 @@ const READ_QUEUE: usize = 16;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Framing {
     pub base64: bool,
-    /// v5: send and honour the close signal.
+    /// v5: honour the close signal.
     pub close_signal: bool,
+    /// v5 client: send it when a writer shuts down. Go's servers never send it (client-go
+    /// logs "Unknown stream id 255" when one does); a server's end of output is its
+    /// connection's end.
+    pub send_close_signal: bool,
+}
+
+/// A Close frame with status 1000: Go's client (gorilla) takes anything else, even a frame
+/// without a status, for an error ("close 1005 (no status)").
+fn normal_close() -> Message {
+    Message::Close(Some(tokio_tungstenite::tungstenite::protocol::CloseFrame {
+        code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Normal,
+        reason: "".into(),
+    }))
 }
 
 enum Outgoing {
@@ -86,7 +99,7 @@ impl Mux {
         ChannelWriter {
             channel,
             out: PollSender::new(self.out.clone()),
-            close_signal: self.framing.close_signal,
+            close_signal: self.framing.send_close_signal,
             closed: false,
         }
     }
@@ -212,14 +225,14 @@ async fn write_loop<S>(
                 sink.send(encode(CLOSE_CHANNEL, &[channel], false)).await
             }
             Some(Outgoing::Close(done)) => {
-                let _ = sink.send(Message::Close(None)).await;
+                let _ = sink.send(normal_close()).await;
                 let _ = sink.close().await;
                 let _ = done.send(());
                 break;
             }
             None => {
                 // Every writer is gone: end the connection.
-                let _ = sink.send(Message::Close(None)).await;
+                let _ = sink.send(normal_close()).await;
                 let _ = sink.close().await;
                 break;
             }
