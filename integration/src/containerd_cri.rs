@@ -95,6 +95,15 @@ impl ContainerdCriNode {
         self.net.host_port(k)
     }
 
+    /// containerd's pid (0 once stopped).
+    pub fn pid(&self) -> u32 {
+        self.daemon
+            .child
+            .as_ref()
+            .map(Child::id)
+            .unwrap_or_default()
+    }
+
     /// Where containerd's CRI mounts pod network namespaces
     /// (`netns_mounts_under_state_dir`).
     pub fn netns_dir(&self) -> PathBuf {

@@ -75,6 +75,10 @@ pub trait RuntimeNode: Sized + Send + Sync + 'static {
     fn net(&self) -> &TestNetwork;
     /// A host port no other running test uses (`k` < 5).
     fn host_port(&self, k: u16) -> u16;
+    /// The runtime's process (ferrolet-cri or containerd), for fd checks.
+    fn runtime_pid(&self) -> u32;
+    /// The runtime's scratch dir: its state, pod and exec FIFOs included.
+    fn runtime_dir(&self) -> &Path;
     /// Checks that nothing of the pods is left and stops the runtime.
     fn teardown(self) -> impl Future<Output = ()> + Send;
 }
@@ -94,6 +98,12 @@ impl RuntimeNode for CriNode {
     }
     fn host_port(&self, k: u16) -> u16 {
         CriNode::host_port(self, k)
+    }
+    fn runtime_pid(&self) -> u32 {
+        self.cri.pid()
+    }
+    fn runtime_dir(&self) -> &Path {
+        self.scratch.path()
     }
     fn teardown(self) -> impl Future<Output = ()> + Send {
         CriNode::teardown(self)
@@ -115,6 +125,12 @@ impl RuntimeNode for ContainerdCriNode {
     }
     fn host_port(&self, k: u16) -> u16 {
         ContainerdCriNode::host_port(self, k)
+    }
+    fn runtime_pid(&self) -> u32 {
+        ContainerdCriNode::pid(self)
+    }
+    fn runtime_dir(&self) -> &Path {
+        self.scratch.path()
     }
     fn teardown(self) -> impl Future<Output = ()> + Send {
         ContainerdCriNode::teardown(self)

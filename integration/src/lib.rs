@@ -19,6 +19,8 @@
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
 //!   config builders, and the pod leak checks.
 //! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
+//! - [`streaming`]: exec, attach and port-forward sessions for the tests over the repo's own
+//!   streaming client (SPDY or WebSocket, plain or TLS), ranged transfers, fd counts.
 
 pub mod apiserver;
 pub mod bench;
@@ -33,6 +35,7 @@ pub mod pods;
 pub mod prometheus;
 pub mod registry;
 pub mod scratch;
+pub mod streaming;
 pub mod testimages;
 
 use std::path::{Path, PathBuf};

@@ -2,8 +2,8 @@
 //! client CA the test makes, over the real ferrolet-cri. A client that trusts only the
 //! self-signed `<root-dir>/pki/kubelet.crt` ferrolet generated completes the handshake; an
 //! anonymous request is 401; a client certificate from the configured CA reads `/pods`,
-//! `/healthz`, `/configz` and container logs; one from another CA is 401; the streaming
-//! endpoints answer 501; and a restarted ferrolet keeps its serving certificate.
+//! `/healthz`, `/configz`, container logs and `/run`; one from another CA is 401; and a
+//! restarted ferrolet keeps its serving certificate.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::os::unix::fs::PermissionsExt;
@@ -187,25 +187,16 @@ async fn client_certificates_guard_the_secure_port() {
     assert_eq!((status, body.as_str()), (200, "hello over TLS\n"));
     assert_eq!(get(&node, &mallory, &logs).await.0, 401);
 
-    // Streaming is not there yet.
-    for (method, path) in [
-        (
-            reqwest::Method::POST,
-            format!("/exec/default/{}/app?command=ls", node.pod_name("hello")),
-        ),
-        (
-            reqwest::Method::GET,
-            format!("/attach/default/{}/app", node.pod_name("hello")),
-        ),
-        (
-            reqwest::Method::POST,
-            format!("/portForward/default/{}", node.pod_name("hello")),
-        ),
-    ] {
-        let (status, body) = call(&node, &admin, method, &path).await;
-        assert_eq!(status, 501, "{path}: {body}");
-        assert!(body.contains("streaming"), "{path}: {body}");
-    }
+    // The streaming endpoints sit behind the same guard (kubelet_streaming.rs runs them all).
+    let run = format!("/run/default/{}/app?cmd=echo%20ran", node.pod_name("hello"));
+    assert_eq!(
+        call(&node, &mallory, reqwest::Method::POST, &run).await.0,
+        401
+    );
+    assert_eq!(
+        call(&node, &admin, reqwest::Method::POST, &run).await,
+        (200, "ran\n".to_string())
+    );
 
     // A restarted ferrolet serves with the certificate it made before.
     let before = std::fs::read(&serving_cert).unwrap();

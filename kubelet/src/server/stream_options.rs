@@ -1,8 +1,9 @@
 //! The query of the streaming endpoints, read as the Go kubelet reads it: the streams of an
-//! exec or attach (remotecommand's `NewOptions`: `stdin`, `stdout`, `stderr`, `tty`, each on
-//! only when `1`, as the API server sends them), the `command` of an exec (repeated), the
-//! `cmd` of `/run` (split on spaces), and the `port`s of a port-forward (portforward's
-//! `NewV4Options`: required over WebSocket, where no stream header carries them).
+//! exec or attach (remotecommand's `NewOptions`: `input`, `output`, `error` and `tty`, Go's
+//! `api.Exec*Param` names, each on only when `1`, as the API server sends them), the `command`
+//! of an exec (repeated), the `cmd` of `/run` (split on spaces), and the `port`s of a
+//! port-forward (portforward's `NewV4Options`: required over WebSocket, where no stream header
+//! carries them).
 
 use hyper::HeaderMap;
 use hyper::header::{CONNECTION, UPGRADE};
@@ -72,9 +73,9 @@ pub fn stream_options(query: &Query) -> Result<StreamOptions, OptionsError> {
     let on = |key| form_value(query, key) == "1";
     let tty = on("tty");
     let options = StreamOptions {
-        stdin: on("stdin"),
-        stdout: on("stdout"),
-        stderr: on("stderr") && !tty,
+        stdin: on("input"),
+        stdout: on("output"),
+        stderr: on("error") && !tty,
         tty,
     };
     if !options.stdin && !options.stdout && !options.stderr {

@@ -13,7 +13,7 @@ fn opts(q: &str) -> Result<StreamOptions, OptionsError> {
 #[test]
 fn streams_are_on_only_with_1() {
     assert_eq!(
-        opts("stdin=1&stdout=1&stderr=1").unwrap(),
+        opts("input=1&output=1&error=1").unwrap(),
         StreamOptions {
             stdin: true,
             stdout: true,
@@ -23,34 +23,39 @@ fn streams_are_on_only_with_1() {
     );
     // `true` is not `1` for remotecommand (the API server sends `1`).
     assert_eq!(
-        opts("stdout=true&stderr=1").unwrap(),
+        opts("output=true&error=1").unwrap(),
         StreamOptions {
             stderr: true,
             ..Default::default()
         }
     );
     assert_eq!(
-        opts("stdout=true").unwrap_err().to_string(),
+        opts("output=true").unwrap_err().to_string(),
         "you must specify at least 1 of stdin, stdout, stderr"
     );
     assert_eq!(opts("").unwrap_err(), OptionsError::NoStreams);
+    // PodExecOptions' own names are the API server's, not the kubelet's.
+    assert_eq!(
+        opts("stdin=1&stdout=1&stderr=1"),
+        Err(OptionsError::NoStreams)
+    );
     // The first value counts, as FormValue.
-    assert_eq!(opts("stdin=0&stdin=1"), Err(OptionsError::NoStreams));
+    assert_eq!(opts("input=0&input=1"), Err(OptionsError::NoStreams));
 }
 
 #[test]
 fn a_tty_drops_stderr() {
-    let o = opts("tty=1&stderr=1&stdout=1").unwrap();
+    let o = opts("tty=1&error=1&output=1").unwrap();
     assert!(o.tty && o.stdout && !o.stderr);
     // stderr alone with a tty leaves nothing.
-    assert_eq!(opts("tty=1&stderr=1"), Err(OptionsError::NoStreams));
+    assert_eq!(opts("tty=1&error=1"), Err(OptionsError::NoStreams));
 }
 
 #[test]
 fn commands() {
-    let q = parse_query("command=sh&command=-c&command=echo%20hi+there&stdout=1");
+    let q = parse_query("command=sh&command=-c&command=echo%20hi+there&output=1");
     assert_eq!(exec_command(&q), ["sh", "-c", "echo hi there"]);
-    assert!(exec_command(&parse_query("stdout=1")).is_empty());
+    assert!(exec_command(&parse_query("output=1")).is_empty());
     assert_eq!(run_command(&parse_query("cmd=ls+-l")), ["ls", "-l"]);
     assert_eq!(run_command(&parse_query("cmd=a%20%20b")), ["a", "", "b"]);
     assert_eq!(run_command(&parse_query("")), [""]);

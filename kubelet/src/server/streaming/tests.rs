@@ -421,7 +421,7 @@ async fn exec_is_proxied_byte_for_byte_both_ways_with_half_close() {
     let server = server().await;
     let mut up = upstream(Mode::Echo).await;
     server.streams_to(format!("http://127.0.0.1:{}/exec/tok1?x=1", up.port));
-    let path = "/exec/default/web/c?command=sh&command=-c&command=cat&stdin=1&stdout=1&stderr=1";
+    let path = "/exec/default/web/c?command=sh&command=-c&command=cat&input=1&output=1&error=1";
     let resp = spdy(&server.alice(), reqwest::Method::POST, server.url(path))
         .send()
         .await
@@ -491,7 +491,7 @@ async fn a_client_that_goes_away_closes_the_runtime_s_connection() {
     let resp = spdy(
         &server.alice(),
         reqwest::Method::POST,
-        server.url("/exec/default/web/c?command=sleep&stdout=1"),
+        server.url("/exec/default/web/c?command=sleep&output=1"),
     )
     .send()
     .await
@@ -509,7 +509,7 @@ async fn a_client_that_goes_away_closes_the_runtime_s_connection() {
 #[tokio::test]
 async fn answers_other_than_101_are_passed_on_or_refused_as_go() {
     let server = server().await;
-    let exec = "/exec/default/web/c?command=ls&stdout=1";
+    let exec = "/exec/default/web/c?command=ls&output=1";
 
     let up = upstream(Mode::Answer(
         "HTTP/1.1 404 Not Found\r\nContent-Type: text/plain; charset=utf-8\r\n\
@@ -582,7 +582,7 @@ async fn attach_takes_the_tty_from_the_spec() {
     let resp = spdy(
         &server.alice(),
         reqwest::Method::GET,
-        server.url("/attach/default/web/u1/t?stdin=1&stdout=1&stderr=1"),
+        server.url("/attach/default/web/u1/t?input=1&output=1&error=1"),
     )
     .send()
     .await
@@ -610,7 +610,7 @@ async fn attach_takes_the_tty_from_the_spec() {
     let req = spdy(
         &server.alice(),
         reqwest::Method::POST,
-        server.url("/attach/default/web/u2/t?stdout=1"),
+        server.url("/attach/default/web/u2/t?output=1"),
     );
     assert_eq!(
         status_and_body(req).await,
@@ -619,7 +619,7 @@ async fn attach_takes_the_tty_from_the_spec() {
     let req = spdy(
         &server.alice(),
         reqwest::Method::POST,
-        server.url("/attach/default/web/gone?stdout=1"),
+        server.url("/attach/default/web/gone?output=1"),
     );
     assert_eq!(
         status_and_body(req).await,
@@ -707,19 +707,19 @@ async fn missing_pods_containers_and_runtime_errors_as_go() {
     let server = server().await;
     let call = |path: &str| spdy(&server.alice(), reqwest::Method::POST, server.url(path));
     assert_eq!(
-        status_and_body(call("/exec/default/nope/c?stdout=1")).await,
+        status_and_body(call("/exec/default/nope/c?output=1")).await,
         (404, "pod does not exist".into())
     );
     assert_eq!(
-        status_and_body(call("/exec/default/web/nope?stdout=1")).await,
+        status_and_body(call("/exec/default/web/nope?output=1")).await,
         (500, r#"container not found ("nope")"#.into())
     );
     assert_eq!(
-        status_and_body(call("/exec/default/web/gone?stdout=1")).await,
+        status_and_body(call("/exec/default/web/gone?output=1")).await,
         (500, r#"container not found ("gone")"#.into())
     );
     assert_eq!(
-        status_and_body(call("/exec/default/web/c?stdout=true")).await,
+        status_and_body(call("/exec/default/web/c?output=true")).await,
         (
             400,
             "you must specify at least 1 of stdin, stdout, stderr".into()
@@ -730,19 +730,19 @@ async fn missing_pods_containers_and_runtime_errors_as_go() {
     *server.runtime.error.lock().unwrap() =
         Some(tonic::Status::not_found("container \"cid-c\" not found"));
     assert_eq!(
-        status_and_body(call("/exec/default/web/c?stdout=1")).await,
+        status_and_body(call("/exec/default/web/c?output=1")).await,
         (
             404,
             "rpc error: code = NotFound desc = container \"cid-c\" not found".into()
         )
     );
     *server.runtime.error.lock().unwrap() = Some(tonic::Status::resource_exhausted("busy"));
-    let resp = call("/exec/default/web/c?stdout=1").send().await.unwrap();
+    let resp = call("/exec/default/web/c?output=1").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 429);
     assert_eq!(resp.headers()["retry-after"], "60");
     *server.runtime.error.lock().unwrap() = Some(tonic::Status::unknown("boom"));
     assert_eq!(
-        status_and_body(call("/exec/default/web/c?stdout=1")).await,
+        status_and_body(call("/exec/default/web/c?output=1")).await,
         (500, "rpc error: code = Unknown desc = boom".into())
     );
 
@@ -851,7 +851,7 @@ async fn streaming_needs_nodes_proxy() {
     let server = server().await;
     let mut up = upstream(Mode::Echo).await;
     server.streams_to(format!("http://127.0.0.1:{}/exec/tok", up.port));
-    let exec = server.url("/exec/default/web/c?command=ls&stdout=1");
+    let exec = server.url("/exec/default/web/c?command=ls&output=1");
 
     let anonymous = server.client(None);
     let req = spdy(&anonymous, reqwest::Method::POST, exec.clone());
@@ -886,7 +886,7 @@ async fn streaming_needs_nodes_proxy() {
 async fn without_a_runtime_the_streaming_paths_answer_501() {
     let server = server_with(false, None).await;
     for (method, path) in [
-        (reqwest::Method::POST, "/exec/default/web/c?stdout=1"),
+        (reqwest::Method::POST, "/exec/default/web/c?output=1"),
         (reqwest::Method::GET, "/attach/default/web/c"),
         (reqwest::Method::GET, "/portForward/default/web"),
         (reqwest::Method::POST, "/run/default/web/c"),
@@ -937,7 +937,7 @@ async fn https_streaming_urls_are_verified() {
     let resp = spdy(
         &server.alice(),
         reqwest::Method::POST,
-        server.url("/exec/default/web/c?command=cat&stdin=1&stdout=1"),
+        server.url("/exec/default/web/c?command=cat&input=1&output=1"),
     )
     .send()
     .await
@@ -963,7 +963,7 @@ async fn https_streaming_urls_are_verified() {
     let req = spdy(
         &server.alice(),
         reqwest::Method::POST,
-        server.url("/exec/default/web/c?command=cat&stdout=1"),
+        server.url("/exec/default/web/c?command=cat&output=1"),
     );
     let (status, body) = status_and_body(req).await;
     assert_eq!(status, 500);
