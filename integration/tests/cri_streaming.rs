@@ -15,7 +15,7 @@ use ferrolet_integration::pods::{
 };
 use ferrolet_integration::streaming::{
     BoxIo, Opener, assert_rejected, dial_url, exit_code, fd_count, fd_list, fetch_in_ranges,
-    finish, forwarded_connections, pipe_through_cat, read_until, sha256_hex,
+    finish, forwarded_connections, pipe_through_cat, read_all, read_until, sha256_hex,
 };
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{AttachRequest, ExecRequest, PortForwardRequest};
@@ -244,6 +244,39 @@ async fn attach_scenario(transport: Transport, name: &str) {
         )
         .await;
     }
+
+    // stdin_once, no tty (critest's attach spec): the client's EOF is the container's at
+    // once, so a process reading to EOF ends, and with it the attach.
+    let mut once = ContainerBuilder::new("once", &busybox.reference)
+        .shell("cat")
+        .build();
+    once.stdin = true;
+    once.stdin_once = true;
+    let once_id = api.run_container(&pod_id, &pod, &once).await.unwrap();
+    let url = rt
+        .attach(AttachRequest {
+            container_id: once_id.clone(),
+            stdin: true,
+            tty: false,
+            stdout: true,
+            stderr: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .url;
+    let (io, target) = dial_url(&url, "", transport).await;
+    let mut a = client::exec(io, &target, opts(true, false)).await.unwrap();
+    let mut stdin = a.stdin.take().unwrap();
+    let stdout = a.stdout.take();
+    let send = async {
+        stdin.write_all(b"bye\n").await.unwrap();
+        stdin.shutdown().await.unwrap();
+    };
+    let (_, out) = tokio::time::timeout(LONG, async { tokio::join!(send, read_all(stdout)) })
+        .await
+        .unwrap_or_else(|_| panic!("attach with stdin_once over {transport:?} never ended"));
+    assert_eq!(out, "bye\n");
 
     node.teardown().await;
 }
