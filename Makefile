@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet bench-api
+.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet bench-api bench-stream
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -66,3 +66,10 @@ bench-kubelet: env
 bench-api: env
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
 	@scripts/bench-api.sh
+
+## bench-stream: exec round trip (`true`, p50/p99) and port-forward throughput (MB/s, 1 and 4
+# connections), SPDY and WebSocket, ferrolet-cri against containerd's own CRI, directly and
+# through ferrolet's secure port. Release builds; what it starts it stops.
+bench-stream: env
+	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration --bins
+	@scripts/bench-stream.sh

@@ -1,6 +1,6 @@
-//! What the benchmark programs (`ferrolet-cri-bench`, `ferrolet-kubelet-bench`) share: the
-//! signal thread that lets a run clean up, RPCs under a deadline, nearest-rank percentiles,
-//! and CPU ticks from `/proc/<pid>/stat`.
+//! What the benchmark programs (`ferrolet-cri-bench`, `ferrolet-kubelet-bench`,
+//! `ferrolet-stream-bench`) share: the signal thread that lets a run clean up, RPCs under a
+//! deadline, nearest-rank percentiles, CPU ticks from `/proc/<pid>/stat`, run ids and images.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,6 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
+use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_proto::cri::{ImageSpec, ImageStatusRequest, PullImageRequest};
+use tonic::transport::Channel;
 
 /// Blocks SIGINT/SIGTERM/SIGHUP in every thread (threads started later inherit the mask) and
 /// waits for them on a thread of its own: the first sets the returned flag so the run stops
@@ -71,4 +74,59 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// A short random id, so names and uids never collide with an earlier run's.
+pub fn run_id() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom")?;
+    Ok(hex::encode(bytes))
+}
+
+/// Makes sure the runtime has the image; returns its id (what the kubelet passes on).
+pub async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<String> {
+    let mut images = ImageServiceClient::new(channel);
+    let spec = ImageSpec {
+        image: image.into(),
+        ..Default::default()
+    };
+    let status = deadline(
+        t,
+        "ImageStatus",
+        images.image_status(ImageStatusRequest {
+            image: Some(spec.clone()),
+            verbose: false,
+        }),
+    )
+    .await?;
+    if let Some(found) = status.image {
+        return Ok(found.id);
+    }
+    eprintln!("pulling {image}");
+    deadline(
+        t,
+        "PullImage",
+        images.pull_image(PullImageRequest {
+            image: Some(spec.clone()),
+            auth: None,
+            sandbox_config: None,
+        }),
+    )
+    .await?;
+    let status = deadline(
+        t,
+        "ImageStatus",
+        images.image_status(ImageStatusRequest {
+            image: Some(spec),
+            verbose: false,
+        }),
+    )
+    .await?;
+    status
+        .image
+        .map(|i| i.id)
+        .ok_or_else(|| anyhow!("{image} was pulled but ImageStatus does not find it"))
 }

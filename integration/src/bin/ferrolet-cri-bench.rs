@@ -16,18 +16,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use ferrolet_integration::bench::{deadline, install_signal_thread, parse_stat_ticks, percentile};
-use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_integration::bench::{
+    deadline, ensure_image, install_signal_thread, parse_stat_ticks, percentile, run_id,
+};
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
     ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, ContainerStateValue,
-    ContainerStatusRequest, CreateContainerRequest, ImageSpec, ImageStatusRequest,
-    LinuxPodSandboxConfig, ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig,
-    PodSandboxMetadata, PodSandboxStatusRequest, PullImageRequest, RemoveContainerRequest,
-    RemovePodSandboxRequest, RunPodSandboxRequest, StartContainerRequest, StopContainerRequest,
-    StopPodSandboxRequest, VersionRequest,
+    ContainerStatusRequest, CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig,
+    ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig, PodSandboxMetadata,
+    PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
+    StartContainerRequest, StopContainerRequest, StopPodSandboxRequest, VersionRequest,
 };
 use ferrolet_proto::transport;
 use futures::{StreamExt, TryStreamExt};
@@ -710,61 +710,6 @@ async fn sweep_count(
             .iter()
             .filter(|s| selector.matches(&s.labels))
             .count())
-}
-
-/// A short random id, so names and uids never collide with an earlier run's.
-fn run_id() -> Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("reading /dev/urandom")?;
-    Ok(hex::encode(bytes))
-}
-
-/// Makes sure the runtime has the image; returns its id (what the kubelet passes on).
-async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<String> {
-    let mut images = ImageServiceClient::new(channel);
-    let spec = ImageSpec {
-        image: image.into(),
-        ..Default::default()
-    };
-    let status = deadline(
-        t,
-        "ImageStatus",
-        images.image_status(ImageStatusRequest {
-            image: Some(spec.clone()),
-            verbose: false,
-        }),
-    )
-    .await?;
-    if let Some(found) = status.image {
-        return Ok(found.id);
-    }
-    eprintln!("pulling {image}");
-    deadline(
-        t,
-        "PullImage",
-        images.pull_image(PullImageRequest {
-            image: Some(spec.clone()),
-            auth: None,
-            sandbox_config: None,
-        }),
-    )
-    .await?;
-    let status = deadline(
-        t,
-        "ImageStatus",
-        images.image_status(ImageStatusRequest {
-            image: Some(spec),
-            verbose: false,
-        }),
-    )
-    .await?;
-    status
-        .image
-        .map(|i| i.id)
-        .ok_or_else(|| anyhow!("{image} was pulled but ImageStatus does not find it"))
 }
 
 async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
