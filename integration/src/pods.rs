@@ -898,6 +898,18 @@ fn get_once(addr: SocketAddr) -> Result<String, String> {
     Ok(body.to_string())
 }
 
+/// Waits (up to [`LONG`]) until a process whose command line is exactly `cmdline` runs.
+pub async fn wait_for_process(cmdline: &str) {
+    crate::cri::poll("the process running", LONG, || async {
+        if pids_with_cmdline(cmdline).is_empty() {
+            Err(format!("no process {cmdline:?} yet"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
+
 /// Pids of host processes whose command line (arguments joined by spaces) is exactly `cmdline`.
 pub fn pids_with_cmdline(cmdline: &str) -> Vec<u32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {

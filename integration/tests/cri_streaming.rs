@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::pods::{
-    ContainerBuilder, CriNode, LONG, fifos_under, log_file, pids_with_cmdline, wait_log_line,
+    ContainerBuilder, CriNode, LONG, fifos_under, log_file, pids_with_cmdline, wait_for_process,
+    wait_log_line,
 };
 use ferrolet_integration::streaming::{
     BoxIo, Opener, assert_rejected, dial_url, exit_code, fd_count, fd_list, fetch_in_ranges,
@@ -156,14 +157,7 @@ async fn exec_scenario(transport: Transport, name: &str) {
         exec_req(&id, &["sh", "-c", &marker], true, false),
     )
     .await;
-    poll("the exec running", LONG, || async {
-        if pids_with_cmdline(&marker).is_empty() {
-            Err("not yet".to_string())
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_for_process(&marker).await;
     assert!(fd_count(pid) > fds_before, "the session holds no fd?");
     drop(e);
     let exec_dir = node.state().join("containers").join(&id).join("exec");

@@ -23,7 +23,7 @@ use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
     IDLE, KubeletNode, KubeletOptions, RuntimeNode, image, parse_http_response, sh,
 };
-use ferrolet_integration::pods::{LONG, fifos_under, pids_with_cmdline};
+use ferrolet_integration::pods::{LONG, fifos_under, pids_with_cmdline, wait_for_process};
 use ferrolet_integration::streaming::{
     BoxIo, Opener, TlsClient, assert_rejected, can_close_stdin, fd_count, fd_list, fetch_in_ranges,
     finish, pipe_through_cat, read_until, sha256_hex,
@@ -452,14 +452,7 @@ async fn scenario<N: RuntimeNode>(
     let e = ctx
         .exec("main", &["sh", "-c", &marker], opts(true, false))
         .await;
-    poll("the exec running", LONG, || async {
-        if pids_with_cmdline(&marker).is_empty() {
-            Err("not yet".to_string())
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_for_process(&marker).await;
     drop(e);
     poll("the abandoned exec gone", LONG, || async {
         let pids = pids_with_cmdline(&marker);
