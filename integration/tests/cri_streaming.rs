@@ -4,15 +4,16 @@
 //! resized, a used token answered 404, a client that leaves mid-exec leaving no process, FIFO
 //! or fd behind; attach both ways (output also in the CRI log); 64 MiB from the httpd test
 //! image over 4 concurrent forwarded connections, intact, and a refused port reported; an
-//! expired token answered 404. Each test ends with its node's teardown and leak checks.
+//! expired token answered 404; an idle session closed after `stream_idle_timeout`, its exec
+//! killed. Each test ends with its node's teardown and leak checks.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::time::Duration;
 
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::pods::{
-    ContainerBuilder, CriNode, LONG, fifos_under, log_file, pids_with_cmdline, wait_for_process,
-    wait_log_line,
+    ContainerBuilder, CriNode, LONG, NodeOptions, fifos_under, log_file, pids_with_cmdline,
+    wait_for_process, wait_log_line,
 };
 use ferrolet_integration::streaming::{
     BoxIo, Opener, assert_rejected, dial_url, exit_code, fd_count, fd_list, fetch_in_ranges,
@@ -416,6 +417,80 @@ async fn expired_tokens_are_404_on_both_transports() {
     // An expired token is gone: running the command now takes a new URL.
     let (e, _) = exec_session(Transport::Spdy, &rt, exec_req(&id, &["true"], false, false)).await;
     assert_eq!(exit_code(&e.wait().await.unwrap()), 0);
+
+    api.stop_container(&id, 0).await.unwrap();
+    node.teardown().await;
+}
+
+/// `stream_idle_timeout`: a session with no traffic either way is closed and its exec killed,
+/// on both transports; one whose command keeps writing outlives the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_are_closed_after_the_idle_timeout() {
+    let node = CriNode::start_with(
+        "stream-idle",
+        NodeOptions {
+            extra_config: "stream_idle_timeout = \"2s\"".into(),
+            ..NodeOptions::default()
+        },
+    )
+    .await;
+    let api = node.api().await;
+    let busybox = node.pull("busybox").await;
+    let pod = node.pod("stream-idle").build();
+    let pod_id = api.run_pod(&pod).await.unwrap();
+    let config = ContainerBuilder::new("box", &busybox.reference)
+        .shell("sleep 100000")
+        .build();
+    let id = api.run_container(&pod_id, &pod, &config).await.unwrap();
+    let rt = api.client();
+
+    for (n, transport) in [Transport::Spdy, Transport::WebSocket]
+        .into_iter()
+        .enumerate()
+    {
+        // Output every second for 4 s: twice the timeout, never idle.
+        let ticking = ["sh", "-c", "for i in 1 2 3 4; do echo $i; sleep 1; done"];
+        let (e, _) = exec_session(transport, &rt, exec_req(&id, &ticking, false, false)).await;
+        assert_eq!(
+            finish(e).await,
+            ("1\n2\n3\n4\n".into(), String::new(), 0),
+            "{transport:?}"
+        );
+
+        // Silent both ways: closed after 2 s, the process killed.
+        let marker = format!("sleep {}", node.marker(10 + n as u32));
+        let (mut e, _) = exec_session(
+            transport,
+            &rt,
+            exec_req(&id, &["sh", "-c", &marker], true, false),
+        )
+        .await;
+        wait_for_process(&marker).await;
+        let started = std::time::Instant::now();
+        let stdout = e.stdout.take();
+        let ended = tokio::time::timeout(Duration::from_secs(30), async move {
+            let out = read_all(stdout).await;
+            let _ = e.wait().await;
+            out
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{transport:?}: the idle session still open after 30 s"));
+        let took = started.elapsed();
+        assert_eq!(ended, "", "{transport:?}");
+        assert!(
+            took >= Duration::from_millis(1500),
+            "{transport:?}: closed after {took:?}, before the timeout"
+        );
+        poll("the idle exec killed", LONG, || async {
+            let pids = pids_with_cmdline(&marker);
+            if pids.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("processes {pids:?}"))
+            }
+        })
+        .await;
+    }
 
     api.stop_container(&id, 0).await.unwrap();
     node.teardown().await;

@@ -25,7 +25,6 @@ const KUBELET: Rule = Rule {
             "foundations",
             &[
                 "types",
-                "duration",
                 "backoff",
                 "heap",
                 "logging",

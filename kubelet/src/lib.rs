@@ -23,7 +23,7 @@
 //!   `token` (the token manager: bound service-account tokens from TokenRequest).
 //! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge),
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
-//! - foundations: `types`, `duration`, `cri_log`, `backoff`, `metrics` (the process-wide
+//! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
 //!   (the event recorder seam), `objects` (the secret/configMap/token seam).
 
@@ -35,7 +35,6 @@ pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod cri;
 pub(crate) mod cri_log;
-pub(crate) mod duration;
 pub(crate) mod event_recorder;
 pub(crate) mod events;
 pub(crate) mod eviction;

@@ -72,6 +72,12 @@ impl NodeView for Kubelet {
         self.find_pod(namespace, name)
     }
 
+    fn mirror_pod_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        let cluster = self.cluster.get()?;
+        let mirror = cluster.mirror_table.get(&format!("{namespace}/{name}"))?;
+        mirror.metadata.uid
+    }
+
     fn runtime_pod(&self, namespace: &str, name: &str) -> Option<RuntimePod> {
         // The desired pod's own first (its UID); another of that name (a pod replaced under
         // the same name) only when that one is not there.

@@ -10,12 +10,15 @@
 //!   parent directory, mode); its connections accept any `:authority` a gRPC client sends.
 //! - [`raw_h2`] (feature `raw-h2`, and in tests): a frame-by-frame HTTP/2 client that sends
 //!   what other gRPC libraries send, to test our servers with.
+//! - [`go_duration`]: durations as Go writes them (`4h0m0s`), the form Kubernetes and
+//!   containerd configuration use.
 //! - [`spdy`]: SPDY/3.1 (frames, compressed header blocks, a multiplexed connection), the
 //!   transport of Kubernetes' SPDY streaming.
 //! - [`streaming`]: exec, attach and port-forward streams over SPDY or WebSocket: the upgrade
 //!   handshake, the `*.channel.k8s.io` and `portforward.k8s.io` subprotocols, servers and clients.
 
 pub mod containerd;
+pub mod go_duration;
 #[cfg(any(test, feature = "raw-h2"))]
 pub mod raw_h2;
 pub mod spdy;

@@ -8,6 +8,9 @@ use serde::Deserialize;
 /// The built-in sandbox (pause) image's name; `ferrolet-cri` imports it at start-up.
 pub const BUILTIN_PAUSE_IMAGE: &str = concat!("ferrolet.local/pause:", env!("CARGO_PKG_VERSION"));
 
+/// containerd's (and the Go streaming server's) default streaming idle timeout.
+const DEFAULT_STREAM_IDLE_TIMEOUT: &str = "4h0m0s";
+
 /// Everything ferrolet-cri can be told.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields, rename_all = "snake_case")]
@@ -58,6 +61,9 @@ pub struct Config {
     pub stream_server_address: String,
     /// Its port, as text as in containerd; "0" picks a free one.
     pub stream_server_port: String,
+    /// A streaming connection with no traffic either way for this long is closed (a Go
+    /// duration, as containerd's; "0" never closes one, "" is the 4 h default).
+    pub stream_idle_timeout: String,
     /// Serve the streaming URLs over HTTPS with `x509_key_pair_streaming`.
     pub enable_tls_streaming: bool,
     /// The streaming server's certificate and key (PEM), read when TLS streaming is on.
@@ -118,6 +124,7 @@ impl Default for Config {
             registry: RegistryConfig::default(),
             stream_server_address: "127.0.0.1".into(),
             stream_server_port: "0".into(),
+            stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT.into(),
             enable_tls_streaming: false,
             x509_key_pair_streaming: X509KeyPairStreaming::default(),
         }
@@ -197,10 +204,26 @@ impl Config {
         Ok(std::net::SocketAddr::new(ip, port))
     }
 
+    /// The streaming idle timeout; `None` when it is off ("0").
+    pub fn stream_idle_timeout(&self) -> Result<Option<Duration>, ConfigError> {
+        let text = match self.stream_idle_timeout.trim() {
+            "" => DEFAULT_STREAM_IDLE_TIMEOUT,
+            t => t,
+        };
+        let d = ferrolet_proto::go_duration::parse_duration(text).map_err(|e| {
+            ConfigError::Invalid {
+                field: "stream_idle_timeout",
+                reason: e.to_string(),
+            }
+        })?;
+        Ok((!d.is_zero()).then_some(d))
+    }
+
     /// Checks values a type cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.socket_mode()?;
         self.stream_server_addr()?;
+        self.stream_idle_timeout()?;
         let pair = &self.x509_key_pair_streaming;
         if self.enable_tls_streaming
             && (pair.tls_cert_file.as_os_str().is_empty()
@@ -248,6 +271,25 @@ mod tests {
             "127.0.0.1:0".parse().unwrap()
         );
         assert!(!c.enable_tls_streaming);
+        assert_eq!(
+            c.stream_idle_timeout().unwrap(),
+            Some(Duration::from_secs(4 * 3600))
+        );
+    }
+
+    #[test]
+    fn the_idle_timeout_is_a_go_duration_and_zero_turns_it_off() {
+        let t = |s: &str| {
+            Config::parse(&format!("stream_idle_timeout = {s:?}"))
+                .unwrap()
+                .stream_idle_timeout()
+        };
+        assert_eq!(t("30m").unwrap(), Some(Duration::from_secs(1800)));
+        assert_eq!(t("1h30m0s").unwrap(), Some(Duration::from_secs(5400)));
+        assert_eq!(t("0").unwrap(), None);
+        assert_eq!(t("").unwrap(), Some(Duration::from_secs(4 * 3600)));
+        let err = t("4 hours").unwrap_err().to_string();
+        assert!(err.contains("stream_idle_timeout"), "{err}");
     }
 
     #[test]

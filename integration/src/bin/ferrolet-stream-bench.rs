@@ -287,7 +287,7 @@ impl Bench {
         if let Some(k) = &self.via {
             let path = match what {
                 Open::Exec(container) => format!(
-                    "/exec/{}/{}/{container}?command=true&stdout=1&stderr=1",
+                    "/exec/{}/{}/{container}?command=true&output=1&error=1",
                     k.namespace, k.pod
                 ),
                 Open::PortForward(_) => format!("/portForward/{}/{}{query}", k.namespace, k.pod),

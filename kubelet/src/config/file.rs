@@ -12,8 +12,8 @@ use std::time::Duration;
 use serde_yaml_ng::{Mapping, Value};
 
 use super::{ChangeDetection, Config, ConfigError, LogFormat, node, serving};
-use crate::duration::parse_duration;
 use crate::manifest::quantity::parse_quantity;
+use ferrolet_proto::go_duration::parse_duration;
 
 /// The only group/version and kind accepted.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::duration::parse_duration_flag;
+use ferrolet_proto::go_duration::parse_duration_flag;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -259,8 +259,8 @@ mod tests {
     #[test]
     fn help_shows_every_default() {
         use crate::config::Config;
-        use crate::duration::parse_duration;
         use clap::CommandFactory;
+        use ferrolet_proto::go_duration::parse_duration;
 
         let help = Flags::command().render_long_help().to_string();
         assert!(

@@ -9,8 +9,8 @@ use std::time::Duration;
 use serde_yaml_ng::Value;
 
 use super::signals::{Signal, Threshold, ThresholdValue};
-use crate::duration::parse_duration;
 use crate::manifest::quantity::parse_quantity;
+use ferrolet_proto::go_duration::parse_duration;
 
 /// The Go kubelet's Linux default `evictionHard`.
 pub const DEFAULT_EVICTION_HARD: [(&str, &str); 4] = [

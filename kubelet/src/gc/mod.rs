@@ -18,9 +18,9 @@ use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 
 use crate::cri::Cri;
-use crate::duration::parse_duration_flag;
 use crate::pleg::Pleg;
 use containers::{ContainerGcPolicy, PodStates};
+use ferrolet_proto::go_duration::parse_duration_flag;
 use images::{ImageCalls, ImageGcManager, ImageGcPolicy};
 
 /// Go's `ContainerGCPeriod`.

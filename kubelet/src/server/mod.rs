@@ -82,6 +82,12 @@ pub trait NodeView: Send + Sync + 'static {
             .map(Arc::new)
     }
 
+    /// The UID of the API's mirror pod of static pod `namespace/name`, if it has one: the
+    /// streaming endpoints accept it for the static pod's own, as Go's `TranslatePodUID`.
+    fn mirror_pod_uid(&self, _namespace: &str, _name: &str) -> Option<String> {
+        None
+    }
+
     /// What the runtime runs of pod `namespace/name` (its sandboxes and containers, newest
     /// first), as last seen; the streaming endpoints find containers and sandboxes in it.
     fn runtime_pod(&self, _namespace: &str, _name: &str) -> Option<RuntimePod> {

@@ -138,6 +138,19 @@ impl NoRoute {
     }
 }
 
+/// Whether the URL's pod UID, when it names one, is the desired pod's, or its mirror pod's
+/// (the API server knows a static pod by its mirror), as Go's `TranslatePodUID`.
+fn uid_matches(view: &dyn NodeView, target: &Target, pod: &Pod) -> bool {
+    let Some(wanted) = target.uid.as_deref() else {
+        return true;
+    };
+    pod.metadata.uid.as_deref() == Some(wanted)
+        || view
+            .mirror_pod_uid(&target.namespace, &target.pod)
+            .as_deref()
+            == Some(wanted)
+}
+
 /// The endpoint and parameters of `path`.
 fn parse_path(method: &Method, path: &str) -> Result<Target, NoRoute> {
     let not_found = || NoRoute::NotFound;
@@ -313,7 +326,8 @@ impl Streaming {
             .and_then(|p| running_container(p, &target.container))
             .map(str::to_string);
         let url = if target.kind == Kind::Exec {
-            let Some(container_id) = container_id else {
+            let Some(container_id) = container_id.filter(|_| uid_matches(view, target, &pod))
+            else {
                 return internal(format!("container not found ({:?})", target.container));
             };
             let exec = cri::ExecRequest {
@@ -335,8 +349,7 @@ impl Streaming {
             let Some(container_id) = container_id else {
                 return missing();
             };
-            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            if target.uid.as_deref().is_some_and(|u| u != uid) {
+            if !uid_matches(view, target, &pod) {
                 return internal(format!("pod {pod_full_name} not found"));
             }
             // A running process's tty cannot change: the container's spec decides.
@@ -374,7 +387,7 @@ impl Streaming {
             return text(StatusCode::NOT_FOUND, "pod does not exist");
         };
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if target.uid.as_deref().is_some_and(|u| u != uid) {
+        if !uid_matches(view, target, &pod) {
             return text(StatusCode::NOT_FOUND, "pod not found");
         }
         let pod_full_name = full_name(&target.pod, &target.namespace);

@@ -10,10 +10,12 @@
 //!   `streamType`, port-forward pairs by `requestID`); `spdy_io`: what both sides share there.
 //! - `ws`: the WebSocket channel multiplexer (one channel byte per message, base64 variants, the
 //!   v5 close signal), shared by server and client; `resize`: terminal size messages.
+//! - [`IdleTimeout`] ([`idle`]): a transport that ends after a period without traffic.
 //! - [`client`]: the other side of both protocols over both transports.
 
 pub mod client;
 pub mod handshake;
+pub mod idle;
 pub mod port_forward;
 pub mod remote_command;
 mod resize;
@@ -30,6 +32,7 @@ mod spdy_tests;
 mod tests;
 
 pub use handshake::{Endpoint, HandshakeError, Negotiated, negotiate};
+pub use idle::IdleTimeout;
 pub use port_forward::{ForwardRequest, PortForward};
 pub use remote_command::{CommandResult, RemoteCommand};
 

@@ -231,6 +231,18 @@ impl Cleanup {
         }
     }
 
+    /// Undoes what the exec got to in a task of its own, without waiting for it.
+    pub(super) fn spawn(mut self) {
+        self.armed = false;
+        tokio::spawn(cleanup(
+            self.containerd.clone(),
+            std::mem::take(&mut self.container_id),
+            std::mem::take(&mut self.exec_id),
+            self.fifos.clone(),
+            self.stage,
+        ));
+    }
+
     /// Undoes what the exec got to, now.
     pub(super) async fn run(mut self) {
         self.armed = false;

@@ -70,8 +70,12 @@ pub async fn exec_stream(
         r = run(containerd, &spec, &exec_id, &fifos, client, &mut cleanup.stage) => r,
         () = gone => Err(ExecError::ClientGone { exec_id: exec_id.clone() }),
     };
-    // Kills it if it still runs (the client left), deletes it, removes the FIFOs.
-    cleanup.run().await;
+    // Kills it if it still runs (the client left), deletes it, removes the FIFOs. After an
+    // exit that is bookkeeping the client need not wait for: its exit code goes out first.
+    match result {
+        Ok(_) => cleanup.spawn(),
+        Err(_) => cleanup.run().await,
+    }
     result
 }
 

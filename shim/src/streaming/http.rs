@@ -51,16 +51,23 @@ impl Tls {
 struct Ctx {
     cache: Arc<RequestCache<Cached>>,
     backend: Arc<dyn Backend>,
+    idle_timeout: Option<std::time::Duration>,
 }
 
-/// Accepts connections until the process ends; each is served in its own task.
+/// Accepts connections until the process ends; each is served in its own task, and an
+/// upgraded one closed after `idle_timeout` without traffic.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Tls>,
     cache: Arc<RequestCache<Cached>>,
     backend: Arc<dyn Backend>,
+    idle_timeout: Option<std::time::Duration>,
 ) {
-    let ctx = Arc::new(Ctx { cache, backend });
+    let ctx = Arc::new(Ctx {
+        cache,
+        backend,
+        idle_timeout,
+    });
     let tls = tls.map(|t| Arc::new(t.0));
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -142,7 +149,7 @@ fn route(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Response<String> {
     if !matches {
         return text(StatusCode::NOT_FOUND, NOT_FOUND);
     }
-    super::upgrade::start(req, endpoint, cached, ctx.backend.clone())
+    super::upgrade::start(req, endpoint, cached, ctx.backend.clone(), ctx.idle_timeout)
 }
 
 #[cfg(test)]

@@ -109,12 +109,14 @@ pub struct StreamServer {
     listener: tokio::net::TcpListener,
     tls: Option<http::Tls>,
     urls: Urls,
+    idle_timeout: Option<std::time::Duration>,
 }
 
 impl StreamServer {
     /// Binds `stream_server_address:stream_server_port` (TLS when configured).
     pub async fn bind(config: &crate::config::Config) -> Result<Self, StartError> {
         let addr = config.stream_server_addr()?;
+        let idle_timeout = config.stream_idle_timeout()?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| StartError::Bind { addr, source })?;
@@ -133,6 +135,7 @@ impl StreamServer {
             listener,
             tls,
             urls,
+            idle_timeout,
         })
     }
 
@@ -148,7 +151,14 @@ impl StreamServer {
 
     /// Serves until the process ends.
     pub async fn serve(self, backend: Arc<dyn Backend>) {
-        http::serve(self.listener, self.tls, self.urls.cache.clone(), backend).await
+        http::serve(
+            self.listener,
+            self.tls,
+            self.urls.cache.clone(),
+            backend,
+            self.idle_timeout,
+        )
+        .await
     }
 }
 

@@ -2,9 +2,10 @@
 //! WebSocket), the 101 sent, and the session run on the upgraded connection in its own task.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use ferrolet_proto::streaming::{
-    self, CommandResult, ForwardRequest, RemoteCommand, StreamOptions,
+    self, CommandResult, ForwardRequest, IdleTimeout, RemoteCommand, StreamOptions,
 };
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -18,12 +19,13 @@ use crate::container::exec_stream::{ClientIo, PtySize};
 pub use ferrolet_proto::streaming::Endpoint;
 
 /// Answers an upgrade request for `cached` and, once hyper hands the connection over, runs
-/// its session.
+/// its session (ended after `idle_timeout` without traffic).
 pub(super) fn start(
     mut req: Request<Incoming>,
     endpoint: Endpoint,
     cached: Cached,
     backend: Arc<dyn Backend>,
+    idle_timeout: Option<Duration>,
 ) -> Response<String> {
     let negotiated = match streaming::negotiate(&req, endpoint) {
         Ok(n) => n,
@@ -38,7 +40,7 @@ pub(super) fn start(
     let answer = negotiated.response().map(|()| String::new());
     tokio::spawn(async move {
         let io = match upgrade.await {
-            Ok(u) => TokioIo::new(u),
+            Ok(u) => IdleTimeout::new(TokioIo::new(u), idle_timeout),
             Err(e) => {
                 tracing::debug!(error = %e, "streaming upgrade");
                 return;

@@ -164,6 +164,9 @@ impl NodeView for Node {
     fn container_log_path(&self, _: &str, _: &str, _: &str, _: bool) -> Option<PathBuf> {
         None
     }
+    fn mirror_pod_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        (namespace == "default" && name == "web").then(|| "mirror-u1".into())
+    }
     fn runtime_pod(&self, namespace: &str, name: &str) -> Option<RuntimePod> {
         let container = |id: &str, name: &str, state| RuntimeContainer {
             id: id.into(),
@@ -626,6 +629,37 @@ async fn attach_takes_the_tty_from_the_spec() {
         (500, "container gone not found in pod web_default".into())
     );
     assert!(server.runtime.take_calls().is_empty());
+}
+
+/// The API server knows a static pod by its mirror's UID: every endpoint takes it for the
+/// pod's own, as Go's `TranslatePodUID`.
+#[tokio::test]
+async fn a_mirror_pod_s_uid_names_its_static_pod() {
+    let server = server().await;
+    let up = upstream(Mode::Echo).await;
+    server.streams_to(format!("http://127.0.0.1:{}/tok", up.port));
+    for path in [
+        "/exec/default/web/mirror-u1/c?command=true&output=1",
+        "/attach/default/web/mirror-u1/t?output=1",
+        "/portForward/default/web/mirror-u1?port=80",
+    ] {
+        let resp = spdy(&server.alice(), reqwest::Method::POST, server.url(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 101, "{path}");
+    }
+    assert_eq!(server.runtime.take_calls().len(), 3);
+    // Any other UID is still refused, exec included.
+    let req = spdy(
+        &server.alice(),
+        reqwest::Method::POST,
+        server.url("/exec/default/web/u2/c?command=true&output=1"),
+    );
+    assert_eq!(
+        status_and_body(req).await,
+        (500, "container not found (\"c\")".into())
+    );
 }
 
 #[tokio::test]
