@@ -69,6 +69,7 @@ const KUBELET: Rule = Rule {
                 "status_manager",
                 "mirror_pods",
                 "volume_manager",
+                "cm",
             ],
         ),
         (

@@ -16,7 +16,8 @@
 //!   mirrors in the API), `event_recorder` (events written to the API server: correlation,
 //!   spam filter, patches of repeats), `volume_manager` (desired and actual state of the
 //!   pods' volumes, the reconciler that sets them up, refreshes and tears them down,
-//!   reconstruction from disk at start).
+//!   reconstruction from disk at start), `cm` (the container manager: the `kubepods` cgroup
+//!   tree, node allocatable, pod cgroups, the static CPU manager, OOM watching).
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache),
 //!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation),
 //!   `object_cache` (the secret and configMap managers: watches, TTL cache or GETs),
@@ -31,6 +32,7 @@ pub(crate) mod admission;
 pub mod app;
 pub(crate) mod backoff;
 pub(crate) mod certificate;
+pub(crate) mod cm;
 pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod cri;
