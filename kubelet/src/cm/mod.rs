@@ -4,11 +4,13 @@
 //!
 //! - [`resource_config`]: what a cgroup is given (Go's `ResourceConfig`), driver-neutral.
 //! - [`settings`]: the configuration the container manager runs with.
+//! - [`oom_watcher`]: kernel OOM kills from `/dev/kmsg`, attributed to pods' containers.
 
 // Parts land before the kubelet calls them (issue #19 is built in steps); this goes once the
 // container manager is wired into start-up and the pod sync.
 #![allow(dead_code, unused_imports)]
 
+pub mod oom_watcher;
 pub mod resource_config;
 pub mod settings;
 

@@ -1,0 +1,187 @@
+//! Kernel OOM kills, read from `/dev/kmsg` as cadvisor's `oomparser` reads them for the Go
+//! kubelet's OOM watcher: the kernel's one-line summary (`oom-kill:constraint=…,oom_memcg=…,
+//! task_memcg=…,task=…,pid=…`, kernels ≥ 4.19) names the memory cgroup that ran out (the pod's
+//! or the container's own) and the victim's; a victim in the root cgroup is a system OOM.
+//!
+//! The reader is a thread of its own (reads of `/dev/kmsg` block), started at the end of the
+//! log so a restart does not report old kills again; it hands each kill to a channel.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use tokio::sync::mpsc;
+
+/// One OOM kill the kernel reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomKill {
+    /// The victim's pid.
+    pub pid: i32,
+    /// The victim's command name.
+    pub process: String,
+    /// The memory cgroup whose limit was reached (`/` for a system-wide OOM).
+    pub oom_memcg: String,
+    /// The victim's memory cgroup (its container's, or `/`).
+    pub task_memcg: String,
+    /// The kernel's constraint (`CONSTRAINT_MEMCG`, `CONSTRAINT_NONE`, …).
+    pub constraint: String,
+}
+
+impl OomKill {
+    /// The victim ran outside every container: Go records a `SystemOOM` event for these.
+    pub fn is_system(&self) -> bool {
+        self.task_memcg == "/"
+    }
+
+    /// The victim's container id and pod cgroup name as the cgroupfs driver lays them out
+    /// (`…/pod<uid>/<container id>`); None when the victim is not in a pod's container.
+    pub fn container(&self) -> Option<(String, String)> {
+        let mut parts = self.task_memcg.trim_end_matches('/').rsplit('/');
+        let container = parts.next().filter(|c| !c.is_empty())?;
+        let pod = parts.next()?;
+        let uid = pod.strip_prefix("pod")?;
+        (!uid.is_empty()).then(|| (container.to_string(), uid.to_string()))
+    }
+}
+
+/// The text of one `/dev/kmsg` record (`<prio>,<seq>,<usec>,<flags>;<text>`), without the
+/// continuation lines.
+fn record_text(record: &str) -> &str {
+    let first = record.lines().next().unwrap_or("");
+    first.split_once(';').map_or(first, |(_, text)| text)
+}
+
+/// The kill a kmsg record reports, if it is the kernel's `oom-kill:` summary line.
+pub fn parse_record(record: &str) -> Option<OomKill> {
+    let fields = record_text(record).strip_prefix("oom-kill:")?;
+    // `cpuset=` and `nodemask=` may hold commas (`0-1,3`): take the named fields, splitting at
+    // a comma only where the next `key=` starts.
+    let mut kill = OomKill {
+        pid: 0,
+        process: String::new(),
+        oom_memcg: String::new(),
+        task_memcg: String::new(),
+        constraint: String::new(),
+    };
+    for (key, value) in key_values(fields) {
+        match key {
+            "constraint" => kill.constraint = value.to_string(),
+            "oom_memcg" => kill.oom_memcg = value.to_string(),
+            "task_memcg" => kill.task_memcg = value.to_string(),
+            "task" => kill.process = value.to_string(),
+            "pid" => kill.pid = value.parse().ok()?,
+            _ => {}
+        }
+    }
+    (kill.pid > 0 && !kill.task_memcg.is_empty()).then_some(kill)
+}
+
+const KEYS: [&str; 9] = [
+    "constraint",
+    "nodemask",
+    "cpuset",
+    "mems_allowed",
+    "oom_memcg",
+    "task_memcg",
+    "task",
+    "pid",
+    "uid",
+];
+
+fn key_values(text: &str) -> Vec<(&str, &str)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once('=') {
+        // The value runs to the next ",<known key>=" (or the end).
+        let end = after
+            .match_indices(',')
+            .map(|(i, _)| i)
+            .find(|&i| {
+                KEYS.iter().any(|k| {
+                    after[i + 1..].starts_with(k) && after[i + 1 + k.len()..].starts_with('=')
+                })
+            })
+            .unwrap_or(after.len());
+        out.push((key, &after[..end]));
+        rest = after.get(end + 1..).unwrap_or("");
+    }
+    out
+}
+
+/// Starts the reader thread on `path` (`/dev/kmsg`) from the end of the log; kills arrive on
+/// the returned channel until the receiver is dropped.
+pub fn watch(path: &Path) -> std::io::Result<mpsc::Receiver<OomKill>> {
+    let mut file = File::open(path)?;
+    // kmsg seeks by record: SEEK_END skips everything already logged.
+    file.seek(SeekFrom::End(0))?;
+    let (tx, rx) = mpsc::channel(64);
+    std::thread::Builder::new()
+        .name("oom-watcher".into())
+        .spawn(move || read_records(file, &tx))?;
+    Ok(rx)
+}
+
+fn read_records(mut file: File, tx: &mpsc::Sender<OomKill>) {
+    // One read returns one record; 8 KiB holds the longest the kernel writes.
+    let mut buf = vec![0u8; 8192];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                let record = String::from_utf8_lossy(&buf[..n]);
+                if let Some(kill) = parse_record(&record)
+                    && tx.blocking_send(kill).is_err()
+                {
+                    return;
+                }
+            }
+            // Records were overwritten before we read them: go on with the next one.
+            Err(e) if e.kind() == ErrorKind::BrokenPipe => continue,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading kernel messages for OOM kills; OOM watching stops");
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_level_kill() {
+        let rec = "6,1234,5678901,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),\
+                   cpuset=0-1,mems_allowed=0,oom_memcg=/kubepods/burstable/pod1f2e,\
+                   task_memcg=/kubepods/burstable/pod1f2e/0a1b2c,task=stress,pid=4321,uid=0\n";
+        let k = parse_record(rec).unwrap();
+        assert_eq!(k.pid, 4321);
+        assert_eq!(k.process, "stress");
+        assert_eq!(k.oom_memcg, "/kubepods/burstable/pod1f2e");
+        assert_eq!(k.constraint, "CONSTRAINT_MEMCG");
+        assert_eq!(k.container(), Some(("0a1b2c".into(), "1f2e".into())));
+        assert!(!k.is_system());
+    }
+
+    #[test]
+    fn a_system_oom_with_a_comma_in_the_cpuset() {
+        let rec = "6,9,1,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=0-1,3,\
+                   mems_allowed=0,global_oom,task_memcg=/,task=hog,pid=77,uid=0";
+        let k = parse_record(rec).unwrap();
+        assert!(k.is_system());
+        assert_eq!(k.container(), None);
+        assert_eq!((k.pid, k.process.as_str()), (77, "hog"));
+    }
+
+    #[test]
+    fn other_records_are_not_kills() {
+        assert_eq!(
+            parse_record("6,1,1,-;Memory cgroup out of memory: Killed process 1"),
+            None
+        );
+        assert_eq!(parse_record("garbage"), None);
+        assert_eq!(parse_record("6,1,1,-;oom-kill:task=x,pid=notanumber"), None);
+    }
+}
