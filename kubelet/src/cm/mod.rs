@@ -2,6 +2,8 @@
 //! `kubepods` cgroup tree (per QoS class, then per pod) with node allocatable, pod-level
 //! limits and the QoS classes' shares, the static CPU manager, and OOM watching.
 //!
+//! - [`cgroup`]: the cgroupfs driver (v1, hybrid, v2): make, update, destroy cgroups, their
+//!   processes and usage.
 //! - [`resource_config`]: what a cgroup is given (Go's `ResourceConfig`), driver-neutral.
 //! - [`settings`]: the configuration the container manager runs with.
 //! - [`oom_watcher`]: kernel OOM kills from `/dev/kmsg`, attributed to pods' containers.
@@ -10,6 +12,7 @@
 // container manager is wired into start-up and the pod sync.
 #![allow(dead_code, unused_imports)]
 
+pub mod cgroup;
 pub mod oom_watcher;
 pub mod resource_config;
 pub mod settings;
