@@ -3,11 +3,13 @@
 //! pod count against allocatable `pods`.
 
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::manifest::quantity::parse_quantity;
+use crate::podspec::pod_resources::{ContainerKind, millis, sum_containers, units};
 use crate::types::Pod;
 
 /// Amounts per resource name: millicores for `cpu`, whole units (bytes, devices) otherwise.
@@ -78,19 +80,6 @@ fn container_requests(c: &Container, keep: &dyn Fn(&str) -> bool) -> BTreeMap<St
         .collect()
 }
 
-fn add(into: &mut BTreeMap<String, i128>, from: &BTreeMap<String, i128>) {
-    for (k, v) in from {
-        *into.entry(k.clone()).or_default() += v;
-    }
-}
-
-fn max_into(into: &mut BTreeMap<String, i128>, from: &BTreeMap<String, i128>) {
-    for (k, v) in from {
-        let e = into.entry(k.clone()).or_default();
-        *e = (*e).max(*v);
-    }
-}
-
 /// The pod's effective requests (Go's `resource.PodRequests`): app containers and sidecars
 /// added up, or while initializing the largest init container with the sidecars started before
 /// it if more, plus the pod overhead. `node` (when given) drops app containers' extended
@@ -101,24 +90,18 @@ pub fn pod_requests(pod: &Pod, node: Option<&Amounts>) -> Amounts {
     };
     let keep_app =
         |name: &str| !is_extended(name) || node.is_none_or(|alloc| alloc.contains_key(name));
-    let mut total = BTreeMap::new();
-    for c in &spec.containers {
-        add(&mut total, &container_requests(c, &keep_app));
-    }
-    let (mut sidecars, mut init_max) = (BTreeMap::new(), BTreeMap::new());
-    for c in spec.init_containers.iter().flatten() {
-        let r = container_requests(c, &|_| true);
-        if c.restart_policy.as_deref() == Some("Always") {
-            add(&mut total, &r);
-            add(&mut sidecars, &r);
-            max_into(&mut init_max, &sidecars);
-        } else {
-            let mut during = sidecars.clone();
-            add(&mut during, &r);
-            max_into(&mut init_max, &during);
-        }
-    }
-    max_into(&mut total, &init_max);
+    let summed = sum_containers(
+        spec,
+        |c, kind| {
+            let keep: &dyn Fn(&str) -> bool = match kind {
+                ContainerKind::App => &keep_app,
+                ContainerKind::Init | ContainerKind::Sidecar => &|_| true,
+            };
+            Ok::<_, Infallible>(container_requests(c, keep))
+        },
+        |_| {},
+    );
+    let Ok(mut total) = summed;
     for (name, q) in spec.overhead.iter().flatten() {
         if counted(name)
             && let Ok(p) = parse_quantity(&q.0)
@@ -129,13 +112,12 @@ pub fn pod_requests(pod: &Pod, node: Option<&Amounts>) -> Amounts {
     total
         .into_iter()
         .map(|(name, nanos)| {
-            let unit = if name == "cpu" {
-                1_000_000
+            let v = if name == "cpu" {
+                millis(Some(&nanos))
             } else {
-                1_000_000_000
+                units(Some(&nanos))
             };
-            let v = nanos.div_euclid(unit) + i128::from(nanos.rem_euclid(unit) != 0);
-            (name, v)
+            (name, i128::from(v))
         })
         .collect()
 }

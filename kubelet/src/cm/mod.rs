@@ -7,13 +7,20 @@
 //! - [`resource_config`]: what a cgroup is given (Go's `ResourceConfig`), driver-neutral.
 //! - [`settings`]: the configuration the container manager runs with.
 //! - [`oom_watcher`]: kernel OOM kills from `/dev/kmsg`, attributed to pods' containers.
+//! - [`pod_config`]: a pod cgroup's resources (Go's `ResourceConfigForPod`).
+//! - [`qos`]: the Burstable and BestEffort cgroups' resources (Go's QoS `UpdateCgroups`).
+//! - [`allocatable`]: the `kubepods` and reserved cgroups' resources from node allocatable,
+//!   and the check that reservations fit capacity.
 
 // Parts land before the kubelet calls them (issue #19 is built in steps); this goes once the
 // container manager is wired into start-up and the pod sync.
 #![allow(dead_code, unused_imports)]
 
+pub mod allocatable;
 pub mod cgroup;
 pub mod oom_watcher;
+pub mod pod_config;
+pub mod qos;
 pub mod resource_config;
 pub mod settings;
 

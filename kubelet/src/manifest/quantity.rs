@@ -37,6 +37,11 @@ impl ParsedQuantity {
         }
     }
 
+    /// A quantity of `nanos` nano-units (a sum of quantities, to round once as Go does).
+    pub fn from_nanos(nanos: i128) -> Self {
+        Self { nanos }
+    }
+
     /// The exact value in nano-units.
     pub fn nanos(&self) -> i128 {
         self.nanos

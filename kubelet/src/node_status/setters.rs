@@ -94,6 +94,12 @@ fn unit_of(name: &str) -> Unit {
     }
 }
 
+/// A resource's amount in its unit (millis for cpu) as Go prints it: cpu as
+/// `NewMilliQuantity`, bytes `BinarySI`, counts `DecimalSI`.
+pub fn resource_quantity(name: &str, v: i64) -> Quantity {
+    quantity_of(unit_of(name), v)
+}
+
 fn quantity_of(unit: Unit, v: i64) -> Quantity {
     match unit {
         Unit::Milli => milli_quantity(v),

@@ -9,6 +9,7 @@
 //!   configMap and secret keys) and `$(VAR)`; [`env_sources`]: the secrets and configMaps it
 //!   reads (which to fetch, Go's messages).
 //! - [`resources`]: cpu shares/quota, memory limit, huge pages, oom_score_adj.
+//! - [`pod_resources`]: the pod's summed requests and limits (Go's `PodRequests`/`PodLimits`).
 //! - [`security`]: security contexts, namespaces, seccomp and AppArmor profiles.
 //! - [`dns`]: the pod's resolv.conf per `dnsPolicy`, hostname and domain.
 //! - [`hash`]: the container spec hash; [`qos`]: the pod's QoS class.
@@ -18,6 +19,7 @@ pub mod dns;
 pub mod env;
 pub mod env_sources;
 pub mod hash;
+pub mod pod_resources;
 pub mod qos;
 pub mod resources;
 pub mod sandbox;

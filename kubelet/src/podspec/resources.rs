@@ -11,13 +11,15 @@ use ferrolet_proto::cri;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use super::pod_resources::hugepage_size_of;
 use super::qos::{QosClass, qos_class};
 use super::{NodeContext, SpecError};
 use crate::manifest::quantity::{ParsedQuantity, parse_quantity};
 use crate::types::{Pod, labels};
 
-/// cgroup cpu.shares floor and ceiling, and shares per cpu.
-const MIN_SHARES: i64 = 2;
+/// cgroup cpu.shares floor (Go's `MinShares`, also a BestEffort cgroup's shares), ceiling,
+/// and shares per cpu.
+pub const MIN_SHARES: i64 = 2;
 const MAX_SHARES: i64 = 262_144;
 const SHARES_PER_CPU: i64 = 1024;
 /// CFS period (µs) and the smallest quota the kernel takes.
@@ -214,15 +216,8 @@ fn hugepage_limits(c: &Container, sizes: &[String]) -> Result<Vec<cri::HugepageL
     let mut wanted: BTreeMap<String, u64> = BTreeMap::new();
     let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
     for name in limits.iter().flat_map(|m| m.keys()) {
-        let Some(size) = name.strip_prefix("hugepages-") else {
-            continue;
-        };
-        // A malformed size is skipped, as Go does.
-        let Some(unit) = parse_quantity(size)
-            .ok()
-            .and_then(|q| u64::try_from(q.value_ceil()).ok())
-            .and_then(hugepage_unit_size)
-        else {
+        // Other resources, and a malformed size, are skipped, as Go does.
+        let Some(unit) = hugepage_size_of(name).and_then(hugepage_unit_size) else {
             continue;
         };
         let amount = limit(c, name)?.map_or(0, |q| u64::try_from(q.value_ceil()).unwrap_or(0));
@@ -352,36 +347,6 @@ impl Allocatable {
 pub fn allocatable_memory(memory_capacity: u64) -> i64 {
     let memory = i64::try_from(memory_capacity).unwrap_or(i64::MAX);
     memory.saturating_sub(100 << 20).max(0)
-}
-
-/// The pod's memory limit as its cgroup would get it (Go's `ResourceConfigForPod`): the app
-/// containers' limits plus the sidecars', or the largest init container's (with the sidecars
-/// started before it) if more; None unless every container has a memory limit.
-pub fn pod_memory_limit(pod: &Pod) -> Option<i128> {
-    let spec = pod.spec.as_ref()?;
-    let limit_of = |c: &Container| limit(c, "memory").ok().flatten().map(|q| q.value_ceil());
-    let mut total: i128 = 0;
-    for c in &spec.containers {
-        total += limit_of(c).filter(|l| *l > 0)?;
-    }
-    let mut sidecars: i128 = 0;
-    let mut init_max: i128 = 0;
-    for c in spec.init_containers.iter().flatten() {
-        let l = limit_of(c).filter(|l| *l > 0)?;
-        let this = if c.restart_policy.as_deref() == Some("Always") {
-            total += l;
-            sidecars += l;
-            sidecars
-        } else {
-            l + sidecars
-        };
-        init_max = init_max.max(this);
-    }
-    let mut limit = total.max(init_max);
-    if let Some(overhead) = spec.overhead.as_ref().and_then(|o| o.get("memory")) {
-        limit += parse_quantity(&overhead.0).map_or(0, |q| q.value_ceil());
-    }
-    Some(limit)
 }
 
 /// Online cpus (Go's machine info `NumCores`).
@@ -579,33 +544,6 @@ spec:
         let c = &p.spec.as_ref().unwrap().containers[0];
         let err = linux_resources_with(&p, c, GI, &CgroupFacts::default()).unwrap_err();
         assert!(err.to_string().contains("resources.limits[cpu]"), "{err}");
-    }
-
-    #[test]
-    fn pod_memory_limits() {
-        let p = pod("metadata: {name: p, uid: u}
-spec:
-  initContainers:
-  - {name: i1, image: x, resources: {limits: {memory: 1Gi}}}
-  - {name: s1, image: x, restartPolicy: Always, resources: {limits: {memory: 100Mi}}}
-  - {name: i2, image: x, resources: {limits: {memory: 200Mi}}}
-  containers:
-  - {name: c1, image: x, resources: {limits: {memory: 300Mi}}}
-  - {name: c2, image: x, resources: {limits: {memory: 100Mi}}}");
-        // max(1Gi, 100Mi + 200Mi, 300Mi + 100Mi + 100Mi)
-        assert_eq!(pod_memory_limit(&p), Some(1 << 30));
-        let p = pod("metadata: {name: p, uid: u}
-spec:
-  containers:
-  - {name: c1, image: x, resources: {limits: {memory: 300Mi}}}
-  - {name: c2, image: x, resources: {limits: {memory: 100Mi}}}");
-        assert_eq!(pod_memory_limit(&p), Some(400 << 20));
-        let p = pod("metadata: {name: p, uid: u}
-spec:
-  containers:
-  - {name: c1, image: x, resources: {limits: {memory: 300Mi}}}
-  - {name: c2, image: x}");
-        assert_eq!(pod_memory_limit(&p), None);
     }
 
     #[test]

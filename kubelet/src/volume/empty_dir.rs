@@ -12,7 +12,8 @@ use nix::mount::{MntFlags, MsFlags};
 
 use super::{VolumeError, mkdir_all};
 use crate::manifest::quantity::parse_quantity;
-use crate::podspec::resources::{allocatable_memory, pod_memory_limit};
+use crate::podspec::pod_resources::pod_memory_limit;
+use crate::podspec::resources::allocatable_memory;
 use crate::types::Pod;
 
 /// An emptyDir's mode: anyone in the pod may write it, whatever user its containers run as.
@@ -100,7 +101,9 @@ pub(crate) fn unmount(path: &Path) -> Result<(), VolumeError> {
 /// limit and then to `sizeLimit` when those are positive and smaller. None: no size option.
 pub fn tmpfs_size(pod: &Pod, size_limit: Option<i128>, memory_capacity: u64) -> Option<i128> {
     let mut size = i128::from(allocatable_memory(memory_capacity));
-    if let Some(limit) = pod_memory_limit(pod).filter(|l| *l > 0 && *l <= size) {
+    // A pod with an unreadable limit gets no container either; its size does not matter.
+    let pod_limit = pod_memory_limit(pod).ok().flatten().map(i128::from);
+    if let Some(limit) = pod_limit.filter(|l| *l > 0 && *l <= size) {
         size = limit;
     }
     if let Some(limit) = size_limit.filter(|l| *l > 0 && *l <= size) {
