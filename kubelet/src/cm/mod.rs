@@ -4,11 +4,13 @@
 //!
 //! - [`resource_config`]: what a cgroup is given (Go's `ResourceConfig`), driver-neutral.
 //! - [`settings`]: the configuration the container manager runs with.
+//! - [`cpu_manager`]: the CPU manager (`none` and `static` policies, its state file).
 
 // Parts land before the kubelet calls them (issue #19 is built in steps); this goes once the
 // container manager is wired into start-up and the pod sync.
 #![allow(dead_code, unused_imports)]
 
+pub mod cpu_manager;
 pub mod resource_config;
 pub mod settings;
 
