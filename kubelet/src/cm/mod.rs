@@ -11,6 +11,9 @@
 //! - [`qos`]: the Burstable and BestEffort cgroups' resources (Go's QoS `UpdateCgroups`).
 //! - [`allocatable`]: the `kubepods` and reserved cgroups' resources from node allocatable,
 //!   and the check that reservations fit capacity.
+//! - [`manager`]: [`ContainerManager`], the tree itself: start-up, pod cgroups, QoS updates,
+//!   removal.
+//! - [`cpu_manager`]: the CPU manager (`none` and `static` policies, its state file).
 
 // Parts land before the kubelet calls them (issue #19 is built in steps); this goes once the
 // container manager is wired into start-up and the pod sync.
@@ -18,11 +21,14 @@
 
 pub mod allocatable;
 pub mod cgroup;
+pub mod cpu_manager;
+pub mod manager;
 pub mod oom_watcher;
 pub mod pod_config;
 pub mod qos;
 pub mod resource_config;
 pub mod settings;
 
+pub use manager::{CmError, ContainerManager};
 pub use resource_config::ResourceConfig;
 pub use settings::{CpuManagerPolicy, Settings};
