@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::tls::ServingFiles;
 use crate::config::Config;
+use ferrolet_proto::go_duration::format_duration as go_duration;
 
 /// The `/configz` body for `config`, with the serving files actually in use (a self-signed
 /// pair shows its paths, as the Go kubelet's does).
@@ -164,44 +165,6 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
     out
 }
 
-/// A duration as Go's `time.Duration.String` writes it: `0s`, `500ms`, `20s`, `1m30s`,
-/// `2h0m0s`, `1.5s`.
-pub fn go_duration(d: std::time::Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".into();
-    }
-    if nanos < 1_000_000_000 {
-        let (unit, scale) = if nanos < 1_000 {
-            ("ns", 1)
-        } else if nanos < 1_000_000 {
-            ("µs", 1_000)
-        } else {
-            ("ms", 1_000_000)
-        };
-        return format!("{}{unit}", decimal(nanos, scale));
-    }
-    let secs = nanos / 1_000_000_000;
-    let (h, m) = (secs / 3600, (secs / 60) % 60);
-    let s = decimal(nanos % 60_000_000_000, 1_000_000_000);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, m) => format!("{m}m{s}s"),
-        (h, m) => format!("{h}h{m}m{s}s"),
-    }
-}
-
-/// `n / scale` with its fraction, trailing zeros trimmed.
-fn decimal(n: u128, scale: u128) -> String {
-    let (whole, frac) = (n / scale, n % scale);
-    if frac == 0 {
-        return whole.to_string();
-    }
-    let width = scale.to_string().len() - 1;
-    let frac = format!("{frac:0width$}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
-}
-
 /// Bytes as a Kubernetes quantity: the largest binary suffix that divides it (`10Mi`), else
 /// plain.
 fn go_quantity(bytes: u64) -> String {
@@ -224,24 +187,6 @@ fn go_quantity(bytes: u64) -> String {
 mod tests {
     use super::*;
     use std::path::PathBuf;
-    use std::time::Duration;
-
-    #[test]
-    fn go_durations() {
-        let ms = Duration::from_millis;
-        let s = Duration::from_secs;
-        assert_eq!(go_duration(Duration::ZERO), "0s");
-        assert_eq!(go_duration(Duration::from_nanos(5)), "5ns");
-        assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
-        assert_eq!(go_duration(ms(500)), "500ms");
-        assert_eq!(go_duration(s(20)), "20s");
-        assert_eq!(go_duration(ms(1500)), "1.5s");
-        assert_eq!(go_duration(s(60)), "1m0s");
-        assert_eq!(go_duration(s(90)), "1m30s");
-        assert_eq!(go_duration(s(120)), "2m0s");
-        assert_eq!(go_duration(s(7200)), "2h0m0s");
-        assert_eq!(go_duration(s(3661)), "1h1m1s");
-    }
 
     #[test]
     fn quantities() {
