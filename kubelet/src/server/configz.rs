@@ -105,6 +105,7 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
         json!(config.resolv_conf.display().to_string()),
     );
     put("cgroupRoot", json!(config.cgroup_root));
+    container_manager(config, &mut put);
     put("serializeImagePulls", json!(config.serialize_image_pulls));
     put(
         "containerLogMaxSize",
@@ -165,6 +166,57 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
     out
 }
 
+/// The container manager's fields, as Go's v1beta1 writes them: pointers (`cgroupsPerQOS`,
+/// `podPidsLimit`, `cpuCFSQuota`, `cpuCFSQuotaPeriod`) and durations always, empty strings,
+/// lists and maps not (`omitempty`).
+fn container_manager(config: &Config, put: &mut impl FnMut(&str, Value)) {
+    put("cgroupsPerQOS", json!(config.cgroups_per_qos));
+    put("cgroupDriver", json!(config.cgroup_driver));
+    put(
+        "cpuManagerPolicy",
+        json!(config.cpu_manager_policy.as_str()),
+    );
+    put(
+        "cpuManagerReconcilePeriod",
+        json!(go_duration(config.cpu_manager_reconcile_period)),
+    );
+    put("podPidsLimit", json!(config.pod_pids_limit));
+    put("cpuCFSQuota", json!(config.cpu_cfs_quota));
+    put(
+        "cpuCFSQuotaPeriod",
+        json!(go_duration(config.cpu_cfs_quota_period)),
+    );
+    let maps = [
+        ("qosReserved", &config.qos_reserved),
+        ("kubeReserved", &config.kube_reserved),
+        ("systemReserved", &config.system_reserved),
+    ];
+    for (key, map) in maps {
+        if !map.is_empty() {
+            put(key, json!(map));
+        }
+    }
+    let strings = [
+        ("reservedSystemCPUs", &config.reserved_system_cpus),
+        ("kubeReservedCgroup", &config.kube_reserved_cgroup),
+        ("systemReservedCgroup", &config.system_reserved_cgroup),
+    ];
+    for (key, s) in strings {
+        if !s.is_empty() {
+            put(key, json!(s));
+        }
+    }
+    if !config.enforce_node_allocatable.is_empty() {
+        put(
+            "enforceNodeAllocatable",
+            json!(config.enforce_node_allocatable),
+        );
+    }
+    if !config.feature_gates.is_empty() {
+        put("featureGates", json!(config.feature_gates));
+    }
+}
+
 /// Bytes as a Kubernetes quantity: the largest binary suffix that divides it (`10Mi`), else
 /// plain.
 fn go_quantity(bytes: u64) -> String {
@@ -187,6 +239,7 @@ fn go_quantity(bytes: u64) -> String {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+    use std::time::Duration;
 
     #[test]
     fn quantities() {
@@ -238,5 +291,67 @@ mod tests {
         assert_eq!(kc["evictionHard"]["memory.available"], "100Mi");
         assert_eq!(kc["evictionHard"]["imagefs.available"], "15%");
         assert_eq!(kc["evictionPressureTransitionPeriod"], "5m0s");
+    }
+    #[test]
+    fn the_container_manager_s_fields() {
+        let kc = |config: &Config| -> Value {
+            let v: Value = serde_json::from_slice(&configz(config, None)).unwrap();
+            v["kubeletconfig"].clone()
+        };
+        let d = kc(&Config::default());
+        assert_eq!(d["cgroupRoot"], "/");
+        assert_eq!(d["cgroupsPerQOS"], true);
+        assert_eq!(d["cgroupDriver"], "cgroupfs");
+        assert_eq!(d["enforceNodeAllocatable"], json!(["pods"]));
+        assert_eq!(d["podPidsLimit"], -1);
+        assert_eq!(d["cpuManagerPolicy"], "none");
+        assert_eq!(d["cpuManagerReconcilePeriod"], "10s");
+        assert_eq!(d["cpuCFSQuota"], true);
+        assert_eq!(d["cpuCFSQuotaPeriod"], "100ms");
+        for omitted in [
+            "qosReserved",
+            "reservedSystemCPUs",
+            "kubeReservedCgroup",
+            "systemReservedCgroup",
+            "kubeReserved",
+            "systemReserved",
+            "featureGates",
+        ] {
+            assert!(d.get(omitted).is_none(), "{omitted} is omitempty");
+        }
+
+        let map = |k: &str, v: &str| [(k.to_string(), v.to_string())].into();
+        let config = Config {
+            cgroups_per_qos: false,
+            enforce_node_allocatable: Vec::new(),
+            kube_reserved_cgroup: "/kube".into(),
+            system_reserved_cgroup: "/system".into(),
+            pod_pids_limit: 1024,
+            qos_reserved: map("memory", "50%"),
+            kube_reserved: map("cpu", "500m"),
+            system_reserved: map("memory", "1Gi"),
+            cpu_manager_policy: crate::cm::CpuManagerPolicy::Static,
+            cpu_manager_reconcile_period: Duration::from_secs(90),
+            reserved_system_cpus: "0-1".into(),
+            cpu_cfs_quota: false,
+            cpu_cfs_quota_period: Duration::from_micros(1500),
+            feature_gates: [("CustomCPUCFSQuotaPeriod".to_string(), true)].into(),
+            ..Config::default()
+        };
+        let c = kc(&config);
+        assert_eq!(c["cgroupsPerQOS"], false);
+        assert!(c.get("enforceNodeAllocatable").is_none(), "[] is omitempty");
+        assert_eq!(c["kubeReservedCgroup"], "/kube");
+        assert_eq!(c["systemReservedCgroup"], "/system");
+        assert_eq!(c["podPidsLimit"], 1024);
+        assert_eq!(c["qosReserved"], json!({"memory": "50%"}));
+        assert_eq!(c["kubeReserved"], json!({"cpu": "500m"}));
+        assert_eq!(c["systemReserved"], json!({"memory": "1Gi"}));
+        assert_eq!(c["cpuManagerPolicy"], "static");
+        assert_eq!(c["cpuManagerReconcilePeriod"], "1m30s");
+        assert_eq!(c["reservedSystemCPUs"], "0-1");
+        assert_eq!(c["cpuCFSQuota"], false);
+        assert_eq!(c["cpuCFSQuotaPeriod"], "1.5ms");
+        assert_eq!(c["featureGates"], json!({"CustomCPUCFSQuotaPeriod": true}));
     }
 }
