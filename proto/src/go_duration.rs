@@ -1,5 +1,5 @@
 //! Durations as Go writes them (`20s`, `1m30s`, `2m0s`, `1.5h`, `300ms`), the form
-//! KubeletConfiguration uses.
+//! KubeletConfiguration uses: parsed, and written as `time.Duration.String` does.
 
 use std::time::Duration;
 
@@ -116,6 +116,44 @@ pub fn parse_duration_flag(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// A duration as Go's `time.Duration.String` writes it: `0s`, `500ms`, `20s`, `1m30s`,
+/// `2h0m0s`, `1.5s`.
+pub fn format_duration(d: Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    if nanos < 1_000_000_000 {
+        let (unit, scale) = if nanos < 1_000 {
+            ("ns", 1)
+        } else if nanos < 1_000_000 {
+            ("µs", 1_000)
+        } else {
+            ("ms", 1_000_000)
+        };
+        return format!("{}{unit}", decimal(nanos, scale));
+    }
+    let secs = nanos / 1_000_000_000;
+    let (h, m) = (secs / 3600, (secs / 60) % 60);
+    let s = decimal(nanos % 60_000_000_000, 1_000_000_000);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, m) => format!("{m}m{s}s"),
+        (h, m) => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// `n / scale` with its fraction, trailing zeros trimmed.
+fn decimal(n: u128, scale: u128) -> String {
+    let (whole, frac) = (n / scale, n % scale);
+    if frac == 0 {
+        return whole.to_string();
+    }
+    let width = scale.to_string().len() - 1;
+    let frac = format!("{frac:0width$}");
+    format!("{whole}.{}", frac.trim_end_matches('0'))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -135,6 +173,23 @@ mod tests {
         assert_eq!(d("0"), Duration::ZERO);
         assert_eq!(d("-0s"), Duration::ZERO);
         assert_eq!(d("+5s"), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn go_s_string_form() {
+        let ms = Duration::from_millis;
+        let s = Duration::from_secs;
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+        assert_eq!(format_duration(Duration::from_nanos(5)), "5ns");
+        assert_eq!(format_duration(Duration::from_micros(1500)), "1.5ms");
+        assert_eq!(format_duration(ms(500)), "500ms");
+        assert_eq!(format_duration(s(20)), "20s");
+        assert_eq!(format_duration(ms(1500)), "1.5s");
+        assert_eq!(format_duration(s(60)), "1m0s");
+        assert_eq!(format_duration(s(90)), "1m30s");
+        assert_eq!(format_duration(s(120)), "2m0s");
+        assert_eq!(format_duration(s(7200)), "2h0m0s");
+        assert_eq!(format_duration(s(3661)), "1h1m1s");
     }
 
     #[test]

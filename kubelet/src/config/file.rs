@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_yaml_ng::{Mapping, Value};
 
-use super::{ChangeDetection, Config, ConfigError, LogFormat, node, serving};
+use super::{ChangeDetection, Config, ConfigError, LogFormat, container_manager, node, serving};
 use crate::manifest::quantity::parse_quantity;
 use ferrolet_proto::go_duration::parse_duration;
 
@@ -46,24 +46,16 @@ const IGNORED_FIELDS: &[(&str, &str)] = &[
     ("volumeStatsAggPeriod", "1m0s"),
     ("kubeletCgroups", ""),
     ("systemCgroups", ""),
-    ("cgroupsPerQOS", "true"),
-    ("cgroupDriver", "cgroupfs"),
-    ("cpuManagerPolicy", "none"),
     ("singleProcessOOMKill", ""),
     ("cpuManagerPolicyOptions", ""),
-    ("cpuManagerReconcilePeriod", "10s"),
     ("draManagerReconcilePeriod", ""),
     ("memoryManagerPolicy", "None"),
     ("topologyManagerPolicy", "none"),
     ("topologyManagerScope", "container"),
     ("topologyManagerPolicyOptions", ""),
-    ("qosReserved", ""),
     ("hairpinMode", "promiscuous-bridge"),
     ("podCIDR", ""),
-    ("podPidsLimit", "-1"),
     ("runOnce", "false"),
-    ("cpuCFSQuota", "true"),
-    ("cpuCFSQuotaPeriod", "100ms"),
     ("maxOpenFiles", "1000000"),
     ("contentType", "application/vnd.kubernetes.protobuf"),
     ("kubeAPIQPS", "50"),
@@ -75,16 +67,11 @@ const IGNORED_FIELDS: &[(&str, &str)] = &[
     ("makeIPTablesUtilChains", "true"),
     ("iptablesMasqueradeBit", "14"),
     ("iptablesDropBit", "15"),
-    ("featureGates", ""),
     ("failSwapOn", "true"),
     ("memorySwap", ""),
     ("containerLogMaxWorkers", "1"),
     ("containerLogMonitorInterval", "10s"),
-    ("reservedSystemCPUs", ""),
     ("showHiddenMetricsForVersion", ""),
-    ("systemReservedCgroup", ""),
-    ("kubeReservedCgroup", ""),
-    ("enforceNodeAllocatable", "[pods]"),
     ("allowedUnsafeSysctls", ""),
     ("kernelMemcgNotification", "false"),
     ("enableSystemLogHandler", "true"),
@@ -211,6 +198,17 @@ pub(super) fn apply(config: &mut Config, path: &Path, text: &str) -> Result<Note
             serving::authentication(config, path, v, &mut notes.warnings)?;
         } else if key == "authorization" {
             serving::authorization(config, path, v, &mut notes.warnings)?;
+        } else if key == "featureGates" {
+            config.feature_gates = container_manager::feature_gates(key, v)?;
+            notes.ignored.extend(
+                config
+                    .feature_gates
+                    .iter()
+                    .filter(|(gate, on)| {
+                        **on && !container_manager::HONOURED_FEATURE_GATES.contains(&gate.as_str())
+                    })
+                    .map(|(gate, _)| format!("featureGates.{gate}")),
+            );
         } else if let Some((_, default)) = IGNORED_FIELDS.iter().find(|(f, _)| *f == key) {
             if !is_default(v, default) {
                 notes.ignored.push(key.to_string());
@@ -323,6 +321,7 @@ fn field(c: &mut Config, key: &str, v: &Value) -> Result<bool, ConfigError> {
             &mut c.volume_plugin_dir,
             nonempty(key, v)?.map(PathBuf::from),
         ),
+        k if container_manager::FIELDS.contains(&k) => container_manager::apply_field(c, k, v)?,
         k if crate::eviction::config::FIELDS.contains(&k) => {
             crate::eviction::config::apply_field(&mut c.eviction, k, v)
                 .map_err(|(field, reason)| invalid(&field, reason))?;
@@ -401,7 +400,7 @@ pub(super) fn type_name(v: &Value) -> &'static str {
 }
 
 /// A string; null is unset.
-fn string(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
+pub(super) fn string(key: &str, v: &Value) -> Result<Option<String>, ConfigError> {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s.clone())),
@@ -440,7 +439,12 @@ pub(super) fn boolean(key: &str, v: &Value) -> Result<Option<bool>, ConfigError>
 }
 
 /// An integer within `[min, max]`.
-fn integer(key: &str, v: &Value, min: i64, max: i64) -> Result<Option<i64>, ConfigError> {
+pub(super) fn integer(
+    key: &str,
+    v: &Value,
+    min: i64,
+    max: i64,
+) -> Result<Option<i64>, ConfigError> {
     match v {
         Value::Null => Ok(None),
         Value::Number(n) => match n.as_i64() {
@@ -542,8 +546,9 @@ fn header_map(key: &str, v: &Value) -> Result<BTreeMap<String, Vec<String>>, Con
     Ok(out)
 }
 
-/// `map[string]string` (`kubeReserved`, `systemReserved`); values checked by the config check.
-fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, ConfigError> {
+/// `map[string]string` (`kubeReserved`, `systemReserved`, `qosReserved`); values checked by
+/// the config check.
+pub(super) fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, ConfigError> {
     let map = match v {
         Value::Null => return Ok(BTreeMap::new()),
         Value::Mapping(m) => m,

@@ -112,6 +112,9 @@ pub struct Flags {
     /// Garbage collection flags.
     #[command(flatten)]
     pub gc: crate::gc::GcFlags,
+    /// The container manager's flags.
+    #[command(flatten)]
+    pub cm: super::CmFlags,
     /// Port of the secure kubelet API (port) [default: 10250].
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
@@ -317,6 +320,15 @@ mod tests {
                 "image-gc-low-threshold",
                 d.gc.image_gc_low_threshold_percent.to_string(),
             ),
+            ("cgroups-per-qos", d.cgroups_per_qos.to_string()),
+            ("cgroup-driver", d.cgroup_driver.clone()),
+            (
+                "enforce-node-allocatable",
+                d.enforce_node_allocatable.join(","),
+            ),
+            ("pod-max-pids", d.pod_pids_limit.to_string()),
+            ("cpu-manager-policy", d.cpu_manager_policy.as_str().into()),
+            ("cpu-cfs-quota", d.cpu_cfs_quota.to_string()),
         ];
         let durations = [
             ("file-check-frequency", d.file_check_frequency),
@@ -329,6 +341,11 @@ mod tests {
                 "node-status-update-frequency",
                 d.node_status_update_frequency,
             ),
+            (
+                "cpu-manager-reconcile-period",
+                d.cpu_manager_reconcile_period,
+            ),
+            ("cpu-cfs-quota-period", d.cpu_cfs_quota_period),
         ];
         // Defaults that are another setting, not a value.
         let derived = [
@@ -358,6 +375,10 @@ mod tests {
             "provider-id",
             "kube-reserved",
             "system-reserved",
+            "kube-reserved-cgroup",
+            "system-reserved-cgroup",
+            "qos-reserved",
+            "reserved-cpus",
         ];
         for (long, want) in &values {
             assert_eq!(

@@ -1,6 +1,7 @@
 //! The kubelet's settings: a KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, the
 //! Go kubelet's field names and defaults) overridden by flags, checked once at start-up.
 
+mod container_manager;
 mod file;
 mod flags;
 mod node;
@@ -11,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+pub use container_manager::CmFlags;
 pub use flags::{Flags, LogFormat};
 pub use node::{ChangeDetection, CloudProvider, TAINT_EXTERNAL_CLOUD_PROVIDER};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
@@ -97,6 +99,41 @@ pub struct Config {
     pub container_log_max_files: u32,
     /// Cgroup parent of pods (`cgroupRoot`, "/").
     pub cgroup_root: String,
+    /// Build the QoS and pod cgroup tree (`cgroupsPerQOS`, `--cgroups-per-qos`, true).
+    pub cgroups_per_qos: bool,
+    /// The cgroup driver (`cgroupDriver`, `--cgroup-driver`, cgroupfs); the only one ferrolet
+    /// drives is cgroupfs.
+    pub cgroup_driver: String,
+    /// What node allocatable is enforced on (`enforceNodeAllocatable`,
+    /// `--enforce-node-allocatable`, `[pods]`): `pods`, `kube-reserved`, `system-reserved`,
+    /// or `none`; an empty list enforces nothing.
+    pub enforce_node_allocatable: Vec<String>,
+    /// The cgroup kube-reserved is enforced on (`kubeReservedCgroup`, `--kube-reserved-cgroup`).
+    pub kube_reserved_cgroup: String,
+    /// The cgroup system-reserved is enforced on (`systemReservedCgroup`,
+    /// `--system-reserved-cgroup`).
+    pub system_reserved_cgroup: String,
+    /// Most processes per pod (`podPidsLimit`, `--pod-max-pids`, -1: none).
+    pub pod_pids_limit: i64,
+    /// Requests kept from lower QoS classes, resource → percentage (`qosReserved`,
+    /// `--qos-reserved`; only `memory`, as `50%`; acted on under the `QOSReserved` gate).
+    pub qos_reserved: BTreeMap<String, String>,
+    /// The CPU manager's policy (`cpuManagerPolicy`, `--cpu-manager-policy`, none).
+    pub cpu_manager_policy: crate::cm::CpuManagerPolicy,
+    /// How often the CPU manager reconciles (`cpuManagerReconcilePeriod`,
+    /// `--cpu-manager-reconcile-period`, 10s).
+    pub cpu_manager_reconcile_period: Duration,
+    /// CPUs kept from pods, a kernel CPU list such as `0-1,4` (`reservedSystemCPUs`,
+    /// `--reserved-cpus`); it replaces the CPUs of `kubeReserved` + `systemReserved`.
+    pub reserved_system_cpus: String,
+    /// Enforce CPU limits with CFS quota (`cpuCFSQuota`, `--cpu-cfs-quota`, true).
+    pub cpu_cfs_quota: bool,
+    /// The CFS period (`cpuCFSQuotaPeriod`, `--cpu-cfs-quota-period`, 100ms); another value
+    /// needs the `CustomCPUCFSQuotaPeriod` gate, as in Go.
+    pub cpu_cfs_quota_period: Duration,
+    /// Feature gates given in the file (`featureGates`); ferrolet acts on those named in
+    /// [`container_manager::HONOURED_FEATURE_GATES`].
+    pub feature_gates: BTreeMap<String, bool>,
     /// `--hostname-override`, as given.
     pub hostname_override: Option<String>,
     /// The node name: the override or the host's name, trimmed and lowercased.
@@ -207,6 +244,19 @@ impl Default for Config {
             container_log_max_size: 10 * 1024 * 1024,
             container_log_max_files: 5,
             cgroup_root: "/".into(),
+            cgroups_per_qos: true,
+            cgroup_driver: container_manager::CGROUPFS.into(),
+            enforce_node_allocatable: vec![container_manager::ENFORCE_PODS.into()],
+            kube_reserved_cgroup: String::new(),
+            system_reserved_cgroup: String::new(),
+            pod_pids_limit: -1,
+            qos_reserved: BTreeMap::new(),
+            cpu_manager_policy: crate::cm::CpuManagerPolicy::None,
+            cpu_manager_reconcile_period: Duration::from_secs(10),
+            reserved_system_cpus: String::new(),
+            cpu_cfs_quota: true,
+            cpu_cfs_quota_period: Duration::from_millis(100),
+            feature_gates: BTreeMap::new(),
             hostname_override: None,
             node_name: String::new(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
@@ -353,6 +403,7 @@ impl Config {
             self.hostname_override = f.hostname_override.clone();
         }
         self.gc.apply_flags(&f.gc);
+        self.apply_cm_flags(&f.cm)?;
         serving::apply_flags(self, f)?;
         self.apply_node_flags(f, warnings)
     }
@@ -492,6 +543,7 @@ impl Config {
         }
         serving::check(self)?;
         self.check_node()?;
+        self.check_cm()?;
         self.eviction
             .validate()
             .map_err(|(field, reason)| ConfigError::Invalid { field, reason })?;
@@ -774,8 +826,8 @@ mod tests {
     #[test]
     fn unknown_fields_warn_and_not_implemented_ones_share_one_line() {
         let yaml = format!(
-            "{HEAD}eventRecordQPS: 5\nfancyNewThing: 1\ncgroupsPerQOS: false\nfailSwapOn: true\n\
-             cpuManagerPolicy: none\nmemorySwap: {{}}\nlogging: {{flushFrequency: 1s, vmodule: \"\", colour: red}}\n"
+            "{HEAD}eventRecordQPS: 5\nfancyNewThing: 1\nhairpinMode: hairpin-veth\nfailSwapOn: true\n\
+             topologyManagerPolicy: none\nmemorySwap: {{}}\nlogging: {{flushFrequency: 1s, vmodule: \"\", colour: red}}\n"
         );
         let (_, warnings) = with_file(&yaml, &["--volume-plugin-dir=/opt/flex"]).unwrap();
         assert_eq!(warnings.len(), 3, "{warnings:?}");
@@ -786,10 +838,10 @@ mod tests {
             last.starts_with("not implemented by ferrolet (ignored): --volume-plugin-dir, /"),
             "{last}"
         );
-        // Set to their Go defaults (failSwapOn, cpuManagerPolicy, memorySwap, vmodule), fields
-        // ask for nothing ferrolet misses.
+        // Set to their Go defaults (failSwapOn, topologyManagerPolicy, memorySwap, vmodule),
+        // fields ask for nothing ferrolet misses.
         assert!(
-            last.ends_with(": eventRecordQPS, cgroupsPerQOS, logging.flushFrequency"),
+            last.ends_with(": eventRecordQPS, hairpinMode, logging.flushFrequency"),
             "{last}"
         );
         // Nothing set that ferrolet lacks: no such line.
@@ -846,20 +898,24 @@ volumeStatsAggPeriod: 0s
 "#;
 
     #[test]
-    fn kubeadm_s_files_load_unchanged() {
-        let (c, warnings) = with_file(
-            KUBEADM_1_28,
-            &[
-                "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
-                "--kubeconfig=/etc/kubernetes/kubelet.conf",
-                "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
-                "--pod-infra-container-image=registry.k8s.io/pause:3.9",
-                "--node-ip=192.168.1.10",
-                "--node-labels=node.kubernetes.io/exclude-from-external-load-balancers=,tier=a",
-                "--register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule",
-            ],
-        )
-        .unwrap();
+    fn kubeadm_s_files_load_with_the_cgroupfs_driver() {
+        // The flags kubeadm's drop-in passes.
+        let args = [
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+            "--pod-infra-container-image=registry.k8s.io/pause:3.9",
+            "--node-ip=192.168.1.10",
+            "--node-labels=node.kubernetes.io/exclude-from-external-load-balancers=,tier=a",
+            "--register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule",
+        ];
+        // kubeadm's own default driver is systemd, which ferrolet refuses at start-up.
+        assert_eq!(
+            invalid_field(with_file(KUBEADM_1_28, &args)),
+            "cgroupDriver (--cgroup-driver)"
+        );
+        let kubeadm = KUBEADM_1_28.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
+        let (c, warnings) = with_file(&kubeadm, &args).unwrap();
         assert!(c.api_server_mode());
         assert_eq!(
             c.bootstrap_kubeconfig,
@@ -902,13 +958,10 @@ volumeStatsAggPeriod: 0s
         assert_eq!(c.node_labels.len(), 2);
         assert_eq!(c.register_with_taints.len(), 1);
         assert_eq!(c.cluster_domain, "cluster.local");
-        // Exactly one warning: the cgroup driver, the one thing asked for and not done.
-        assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(
-            warnings[0].starts_with("not implemented by ferrolet (ignored): /")
-                && warnings[0].ends_with(": cgroupDriver"),
-            "{warnings:?}"
-        );
+        // `cpuManagerReconcilePeriod: 0s` is the default.
+        assert_eq!(c.cpu_manager_reconcile_period, Duration::from_secs(10));
+        // Nothing asked for that ferrolet does not do.
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 
     #[test]

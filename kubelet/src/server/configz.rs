@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::tls::ServingFiles;
 use crate::config::Config;
+use ferrolet_proto::go_duration::format_duration as go_duration;
 
 /// The `/configz` body for `config`, with the serving files actually in use (a self-signed
 /// pair shows its paths, as the Go kubelet's does).
@@ -104,6 +105,7 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
         json!(config.resolv_conf.display().to_string()),
     );
     put("cgroupRoot", json!(config.cgroup_root));
+    container_manager(config, &mut put);
     put("serializeImagePulls", json!(config.serialize_image_pulls));
     put(
         "containerLogMaxSize",
@@ -164,42 +166,55 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
     out
 }
 
-/// A duration as Go's `time.Duration.String` writes it: `0s`, `500ms`, `20s`, `1m30s`,
-/// `2h0m0s`, `1.5s`.
-pub fn go_duration(d: std::time::Duration) -> String {
-    let nanos = d.as_nanos();
-    if nanos == 0 {
-        return "0s".into();
+/// The container manager's fields, as Go's v1beta1 writes them: pointers (`cgroupsPerQOS`,
+/// `podPidsLimit`, `cpuCFSQuota`, `cpuCFSQuotaPeriod`) and durations always, empty strings,
+/// lists and maps not (`omitempty`).
+fn container_manager(config: &Config, put: &mut impl FnMut(&str, Value)) {
+    put("cgroupsPerQOS", json!(config.cgroups_per_qos));
+    put("cgroupDriver", json!(config.cgroup_driver));
+    put(
+        "cpuManagerPolicy",
+        json!(config.cpu_manager_policy.as_str()),
+    );
+    put(
+        "cpuManagerReconcilePeriod",
+        json!(go_duration(config.cpu_manager_reconcile_period)),
+    );
+    put("podPidsLimit", json!(config.pod_pids_limit));
+    put("cpuCFSQuota", json!(config.cpu_cfs_quota));
+    put(
+        "cpuCFSQuotaPeriod",
+        json!(go_duration(config.cpu_cfs_quota_period)),
+    );
+    let maps = [
+        ("qosReserved", &config.qos_reserved),
+        ("kubeReserved", &config.kube_reserved),
+        ("systemReserved", &config.system_reserved),
+    ];
+    for (key, map) in maps {
+        if !map.is_empty() {
+            put(key, json!(map));
+        }
     }
-    if nanos < 1_000_000_000 {
-        let (unit, scale) = if nanos < 1_000 {
-            ("ns", 1)
-        } else if nanos < 1_000_000 {
-            ("µs", 1_000)
-        } else {
-            ("ms", 1_000_000)
-        };
-        return format!("{}{unit}", decimal(nanos, scale));
+    let strings = [
+        ("reservedSystemCPUs", &config.reserved_system_cpus),
+        ("kubeReservedCgroup", &config.kube_reserved_cgroup),
+        ("systemReservedCgroup", &config.system_reserved_cgroup),
+    ];
+    for (key, s) in strings {
+        if !s.is_empty() {
+            put(key, json!(s));
+        }
     }
-    let secs = nanos / 1_000_000_000;
-    let (h, m) = (secs / 3600, (secs / 60) % 60);
-    let s = decimal(nanos % 60_000_000_000, 1_000_000_000);
-    match (h, m) {
-        (0, 0) => format!("{s}s"),
-        (0, m) => format!("{m}m{s}s"),
-        (h, m) => format!("{h}h{m}m{s}s"),
+    if !config.enforce_node_allocatable.is_empty() {
+        put(
+            "enforceNodeAllocatable",
+            json!(config.enforce_node_allocatable),
+        );
     }
-}
-
-/// `n / scale` with its fraction, trailing zeros trimmed.
-fn decimal(n: u128, scale: u128) -> String {
-    let (whole, frac) = (n / scale, n % scale);
-    if frac == 0 {
-        return whole.to_string();
+    if !config.feature_gates.is_empty() {
+        put("featureGates", json!(config.feature_gates));
     }
-    let width = scale.to_string().len() - 1;
-    let frac = format!("{frac:0width$}");
-    format!("{whole}.{}", frac.trim_end_matches('0'))
 }
 
 /// Bytes as a Kubernetes quantity: the largest binary suffix that divides it (`10Mi`), else
@@ -225,23 +240,6 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
     use std::time::Duration;
-
-    #[test]
-    fn go_durations() {
-        let ms = Duration::from_millis;
-        let s = Duration::from_secs;
-        assert_eq!(go_duration(Duration::ZERO), "0s");
-        assert_eq!(go_duration(Duration::from_nanos(5)), "5ns");
-        assert_eq!(go_duration(Duration::from_micros(1500)), "1.5ms");
-        assert_eq!(go_duration(ms(500)), "500ms");
-        assert_eq!(go_duration(s(20)), "20s");
-        assert_eq!(go_duration(ms(1500)), "1.5s");
-        assert_eq!(go_duration(s(60)), "1m0s");
-        assert_eq!(go_duration(s(90)), "1m30s");
-        assert_eq!(go_duration(s(120)), "2m0s");
-        assert_eq!(go_duration(s(7200)), "2h0m0s");
-        assert_eq!(go_duration(s(3661)), "1h1m1s");
-    }
 
     #[test]
     fn quantities() {
@@ -293,5 +291,67 @@ mod tests {
         assert_eq!(kc["evictionHard"]["memory.available"], "100Mi");
         assert_eq!(kc["evictionHard"]["imagefs.available"], "15%");
         assert_eq!(kc["evictionPressureTransitionPeriod"], "5m0s");
+    }
+    #[test]
+    fn the_container_manager_s_fields() {
+        let kc = |config: &Config| -> Value {
+            let v: Value = serde_json::from_slice(&configz(config, None)).unwrap();
+            v["kubeletconfig"].clone()
+        };
+        let d = kc(&Config::default());
+        assert_eq!(d["cgroupRoot"], "/");
+        assert_eq!(d["cgroupsPerQOS"], true);
+        assert_eq!(d["cgroupDriver"], "cgroupfs");
+        assert_eq!(d["enforceNodeAllocatable"], json!(["pods"]));
+        assert_eq!(d["podPidsLimit"], -1);
+        assert_eq!(d["cpuManagerPolicy"], "none");
+        assert_eq!(d["cpuManagerReconcilePeriod"], "10s");
+        assert_eq!(d["cpuCFSQuota"], true);
+        assert_eq!(d["cpuCFSQuotaPeriod"], "100ms");
+        for omitted in [
+            "qosReserved",
+            "reservedSystemCPUs",
+            "kubeReservedCgroup",
+            "systemReservedCgroup",
+            "kubeReserved",
+            "systemReserved",
+            "featureGates",
+        ] {
+            assert!(d.get(omitted).is_none(), "{omitted} is omitempty");
+        }
+
+        let map = |k: &str, v: &str| [(k.to_string(), v.to_string())].into();
+        let config = Config {
+            cgroups_per_qos: false,
+            enforce_node_allocatable: Vec::new(),
+            kube_reserved_cgroup: "/kube".into(),
+            system_reserved_cgroup: "/system".into(),
+            pod_pids_limit: 1024,
+            qos_reserved: map("memory", "50%"),
+            kube_reserved: map("cpu", "500m"),
+            system_reserved: map("memory", "1Gi"),
+            cpu_manager_policy: crate::cm::CpuManagerPolicy::Static,
+            cpu_manager_reconcile_period: Duration::from_secs(90),
+            reserved_system_cpus: "0-1".into(),
+            cpu_cfs_quota: false,
+            cpu_cfs_quota_period: Duration::from_micros(1500),
+            feature_gates: [("CustomCPUCFSQuotaPeriod".to_string(), true)].into(),
+            ..Config::default()
+        };
+        let c = kc(&config);
+        assert_eq!(c["cgroupsPerQOS"], false);
+        assert!(c.get("enforceNodeAllocatable").is_none(), "[] is omitempty");
+        assert_eq!(c["kubeReservedCgroup"], "/kube");
+        assert_eq!(c["systemReservedCgroup"], "/system");
+        assert_eq!(c["podPidsLimit"], 1024);
+        assert_eq!(c["qosReserved"], json!({"memory": "50%"}));
+        assert_eq!(c["kubeReserved"], json!({"cpu": "500m"}));
+        assert_eq!(c["systemReserved"], json!({"memory": "1Gi"}));
+        assert_eq!(c["cpuManagerPolicy"], "static");
+        assert_eq!(c["cpuManagerReconcilePeriod"], "1m30s");
+        assert_eq!(c["reservedSystemCPUs"], "0-1");
+        assert_eq!(c["cpuCFSQuota"], false);
+        assert_eq!(c["cpuCFSQuotaPeriod"], "1.5ms");
+        assert_eq!(c["featureGates"], json!({"CustomCPUCFSQuotaPeriod": true}));
     }
 }
