@@ -211,6 +211,11 @@ impl<N: RuntimeNode> KubeletNode<N> {
         }
         let node_name = node_name_for(name);
         let cgroup_root = format!("/ferrolet-it/kubelet-{name}-{}", std::process::id());
+        let cgroup = CgroupTree {
+            path: cgroup_root.clone(),
+        };
+        // ferrolet refuses a cgroupRoot that does not exist, as Go's kubelet does.
+        cgroup.create();
         let config = kubelet_config(&dir, &cgroup_root, extra_config);
         let config_path = dir.join("config.yaml");
         std::fs::write(&config_path, config)
@@ -251,9 +256,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
             node,
             scratch,
             node_name,
-            cgroup: CgroupTree {
-                path: cgroup_root.clone(),
-            },
+            cgroup,
             cgroup_root,
             read_only,
             healthz,
@@ -873,6 +876,22 @@ struct CgroupTree {
 }
 
 impl CgroupTree {
+    /// Makes the tree's top in every hierarchy (the v1 controllers and the unified one).
+    fn create(&self) {
+        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        for h in hierarchies.flatten() {
+            if !h.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let dir = h.path().join(self.path.trim_start_matches('/'));
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                panic!("creating cgroup {}: {e}", dir.display());
+            }
+        }
+    }
+
     /// The tree's dirs in every hierarchy, deepest first.
     fn dirs(&self) -> Vec<PathBuf> {
         let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {

@@ -47,6 +47,51 @@ pub enum AppError {
     /// The kubeconfig, the TLS bootstrap or the serving certificate failed.
     #[error("joining the cluster")]
     Cluster(#[source] crate::certificate::CertificateError),
+    /// The cgroup tree could not be built (a missing controller or cgroup, bad reservations).
+    #[error("starting the container manager: {0}")]
+    ContainerManager(#[source] crate::cm::CmError),
+}
+
+/// Validates the node's cgroups against the configuration and builds the `kubepods` tree
+/// (None with `cgroupsPerQOS: false`), as Go's `NewContainerManager` + `Start` before any pod.
+async fn start_container_manager(
+    config: &Config,
+) -> Result<Option<Arc<crate::cm::ContainerManager>>, AppError> {
+    let settings = config.cm_settings();
+    let root = config.root_dir.clone();
+    let eviction = config.eviction.clone();
+    let started = tokio::task::spawn_blocking(move || {
+        let machine = crate::node_status::machine::read(&root);
+        let capacity = crate::cm::allocatable::Capacity::from_machine(
+            &machine,
+            crate::cm::allocatable::kernel_pid_max(),
+        );
+        // Go's validateNodeAllocatable: the reservations and hard eviction thresholds fit.
+        let hard: Vec<_> = crate::eviction::EvictionManager::new(&eviction)
+            .thresholds()
+            .iter()
+            .filter(|t| t.is_hard())
+            .cloned()
+            .collect();
+        crate::cm::allocatable::validate_node_allocatable(
+            &capacity,
+            &settings.kube_reserved,
+            &settings.system_reserved,
+            &hard,
+        )?;
+        crate::cm::ContainerManager::start(settings, capacity)
+    })
+    .await
+    .map_err(|e| AppError::ContainerManager(crate::cm::CmError::Join(e.to_string())))?;
+    let cm = started.map_err(AppError::ContainerManager)?;
+    if let Some(cm) = &cm {
+        tracing::info!(
+            root = %cm.kubepods(),
+            cgroups = cm.cgroups().layout().mode().as_str(),
+            "container manager: the kubepods tree is set up"
+        );
+    }
+    Ok(cm.map(Arc::new))
 }
 
 /// Runs the kubelet with the process's arguments until a termination signal.
@@ -145,6 +190,7 @@ async fn run(config: Config) -> Result<(), AppError> {
         resolv_conf: config.resolv_conf.clone(),
         pod_logs_dir: config.pod_logs_dir.clone(),
         cgroup_root: config.cgroup_root.clone(),
+        cgroups_per_qos: config.cgroups_per_qos,
         memory_capacity: node::memory_capacity(),
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
@@ -166,7 +212,8 @@ async fn run(config: Config) -> Result<(), AppError> {
     let events = seams.events.clone();
     let streaming = server::streaming::Streaming::new(Arc::new(cri.clone()));
     let secure = secure.map(|s| s.with_streaming(streaming));
-    let kubelet = Kubelet::new(config.clone(), node, cri, seams).await;
+    let cm = start_container_manager(&config).await?;
+    let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm).await;
     tokio::spawn(crate::heap::release_free_pages());
     let (tx, rx) = mpsc::channel(64);
     if let (Some(c), Some(statuses)) = (&credentials, statuses) {

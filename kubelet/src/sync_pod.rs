@@ -41,6 +41,9 @@ pub enum SyncError {
     /// The pod cannot be expressed as CRI configs.
     #[error(transparent)]
     Spec(#[from] crate::podspec::SpecError),
+    /// The pod's cgroup could not be made.
+    #[error("failed to ensure that the pod's cgroups exist and are correctly applied: {0}")]
+    Cgroup(crate::cm::CmError),
     /// Containers could not be started (each waits with its reason); as in Go, the pass
     /// failed and the pod worker retries it after a back-off.
     #[error("{}", go_aggregate(.0))]
@@ -138,6 +141,11 @@ impl Kubelet {
                 return Ok(());
             }
         };
+        // Go's SyncPod: the pod's cgroup (and the QoS cgroups' update) before its sandbox.
+        if let Err(e) = self.ensure_pod_cgroup(pod).await {
+            tracing::warn!(error = %e, "making the pod's cgroup");
+            return Err(SyncError::Cgroup(e));
+        }
         let sandbox_config = podspec::sandbox_config(pod, &self.node, actions.attempt)?;
         let (sandbox_id, pod_ips) = self
             .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
@@ -697,6 +705,8 @@ impl Kubelet {
         if let Err(e) = self.release_volumes(uid).await {
             tracing::warn!(error = %e, "removing the pod's volumes");
         }
+        // Go's SyncTerminatedPod: with the containers gone, their pod cgroup goes too.
+        self.destroy_pod_cgroup(uid).await;
         let logs = self
             .node
             .pod_logs_dir

@@ -12,7 +12,7 @@ use crate::eviction::signals::Threshold;
 use crate::manifest::quantity::{QuantityError, parse_quantity};
 use crate::node_status::machine::MachineInfo;
 use crate::node_status::setters::{hugepages_resource, reservation, resource_quantity};
-use crate::podspec::pod_resources::{Nanos, hugepage_amounts, hugepage_size_of, millis, units};
+use crate::podspec::pod_resources::{Nanos, hugepage_amounts, millis, units};
 use crate::podspec::resources::milli_cpu_to_shares;
 
 /// Go's name for the process-id resource (`pidlimit.PIDs`).
@@ -35,6 +35,22 @@ pub struct Capacity {
     /// The fewer of `kernel.pid_max` and `kernel.threads-max` (Go's `pidlimit.Stats`); None
     /// when unreadable, leaving `pids.max` alone.
     pub pid_max: Option<i64>,
+}
+
+/// The kernel's limit on processes: the fewer of `kernel.pid_max` and `kernel.threads-max`
+/// (Go's `pidlimit.Stats`); None when neither reads.
+pub fn kernel_pid_max() -> Option<i64> {
+    let read = |f: &str| -> Option<i64> {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{f}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    match (read("pid_max"), read("threads-max")) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 impl Capacity {

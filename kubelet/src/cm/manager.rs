@@ -54,6 +54,9 @@ pub enum CmError {
         /// The cgroup named.
         name: String,
     },
+    /// A blocking task running it failed.
+    #[error("container manager task: {0}")]
+    Join(String),
     /// Processes outlived every SIGKILL round (Go's words).
     #[error("failed to kill all the processes attached to cgroup {0}")]
     Unkillable(String),
@@ -295,16 +298,20 @@ impl ContainerManager {
 
     /// Usage of the whole tree (`kubepods`), for eviction's allocatable signal and the
     /// Summary API's `pods` system container.
+    // The stats and eviction wiring is the next step of issue #19.
+    #[allow(dead_code)]
     pub fn kubepods_stats(&self) -> Result<CgroupStats, CmError> {
         Ok(self.cgroups.stats(&self.kubepods)?)
     }
 
     /// Usage of one pod's cgroup.
+    #[allow(dead_code)]
     pub fn pod_stats(&self, pod: &Pod) -> Result<CgroupStats, CmError> {
         Ok(self.cgroups.stats(&self.pod_cgroup(pod)?)?)
     }
 
     /// The node's capacity it was started with.
+    #[allow(dead_code)]
     pub fn capacity(&self) -> &Capacity {
         &self.capacity
     }

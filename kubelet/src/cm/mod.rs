@@ -15,14 +15,14 @@
 //!   removal.
 //! - [`cpu_manager`]: the CPU manager (`none` and `static` policies, its state file).
 
-// Parts land before the kubelet calls them (issue #19 is built in steps); this goes once the
-// container manager is wired into start-up and the pod sync.
-#![allow(dead_code, unused_imports)]
-
 pub mod allocatable;
 pub mod cgroup;
+// Not yet called by the kubelet: the static policy's wiring (admission, container cpusets,
+// reconcile), the OOM watcher's events and the pod stats come next (issue #19).
+#[allow(dead_code)]
 pub mod cpu_manager;
 pub mod manager;
+#[allow(dead_code)]
 pub mod oom_watcher;
 pub mod pod_config;
 pub mod qos;

@@ -525,8 +525,6 @@ impl Config {
 
     /// What the container manager is told, from these (checked) settings. `qosReserved`
     /// reaches it only under the `QOSReserved` gate, as in Go.
-    // Called once the container manager is wired into start-up (issue #19).
-    #[allow(dead_code)]
     pub fn cm_settings(&self) -> Settings {
         let (kube_reserved, system_reserved) = self.effective_reserved();
         let qos_reserved_memory_percent = if self.feature_gate(GATE_QOS_RESERVED) {

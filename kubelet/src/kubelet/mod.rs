@@ -2,6 +2,7 @@
 //! workers, housekeeping, and the pods' statuses as the API shows them. [`eviction`]: the
 //! eviction manager's loop over the kubelet's pods.
 
+mod cgroups;
 pub mod cluster;
 mod eviction;
 mod volumes;
@@ -122,11 +123,19 @@ pub struct Kubelet {
     pub(crate) volumes: Arc<crate::volume_manager::VolumeManager>,
     /// API-server mode's parts; unset standalone.
     pub(crate) cluster: std::sync::OnceLock<cluster::Cluster>,
+    /// The cgroup tree (`cgroupsPerQOS`); None when pods go straight under `cgroupRoot`.
+    pub(crate) cm: Option<Arc<crate::cm::ContainerManager>>,
 }
 
 impl Kubelet {
     /// A kubelet on a connected runtime.
-    pub async fn new(config: Config, node: NodeContext, cri: Cri, seams: Seams) -> Arc<Self> {
+    pub async fn new(
+        config: Config,
+        node: NodeContext,
+        cri: Cri,
+        seams: Seams,
+        cm: Option<Arc<crate::cm::ContainerManager>>,
+    ) -> Arc<Self> {
         let runtime_name = match cri.version().await {
             Ok(v) => v.runtime_name,
             Err(e) => {
@@ -175,6 +184,7 @@ impl Kubelet {
             events: seams.events,
             volumes,
             cluster: std::sync::OnceLock::new(),
+            cm,
             config,
             node,
             cri,
@@ -318,6 +328,7 @@ impl Kubelet {
         let mut resync =
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        let mut last_qos_update = std::time::Instant::now();
         let mut log_rotation = tokio::time::interval(LOG_ROTATION_PERIOD);
         let mut probe_updates = self.probes.take_updates();
         loop {
@@ -374,7 +385,7 @@ impl Kubelet {
                     // Until every source has spoken, a running pod may just not be listed yet.
                     if config.seen_all(&self.sources()) {
                         gc.set_sources_ready();
-                        self.housekeeping(&workers).await;
+                        self.housekeeping(&workers, &mut last_qos_update).await;
                         self.sync_mirror_pods().await;
                     }
                 }
@@ -567,8 +578,11 @@ impl Kubelet {
 
     /// Kills sandboxes and containers that belong to no desired pod (a pod removed while the
     /// kubelet was down, or one whose kill failed), and removes pod dirs of unknown pods.
-    async fn housekeeping<F, Fut>(&self, workers: &Arc<PodWorkers<F>>)
-    where
+    async fn housekeeping<F, Fut>(
+        &self,
+        workers: &Arc<PodWorkers<F>>,
+        last_qos_update: &mut std::time::Instant,
+    ) where
         F: Fn(String, Work) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = RetryAfter> + Send + 'static,
     {
@@ -601,5 +615,6 @@ impl Kubelet {
                 tracing::warn!(uid, error = %e, "housekeeping: removing a pod dir");
             }
         }
+        self.sweep_pod_cgroups(known, last_qos_update).await;
     }
 }

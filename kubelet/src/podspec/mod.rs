@@ -57,6 +57,8 @@ pub struct NodeContext {
     pub pod_logs_dir: PathBuf,
     /// `cgroupRoot` (`/`): where the `kubepods` hierarchy hangs.
     pub cgroup_root: String,
+    /// Pods go under `kubepods` per QoS class (`cgroupsPerQOS`); else straight under the root.
+    pub cgroups_per_qos: bool,
     /// Bytes of memory on the node (oom_score_adj, downward-API defaults).
     pub memory_capacity: u64,
 }
@@ -171,6 +173,7 @@ pub(crate) mod testutil {
             resolv_conf: PathBuf::new(),
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             cgroup_root: "/".into(),
+            cgroups_per_qos: true,
             memory_capacity: 8 << 30,
         }
     }

@@ -59,7 +59,12 @@ pub fn sandbox_config(
             .into_iter()
             .collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: cgroup_parent(pod, &node.cgroup_root),
+            cgroup_parent: if node.cgroups_per_qos {
+                cgroup_parent(pod, &node.cgroup_root)
+            } else {
+                // Go's no-op pod container manager hands the runtime cgroupRoot itself.
+                node.cgroup_root.clone()
+            },
             security_context: Some(security::sandbox_security_context(pod)?),
             sysctls,
             overhead: None,

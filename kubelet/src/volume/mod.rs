@@ -446,6 +446,7 @@ fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError>
         resolv_conf: PathBuf::new(),
         pod_logs_dir: PathBuf::new(),
         cgroup_root: String::new(),
+        cgroups_per_qos: true,
         memory_capacity: crate::node::memory_capacity(),
     };
     let mut out = PodVolumes::default();

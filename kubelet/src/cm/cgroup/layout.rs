@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::error::{CgroupError, io_error};
+use super::error::CgroupError;
 use super::fs;
 
 /// Where cgroup hierarchies are mounted.
@@ -134,6 +134,7 @@ impl Layout {
 
     /// A v1 layout over `root` (a scratch tree in tests): each of `hierarchies` is a directory
     /// under it named by its controllers, comma-separated when co-mounted (`cpu,cpuacct`).
+    #[cfg(test)]
     pub fn v1_at(root: &Path, hierarchies: &[&str]) -> Layout {
         let mut mounts = BTreeMap::new();
         for h in hierarchies {

@@ -29,10 +29,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use error::CgroupError;
-pub use layout::{Layout, Mode};
+pub use layout::Layout;
 pub use name::CgroupName;
 pub use stats::CgroupStats;
-pub use v2::cpu_shares_to_weight;
 
 use crate::cm::ResourceConfig;
 use crate::podspec::resources::hugepage_unit_size;
@@ -182,6 +181,7 @@ impl CgroupManager {
     }
 
     /// `name`'s memory usage in bytes (Go's `MemoryUsage`).
+    #[cfg(test)]
     pub fn memory_usage(&self, name: &CgroupName) -> Result<u64, CgroupError> {
         stats::memory_usage(&self.layout, name)
     }

@@ -12,6 +12,7 @@ pub struct CgroupName(Vec<String>);
 
 impl CgroupName {
     /// The root cgroup (Go's `RootCgroupName`).
+    #[cfg(test)]
     pub fn root() -> CgroupName {
         CgroupName(Vec::new())
     }
@@ -50,6 +51,7 @@ impl CgroupName {
     }
 
     /// The components from the root.
+    #[cfg(test)]
     pub fn components(&self) -> &[String] {
         &self.0
     }
@@ -60,6 +62,7 @@ impl CgroupName {
     }
 
     /// The parent's name; the root is its own parent.
+    #[cfg(test)]
     pub fn parent(&self) -> CgroupName {
         let mut c = self.clean();
         c.pop();

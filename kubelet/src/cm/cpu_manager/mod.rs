@@ -30,10 +30,10 @@ use k8s_openapi::api::core::v1::Container;
 
 pub use checkpoint::ContainerMap;
 pub use cpuset::CpuSet;
-pub use reservation::{CpuReservation, ReservationError};
+pub use reservation::CpuReservation;
 pub use state::{CpuState, StateError, StateFile};
 pub use static_policy::{StaticPolicy, StaticPolicyError};
-pub use topology::{CpuInfo, CpuTopology, TopologyError};
+pub use topology::CpuTopology;
 
 use super::settings::CpuManagerPolicy;
 use crate::types::Pod;

@@ -1,0 +1,189 @@
+//! The container manager (issue #19) on real cgroups, through ferrolet-cri and through
+//! containerd's own CRI plugin: the `kubepods` tree with node allocatable (capacity −
+//! kubeReserved − systemReserved, as Go writes the cgroup), the QoS cgroups' shares, each QoS
+//! class's pod cgroup with Go's values (a Guaranteed pod's summed limits, a Burstable pod's
+//! request), the containers inside their pod's cgroup, `podPidsLimit: 64` written on every pod
+//! cgroup, and deleting the pods removing their cgroups. Values are read from the
+//! cgroup v1 files this machine mounts.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
+
+use std::path::PathBuf;
+
+use ferrolet_integration::cri::poll;
+use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, image, pod_uid, sh};
+use ferrolet_integration::pods::{LONG, cgroup_of, pids_with_cmdline};
+
+const CONFIG: &str = "podPidsLimit: 64
+kubeReserved: {memory: 512Mi}
+systemReserved: {memory: 256Mi}
+";
+
+fn cg(controller: &str, path: &str, file: &str) -> PathBuf {
+    PathBuf::from("/sys/fs/cgroup")
+        .join(controller)
+        .join(path.trim_start_matches('/'))
+        .join(file)
+}
+
+fn read(controller: &str, path: &str, file: &str) -> String {
+    let p = cg(controller, path, file);
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
+}
+
+fn mem_total() -> i64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kb: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    kb * 1024
+}
+
+fn online_cpus() -> i64 {
+    std::thread::available_parallelism().unwrap().get() as i64
+}
+
+fn pod_yaml(name: &str, resources: &str, script: &str) -> String {
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+        spec:
+          terminationGracePeriodSeconds: 1
+          containers:
+          - name: main
+            image: {image}
+            command: {command}
+            resources: {resources}
+        "#,
+        image = image("busybox"),
+        command = sh(script),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos_and_pod_cgroups_with_go_s_values() {
+    let node = KubeletNode::start_on_with_args(
+        "cgroups",
+        ferrolet_integration::pods::CriNode::start("cgroups").await,
+        CONFIG,
+        &[],
+    )
+    .await;
+    scenario(node, 310_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos_and_pod_cgroups_with_go_s_values_on_containerd_cri() {
+    let node = KubeletNode::start_on_with_args(
+        "cd-cgroups",
+        ferrolet_integration::containerd_cri::ContainerdCriNode::start("cd-cgroups").await,
+        CONFIG,
+        &[],
+    )
+    .await;
+    scenario(node, 320_000).await;
+}
+
+async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
+    let marker = |k: u32| format!("sleep {}", base + k);
+    let kubepods = format!("{}/kubepods", node.cgroup_root);
+    // Node allocatable as Go writes it on the cgroup: capacity − kube − system reserved.
+    let allocatable = mem_total() - (512 << 20) - (256 << 20);
+    assert_eq!(
+        read("memory", &kubepods, "memory.limit_in_bytes"),
+        allocatable.to_string()
+    );
+    assert_eq!(
+        read("cpu", &kubepods, "cpu.shares"),
+        (online_cpus() * 1024).to_string()
+    );
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/besteffort"), "cpu.shares"),
+        "2"
+    );
+
+    node.write_manifest(
+        "g.yaml",
+        &pod_yaml(
+            "guaranteed",
+            "{limits: {cpu: 500m, memory: 64Mi}}",
+            &marker(0),
+        ),
+    );
+    node.write_manifest(
+        "b.yaml",
+        &pod_yaml("burstable", "{requests: {cpu: 500m}}", &marker(1)),
+    );
+    node.write_manifest("e.yaml", &pod_yaml("besteffort", "{}", &marker(2)));
+    let mut uids = Vec::new();
+    for name in ["guaranteed", "burstable", "besteffort"] {
+        let pod = node.wait_running(name).await;
+        uids.push(pod_uid(&pod).to_string());
+    }
+    let (g, b, e) = (&uids[0], &uids[1], &uids[2]);
+    let gpath = format!("{kubepods}/pod{g}");
+    let bpath = format!("{kubepods}/burstable/pod{b}");
+    let epath = format!("{kubepods}/besteffort/pod{e}");
+    // Guaranteed: the limits, right under kubepods.
+    assert_eq!(read("memory", &gpath, "memory.limit_in_bytes"), "67108864");
+    assert_eq!(read("cpu", &gpath, "cpu.shares"), "512");
+    assert_eq!(read("cpu", &gpath, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(read("cpu", &gpath, "cpu.cfs_period_us"), "100000");
+    // Burstable: its request's shares, no quota; the QoS cgroup carries the request.
+    assert_eq!(read("cpu", &bpath, "cpu.shares"), "512");
+    assert_eq!(read("cpu", &bpath, "cpu.cfs_quota_us"), "-1");
+    assert_eq!(
+        read("cpu", &format!("{kubepods}/burstable"), "cpu.shares"),
+        "512"
+    );
+    assert_eq!(read("cpu", &epath, "cpu.shares"), "2");
+    for path in [&gpath, &bpath, &epath] {
+        assert_eq!(read("pids", path, "pids.max"), "64", "{path}");
+    }
+    // The containers run inside their pod's cgroup.
+    for (marker, path) in [
+        (marker(0), &gpath),
+        (marker(1), &bpath),
+        (marker(2), &epath),
+    ] {
+        let pids = pids_with_cmdline(&marker);
+        assert_eq!(pids.len(), 1, "{marker}: {pids:?}");
+        let own = cgroup_of(pids[0], "memory").unwrap();
+        assert!(
+            own.starts_with(path.as_str()),
+            "{marker} in {own}, not under {path}"
+        );
+    }
+    for (file, name) in [
+        ("g.yaml", "guaranteed"),
+        ("b.yaml", "burstable"),
+        ("e.yaml", "besteffort"),
+    ] {
+        node.remove_manifest(file);
+        node.wait_pod_gone(name, LONG).await;
+    }
+    poll("the pod cgroups removed", LONG, || async {
+        let left: Vec<&String> = [&gpath, &bpath, &epath]
+            .into_iter()
+            .filter(|p| cg("memory", p, "").exists() || cg("pids", p, "").exists())
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?}"))
+        }
+    })
+    .await;
+    node.teardown().await;
+}
