@@ -2,8 +2,8 @@
 //! containerd's own CRI plugin: the `kubepods` tree with node allocatable (capacity −
 //! kubeReserved − systemReserved, as Go writes the cgroup), the QoS cgroups' shares, each QoS
 //! class's pod cgroup with Go's values (a Guaranteed pod's summed limits, a Burstable pod's
-//! request), the containers inside their pod's cgroup, `podPidsLimit: 64` written on every pod
-//! cgroup, and deleting the pods removing their cgroups. Values are read from the
+//! request), the containers inside their pod's cgroup, `podPidsLimit: 64` on every pod cgroup
+//! stopping a fork loop at 64 processes, and deleting the pods removing their cgroups. Values are read from the
 //! cgroup v1 files this machine mounts.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
@@ -31,6 +31,30 @@ fn read(controller: &str, path: &str, file: &str) -> String {
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
         .trim()
         .to_string()
+}
+
+/// Forks the kernel refused for a pids limit, over `path` and the cgroups below it (v1 counts
+/// a refusal in the forking task's own cgroup).
+fn refused_forks(path: &str) -> u64 {
+    let top = cg("pids", path, "");
+    let mut dirs = vec![top];
+    let mut total = 0;
+    while let Some(dir) = dirs.pop() {
+        if let Ok(text) = std::fs::read_to_string(dir.join("pids.events")) {
+            total += text
+                .strip_prefix("max ")
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            dirs.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    total
 }
 
 fn mem_total() -> i64 {
@@ -126,12 +150,29 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
         &pod_yaml("burstable", "{requests: {cpu: 500m}}", &marker(1)),
     );
     node.write_manifest("e.yaml", &pod_yaml("besteffort", "{}", &marker(2)));
+    // A fork loop in a pod of its own: the inner shell forks until the pod's 64 processes are
+    // reached and gives up; its children stay with the container's init, which then becomes
+    // a sleep without forking.
+    node.write_manifest(
+        "f.yaml",
+        &pod_yaml(
+            "forker",
+            "{}",
+            &format!(
+                "sh -c 'i=0; while [ $i -lt 200 ]; do {} & i=$((i+1)); done'; exec {}",
+                marker(3),
+                marker(4)
+            ),
+        ),
+    );
     let mut uids = Vec::new();
     for name in ["guaranteed", "burstable", "besteffort"] {
         let pod = node.wait_running(name).await;
         uids.push(pod_uid(&pod).to_string());
     }
     let (g, b, e) = (&uids[0], &uids[1], &uids[2]);
+    let forker = node.wait_running("forker").await;
+    let fpath = format!("{kubepods}/besteffort/pod{}", pod_uid(&forker));
     let gpath = format!("{kubepods}/pod{g}");
     let bpath = format!("{kubepods}/burstable/pod{b}");
     let epath = format!("{kubepods}/besteffort/pod{e}");
@@ -165,6 +206,27 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
             "{marker} in {own}, not under {path}"
         );
     }
+    // The loop forks until the kernel refuses (the forking cgroup's pids.events counts it);
+    // the inner shell then gives up and exits, leaving one slot free.
+    poll("the fork loop stopped at the limit", LONG, || async {
+        let current: usize = read("pids", &fpath, "pids.current").parse().unwrap();
+        let refused = refused_forks(&fpath);
+        let loopers = pids_with_cmdline(&marker(3)).len();
+        let init = pids_with_cmdline(&marker(4)).len();
+        // The pause process and the container's init count besides the loop's sleeps.
+        if refused > 0 && init == 1 && loopers + 2 == current && (63..=64).contains(&current) {
+            Ok(())
+        } else {
+            Err(format!(
+                "pids.current {current}, {refused} forks refused, {loopers} loop processes, init {init}"
+            ))
+        }
+    })
+    .await;
+    // The node stays responsive: ferrolet answers and still reports the pods.
+    assert_eq!(node.pods().await["items"].as_array().unwrap().len(), 4);
+    node.remove_manifest("f.yaml");
+    node.wait_pod_gone("forker", LONG).await;
     for (file, name) in [
         ("g.yaml", "guaranteed"),
         ("b.yaml", "burstable"),
@@ -174,7 +236,7 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
         node.wait_pod_gone(name, LONG).await;
     }
     poll("the pod cgroups removed", LONG, || async {
-        let left: Vec<&String> = [&gpath, &bpath, &epath]
+        let left: Vec<&String> = [&gpath, &bpath, &epath, &fpath]
             .into_iter()
             .filter(|p| cg("memory", p, "").exists() || cg("pids", p, "").exists())
             .collect();
