@@ -17,6 +17,9 @@
 #   BENCH_PROBES="network exec"   probe modes ("" for none)
 #   BENCH_PROBE_PODS=100  BENCH_EXEC_PROBE_PODS=10   pods of the probe runs
 #   BENCH_RUNTIMES="ferrolet-cri containerd-cri"   which runtimes, in order
+#   BENCH_KUBELET_CONFIG=YAML   extra KubeletConfiguration lines for every ferrolet (e.g.
+#                         "cgroupsPerQOS: false\nenforceNodeAllocatable: []" to time pod starts
+#                         without the container manager's cgroups)
 #   BIN=target/release    where the binaries are
 #   BENCH_KUBELET_BASELINE=PATH   another ferrolet binary (an older build): on ferrolet-cri it
 #                         runs right after this one, and the two are compared (ratio = this
@@ -119,6 +122,7 @@ kind: KubeletConfiguration
 podLogsDir: $LIB/pod-logs
 fileCheckFrequency: 20s
 maxPods: 110
+$(printf '%b' "${BENCH_KUBELET_CONFIG:-}")
 YAML
   kubelet_endpoint=$endpoint
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/kubelet.pid" \
