@@ -3,8 +3,9 @@
 //! kubeReserved − systemReserved, as Go writes the cgroup), the QoS cgroups' shares, each QoS
 //! class's pod cgroup with Go's values (a Guaranteed pod's summed limits, a Burstable pod's
 //! request), the containers inside their pod's cgroup, `podPidsLimit: 64` on every pod cgroup
-//! stopping a fork loop at 64 processes, and deleting the pods removing their cgroups. Values are read from the
-//! cgroup v1 files this machine mounts.
+//! stopping a fork loop at 64 processes, and deleting the pods removing their cgroups, also
+//! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans). Values are
+//! read from the cgroup v1 files this machine mounts.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::path::PathBuf;
@@ -247,5 +248,65 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
         }
     })
     .await;
+    node.teardown().await;
+}
+
+/// ferrolet killed with SIGKILL while its pods are being deleted: after the restart the pods
+/// it no longer wants are killed and their cgroups removed (housekeeping's sweep), as Go's
+/// `cleanupOrphanedPodCgroups` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
+    let mut node = KubeletNode::start_on_with_args(
+        "cgroups-kill9",
+        ferrolet_integration::pods::CriNode::start("cgroups-kill9").await,
+        "",
+        &[],
+    )
+    .await;
+    let kubepods = format!("{}/kubepods", node.cgroup_root);
+    let mut paths = Vec::new();
+    for (i, name) in ["orphan-a", "orphan-b"].into_iter().enumerate() {
+        node.write_manifest(
+            &format!("{name}.yaml"),
+            &pod_yaml(
+                name,
+                "{requests: {cpu: 100m}}",
+                &format!("trap 'sleep 3; exit 0' TERM; sleep {} & wait", 330_000 + i),
+            ),
+        );
+    }
+    for name in ["orphan-a", "orphan-b"] {
+        let pod = node.wait_running(name).await;
+        let path = format!("{kubepods}/burstable/pod{}", pod_uid(&pod));
+        assert!(cg("memory", &path, "").exists(), "{path}");
+        paths.push(path);
+    }
+    // Deleted, then ferrolet dies while the containers are still in their grace period.
+    node.remove_manifest("orphan-a.yaml");
+    node.remove_manifest("orphan-b.yaml");
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    node.kill_kubelet();
+    assert!(
+        paths.iter().all(|p| cg("memory", p, "").exists()),
+        "the cgroups went before the kill"
+    );
+    node.restart_kubelet().await;
+    poll("the orphaned pod cgroups removed", LONG, || async {
+        let left: Vec<&String> = paths
+            .iter()
+            .filter(|p| {
+                ["memory", "cpu", "pids", "cpuset"]
+                    .iter()
+                    .any(|c| cg(c, p, "").exists())
+            })
+            .collect();
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?}"))
+        }
+    })
+    .await;
+    assert!(pids_with_cmdline("sleep 330000").is_empty());
     node.teardown().await;
 }
