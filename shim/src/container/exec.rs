@@ -382,31 +382,17 @@ async fn run(
     let container_id = spec.container_id.as_str();
     let containerd_err =
         |op: &'static str| move |status: tonic::Status| classify(op, container_id, exec_id, status);
-    let mut opened = io::open(fifos).await?;
-    let process = process_any(&exec_process(&spec.process, &spec.cmd, false))?;
-    cd.tasks()
-        .exec(ExecProcessRequest {
-            container_id: container_id.into(),
-            stdin: String::new(),
-            stdout: fifos.stdout_str(),
-            stderr: fifos.stderr_str(),
-            terminal: false,
-            spec: Some(process),
-            exec_id: exec_id.into(),
-        })
-        .await
-        .map_err(containerd_err("create"))?;
-    *stage = Stage::Created;
-    cd.tasks()
-        .start(StartRequest {
-            container_id: container_id.into(),
-            exec_id: exec_id.into(),
-        })
-        .await
-        .map_err(containerd_err("start"))?;
-    *stage = Stage::Started;
-    // The shim opened the FIFOs while starting the exec.
-    opened.task_created();
+    let mut opened = start_process(
+        cd,
+        container_id,
+        exec_id,
+        fifos,
+        &spec.process,
+        &spec.cmd,
+        false,
+        stage,
+    )
+    .await?;
 
     let stdout = opened.take_stdout();
     let stderr = opened.take_stderr();
@@ -474,6 +460,49 @@ async fn run(
             })
         }
     }
+}
+
+/// Opens an exec's FIFOs, then creates and starts its process in containerd (`Tasks.Exec`,
+/// `Tasks.Start`) with `cmd` over the container's `template` process, advancing `stage` as
+/// each step lands so the caller's cleanup undoes exactly what was done; the FIFOs, open.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn start_process(
+    cd: &Containerd,
+    container_id: &str,
+    exec_id: &str,
+    fifos: &Fifos,
+    template: &oci_spec::runtime::Process,
+    cmd: &[String],
+    tty: bool,
+    stage: &mut Stage,
+) -> Result<io::OpenedIo, ExecError> {
+    let err = |op: &'static str| move |s: tonic::Status| classify(op, container_id, exec_id, s);
+    let mut opened = io::open(fifos).await?;
+    let process = process_any(&exec_process(template, cmd, tty))?;
+    cd.tasks()
+        .exec(ExecProcessRequest {
+            container_id: container_id.into(),
+            stdin: fifos.stdin_str(),
+            stdout: fifos.stdout_str(),
+            stderr: fifos.stderr_str(),
+            terminal: tty,
+            spec: Some(process),
+            exec_id: exec_id.into(),
+        })
+        .await
+        .map_err(err("create"))?;
+    *stage = Stage::Created;
+    cd.tasks()
+        .start(StartRequest {
+            container_id: container_id.into(),
+            exec_id: exec_id.into(),
+        })
+        .await
+        .map_err(err("start"))?;
+    *stage = Stage::Started;
+    // The shim opened the FIFOs while starting the exec.
+    opened.task_created();
+    Ok(opened)
 }
 
 /// Tells "the container is not running" apart from other containerd failures.

@@ -9,14 +9,12 @@ use std::future::Future;
 use std::path::PathBuf;
 
 use ferrolet_proto::containerd::Containerd;
-use ferrolet_proto::containerd::services::v1::{
-    CloseIoRequest, ExecProcessRequest, ResizePtyRequest, StartRequest, WaitRequest,
-};
+use ferrolet_proto::containerd::services::v1::{CloseIoRequest, ResizePtyRequest, WaitRequest};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use super::exec::{Cleanup, ExecError, Stage, classify, exec_process, new_exec_id, process_any};
-use super::io::{self, Fifos};
+use super::exec::{Cleanup, ExecError, Stage, classify, new_exec_id, start_process};
+use super::io::Fifos;
 
 /// A terminal size, in character cells.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,30 +87,17 @@ async fn run(
 ) -> Result<i32, ExecError> {
     let container_id = spec.container_id.as_str();
     let err = |op: &'static str| move |s: tonic::Status| classify(op, container_id, exec_id, s);
-    let mut opened = io::open(fifos).await?;
-    let process = process_any(&exec_process(&spec.process, &spec.cmd, spec.tty))?;
-    cd.tasks()
-        .exec(ExecProcessRequest {
-            container_id: container_id.into(),
-            stdin: fifos.stdin_str(),
-            stdout: fifos.stdout_str(),
-            stderr: fifos.stderr_str(),
-            terminal: spec.tty,
-            spec: Some(process),
-            exec_id: exec_id.into(),
-        })
-        .await
-        .map_err(err("create"))?;
-    *stage = Stage::Created;
-    cd.tasks()
-        .start(StartRequest {
-            container_id: container_id.into(),
-            exec_id: exec_id.into(),
-        })
-        .await
-        .map_err(err("start"))?;
-    *stage = Stage::Started;
-    opened.task_created();
+    let mut opened = start_process(
+        cd,
+        container_id,
+        exec_id,
+        fifos,
+        &spec.process,
+        &spec.cmd,
+        spec.tty,
+        stage,
+    )
+    .await?;
 
     let ClientIo {
         stdin,
