@@ -11,7 +11,9 @@ use std::time::Duration;
 use ferrolet_proto::go_duration::{format_duration, parse_duration, parse_duration_flag};
 use serde_yaml_ng::Value;
 
-use super::file::{boolean, duration, integer, invalid, nonempty, string, string_map, type_name};
+use super::file::{
+    boolean, duration, integer, invalid, keyed_map, nonempty, string, string_map, type_name,
+};
 use super::{Config, ConfigError, node};
 use crate::cm::{CpuManagerPolicy, Settings};
 use crate::manifest::quantity::parse_quantity;
@@ -182,29 +184,19 @@ fn string_list(key: &str, v: &Value) -> Result<Option<Vec<String>>, ConfigError>
 
 /// `featureGates`: gate name → true/false.
 pub(super) fn feature_gates(key: &str, v: &Value) -> Result<BTreeMap<String, bool>, ConfigError> {
-    let map = match v {
-        Value::Null => return Ok(BTreeMap::new()),
-        Value::Mapping(m) => m,
-        other => {
-            return Err(invalid(
-                key,
-                format!(
-                    "must be a map of feature names to true or false, not {}",
-                    type_name(other)
-                ),
-            ));
-        }
-    };
-    let mut out = BTreeMap::new();
-    for (name, value) in map {
-        let name = name
-            .as_str()
-            .ok_or_else(|| invalid(key, "feature names must be strings"))?;
-        let field = format!("{key}.{name}");
-        let on = boolean(&field, value)?.ok_or_else(|| invalid(&field, "must be true or false"))?;
-        out.insert(name.to_string(), on);
-    }
-    Ok(out)
+    let entry = |name: &str| format!("{key}.{name}");
+    keyed_map(
+        key,
+        v,
+        (
+            "feature names to true or false",
+            "feature names must be strings",
+        ),
+        entry,
+        |field, value| {
+            boolean(field, value)?.ok_or_else(|| invalid(field, "must be true or false"))
+        },
+    )
 }
 
 /// The policy named `name`, matched as Go's CPU manager matches it (case and all).

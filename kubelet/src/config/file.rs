@@ -509,74 +509,75 @@ fn size(key: &str, v: &Value) -> Result<Option<u64>, ConfigError> {
 
 /// `map[string][]string`, as Go's http.Header.
 fn header_map(key: &str, v: &Value) -> Result<BTreeMap<String, Vec<String>>, ConfigError> {
-    let map = match v {
-        Value::Null => return Ok(BTreeMap::new()),
-        Value::Mapping(m) => m,
-        other => {
-            return Err(invalid(
-                key,
-                format!(
-                    "must be a map of header names to lists of values, not {}",
-                    type_name(other)
-                ),
-            ));
-        }
-    };
-    let mut out = BTreeMap::new();
-    for (name, values) in map {
-        let name = name
-            .as_str()
-            .ok_or_else(|| invalid(key, "header names must be strings"))?;
-        let field = format!("{key}[{name}]");
-        let values = match values {
-            Value::Null => Vec::new(),
+    let entry = |name: &str| format!("{key}[{name}]");
+    keyed_map(
+        key,
+        v,
+        (
+            "header names to lists of values",
+            "header names must be strings",
+        ),
+        entry,
+        |field, values| match values {
+            Value::Null => Ok(Vec::new()),
             Value::Sequence(vs) => vs
                 .iter()
-                .map(|v| string(&field, v).map(Option::unwrap_or_default))
-                .collect::<Result<Vec<_>, _>>()?,
-            other => {
-                return Err(invalid(
-                    &field,
-                    format!("must be a list of strings, not {}", type_name(other)),
-                ));
-            }
-        };
-        out.insert(name.to_string(), values);
-    }
-    Ok(out)
+                .map(|v| string(field, v).map(Option::unwrap_or_default))
+                .collect(),
+            other => Err(invalid(
+                field,
+                format!("must be a list of strings, not {}", type_name(other)),
+            )),
+        },
+    )
 }
 
 /// `map[string]string` (`kubeReserved`, `systemReserved`, `qosReserved`); values checked by
 /// the config check.
 pub(super) fn string_map(key: &str, v: &Value) -> Result<BTreeMap<String, String>, ConfigError> {
+    let entry = |name: &str| format!("{key}[{name}]");
+    keyed_map(
+        key,
+        v,
+        ("strings", "keys must be strings"),
+        entry,
+        |field, v| match v {
+            Value::String(s) => Ok(s.clone()),
+            // `pid: 100` is a number in YAML, a quantity string in Go's schema.
+            Value::Number(n) => Ok(n.to_string()),
+            other => Err(invalid(
+                field,
+                format!("must be a string, not {}", type_name(other)),
+            )),
+        },
+    )
+}
+
+/// A YAML map with string keys (null: empty), each value read by `value` under the field
+/// name `entry` gives it. `words` are (what the map holds, for "must be a map of …", and the
+/// error for a key that is not a string).
+pub(super) fn keyed_map<T>(
+    key: &str,
+    v: &Value,
+    words: (&str, &str),
+    entry: impl Fn(&str) -> String,
+    value: impl Fn(&str, &Value) -> Result<T, ConfigError>,
+) -> Result<BTreeMap<String, T>, ConfigError> {
+    let (holds, bad_key) = words;
     let map = match v {
         Value::Null => return Ok(BTreeMap::new()),
         Value::Mapping(m) => m,
         other => {
             return Err(invalid(
                 key,
-                format!("must be a map of strings, not {}", type_name(other)),
+                format!("must be a map of {holds}, not {}", type_name(other)),
             ));
         }
     };
     let mut out = BTreeMap::new();
     for (k, v) in map {
-        let k = k
-            .as_str()
-            .ok_or_else(|| invalid(key, "keys must be strings"))?;
-        let field = format!("{key}[{k}]");
-        let v = match v {
-            Value::String(s) => s.clone(),
-            // `pid: 100` is a number in YAML, a quantity string in Go's schema.
-            Value::Number(n) => n.to_string(),
-            other => {
-                return Err(invalid(
-                    &field,
-                    format!("must be a string, not {}", type_name(other)),
-                ));
-            }
-        };
-        out.insert(k.to_string(), v);
+        let k = k.as_str().ok_or_else(|| invalid(key, bad_key))?;
+        out.insert(k.to_string(), value(&entry(k), v)?);
     }
     Ok(out)
 }

@@ -668,6 +668,26 @@ mod tests {
 
     const HEAD: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
 
+    /// The map fields' shape errors, one parser behind all three.
+    #[test]
+    fn map_fields_name_what_they_hold() {
+        let err = |yaml: &str| {
+            with_file(&format!("{HEAD}{yaml}\n"), &[])
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err("kubeReserved: [1]").contains("must be a map of strings, not "));
+        assert!(err("kubeReserved: {1: x}").contains("keys must be strings"));
+        assert!(err("kubeReserved: {memory: [1]}").contains("kubeReserved[memory]"));
+        assert!(
+            err("staticPodURLHeader: 1")
+                .contains("must be a map of header names to lists of values")
+        );
+        assert!(err("staticPodURLHeader: {A: 1}").contains("must be a list of strings"));
+        assert!(err("featureGates: 1").contains("must be a map of feature names to true or false"));
+        assert!(err("featureGates: {QOSReserved: 2}").contains("featureGates.QOSReserved"));
+    }
+
     fn invalid_field(r: Result<(Config, Vec<String>), ConfigError>) -> String {
         match r {
             Err(ConfigError::Invalid { field, .. }) => field,
