@@ -199,6 +199,11 @@ impl ContainerManager {
             .join(&format!("pod{uid}"))?)
     }
 
+    /// Whether the pod's cgroup is there.
+    pub fn pod_cgroup_exists(&self, pod: &Pod) -> Result<bool, CmError> {
+        Ok(self.cgroups.exists(&self.pod_cgroup(pod)?))
+    }
+
     /// Makes the pod's cgroup with its resources unless it exists (Go's `EnsureExists`); a
     /// new pod first updates the QoS cgroups with the `active` pods (which include it), as
     /// Go's SyncPod does. True when it was made.

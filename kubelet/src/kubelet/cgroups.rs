@@ -16,9 +16,12 @@ pub(super) const QOS_UPDATE_PERIOD: Duration = Duration::from_secs(60);
 
 impl Kubelet {
     /// The pods the QoS cgroups account for: admitted and not finished (Go's active pods).
+    /// Only the shared pods are copied, not their states.
     fn active_pods(&self) -> Vec<Arc<Pod>> {
-        self.pods()
-            .into_iter()
+        self.pods
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
             .filter(|s| !s.rejected && !s.terminating && !s.terminated)
             .filter(|s| {
                 !matches!(
@@ -26,15 +29,23 @@ impl Kubelet {
                     Some("Succeeded") | Some("Failed")
                 )
             })
-            .map(|s| s.pod)
+            .map(|s| s.pod.clone())
             .collect()
     }
 
-    /// Makes `pod`'s cgroup unless it exists (Go's `EnsureExists`), before its sandbox.
+    /// Makes `pod`'s cgroup unless it exists (Go's `EnsureExists`), before its sandbox. Every
+    /// sync asks, so the common answer (it exists) costs one look and no list of pods.
     pub(crate) async fn ensure_pod_cgroup(&self, pod: &Arc<Pod>) -> Result<(), CmError> {
         let Some(cm) = self.cm.clone() else {
             return Ok(());
         };
+        let (look, p) = (cm.clone(), pod.clone());
+        let exists = tokio::task::spawn_blocking(move || look.pod_cgroup_exists(&p))
+            .await
+            .map_err(|e| CmError::Join(e.to_string()))??;
+        if exists {
+            return Ok(());
+        }
         let mut active = self.active_pods();
         if !active.iter().any(|p| Arc::ptr_eq(p, pod)) {
             active.push(pod.clone());
