@@ -89,7 +89,12 @@ impl Kubelet {
             return;
         };
         let running: BTreeSet<String> = self.pleg.all().into_iter().map(|p| p.uid).collect();
-        let orphans: Vec<String> = match cm.pod_cgroups() {
+        let listing = cm.clone();
+        let found = tokio::task::spawn_blocking(move || listing.pod_cgroups())
+            .await
+            .map_err(|e| CmError::Join(e.to_string()))
+            .and_then(|r| r);
+        let orphans: Vec<String> = match found {
             Ok(found) => found
                 .into_iter()
                 .map(|(uid, _)| uid)
