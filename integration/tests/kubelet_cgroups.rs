@@ -268,10 +268,16 @@ async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
     for (i, name) in ["orphan-a", "orphan-b"].into_iter().enumerate() {
         node.write_manifest(
             &format!("{name}.yaml"),
+            // A grace period longer than the trap's sleep, so that the containers (and
+            // so the cgroups) outlive the kill below however fast the deletion starts.
             &pod_yaml(
                 name,
                 "{requests: {cpu: 100m}}",
-                &format!("trap 'sleep 3; exit 0' TERM; sleep {} & wait", 330_000 + i),
+                &format!("trap 'sleep 6; exit 0' TERM; sleep {} & wait", 330_000 + i),
+            )
+            .replace(
+                "terminationGracePeriodSeconds: 1",
+                "terminationGracePeriodSeconds: 30",
             ),
         );
     }
