@@ -115,11 +115,20 @@ async fn assert_agrees_with_cgroups<N: RuntimeNode>(
 ) -> Value {
     let mem_cgroup = cgroup_for(&fill_script(tag), "memory");
     let cpu_cgroup = cgroup_for(&burn_script(tag), "cpuacct");
+    // The container manager's pod cgroup holds the containers' (and the sandbox's).
+    let parent = |cg: &str| cg.rsplit_once('/').map(|(p, _)| p.to_string()).unwrap();
+    let (pod_mem_cgroup, pod_cpu_cgroup) = (parent(&mem_cgroup), parent(&cpu_cgroup));
+    assert!(
+        pod_mem_cgroup.ends_with(&format!("/pod{uid}")),
+        "{mem_cgroup} is not in its pod's cgroup"
+    );
     let deadline = Instant::now() + LONG;
     loop {
         let s = summary(node, "").await;
         let (usage, working_set) = cgroup_memory(&mem_cgroup);
         let cpu_ns = cgroup_value("cpuacct", &cpu_cgroup, "cpuacct.usage", None).unwrap();
+        let (pod_usage, pod_working_set) = cgroup_memory(&pod_mem_cgroup);
+        let pod_cpu_ns = cgroup_value("cpuacct", &pod_cpu_cgroup, "cpuacct.usage", None).unwrap();
         let pod = pod_entry(&s, uid);
         let mem = pod.and_then(|p| container_entry(p, "mem"));
         let cpu = pod.and_then(|p| container_entry(p, "cpu"));
@@ -128,9 +137,20 @@ async fn assert_agrees_with_cgroups<N: RuntimeNode>(
             mem.and_then(|c| c["memory"]["workingSetBytes"].as_u64()),
             cpu.and_then(|c| c["cpu"]["usageCoreNanoSeconds"].as_u64()),
         );
-        let agrees = match reported {
-            (Some(u), Some(ws), Some(c)) => {
-                close(u, usage) && close(ws, working_set) && close(c, cpu_ns)
+        // The pod's own figures are its cgroup's, as Go's default stats provider has them.
+        let reported_pod = (
+            pod.and_then(|p| p["memory"]["usageBytes"].as_u64()),
+            pod.and_then(|p| p["memory"]["workingSetBytes"].as_u64()),
+            pod.and_then(|p| p["cpu"]["usageCoreNanoSeconds"].as_u64()),
+        );
+        let agrees = match (reported, reported_pod) {
+            ((Some(u), Some(ws), Some(c)), (Some(pu), Some(pws), Some(pc))) => {
+                close(u, usage)
+                    && close(ws, working_set)
+                    && close(c, cpu_ns)
+                    && close(pu, pod_usage)
+                    && close(pws, pod_working_set)
+                    && close(pc, pod_cpu_ns)
             }
             _ => false,
         };
@@ -142,7 +162,8 @@ async fn assert_agrees_with_cgroups<N: RuntimeNode>(
         assert!(
             Instant::now() < deadline,
             "summary (usage, working set, cpu) {reported:?} vs cgroups ({usage}, {working_set}, \
-             {cpu_ns}) not within 5% in {LONG:?}\npod entry: {}",
+             {cpu_ns}); pod {reported_pod:?} vs its cgroup ({pod_usage}, {pod_working_set}, \
+             {pod_cpu_ns}): not within 5% in {LONG:?}\npod entry: {}",
             pod.map(|p| p.to_string()).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -185,12 +206,24 @@ async fn summary_agrees_with_cgroups_and_statvfs() {
     let image_fs = &s["node"]["runtime"]["imageFs"];
     assert!(image_fs["usedBytes"].as_u64() > Some(0), "{image_fs}");
     assert!(image_fs["capacityBytes"].as_u64() > Some(0), "{image_fs}");
-    assert!(
-        s["node"]["systemContainers"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|c| c["name"] == "pods")),
-        "{}",
-        s["node"]
+    // The pods' system container is `kubepods`: what eviction's allocatableMemory.available
+    // reads, its capacity (available + working set) the cgroup's node allocatable limit.
+    let pods = s["node"]["systemContainers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "pods"))
+        .unwrap_or_else(|| panic!("no pods system container: {}", s["node"]));
+    let limit = cgroup_value(
+        "memory",
+        &format!("{}/kubepods", node.cgroup_root),
+        "memory.limit_in_bytes",
+        None,
+    )
+    .unwrap();
+    let m = &pods["memory"];
+    assert_eq!(
+        m["availableBytes"].as_u64().unwrap() + m["workingSetBytes"].as_u64().unwrap(),
+        limit,
+        "{pods}"
     );
 
     // The pod: its own CPU and memory, its network, the memory volume holding the 64 MiB,

@@ -1,8 +1,7 @@
 //! Pod and container stats as the Go kubelet's CRI stats provider builds them: one entry per
-//! pod (its ready sandbox, else its newest), its running containers, CPU and memory from the
-//! runtime's pod sandbox stats (or, when the runtime answers `ListPodSandboxStats` with
-//! Unimplemented, from the pod's cgroup, or the sum of its containers), writable layers and
-//! logs, emptyDir volumes and the pod's ephemeral storage.
+//! pod (its ready sandbox, else its newest), its running containers, CPU, memory and
+//! processes from the pod's cgroup (else the runtime's pod sandbox stats, else the sum of its
+//! containers), writable layers and logs, emptyDir volumes and the pod's ephemeral storage.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -116,33 +115,32 @@ pub fn pod_stats(
         }
         containers.push(stats);
     }
+    // As Go's default (CRI) stats provider: the pod's CPU and memory are its cgroup's (the
+    // container manager's pod cgroup, which holds the sandbox and every container); the
+    // runtime's pod sandbox stats only where that cgroup cannot be read (`cgroupsPerQOS:
+    // false`), then the containers added up.
     let reading = spec
         .map(|p| crate::podspec::sandbox::cgroup_parent(p, ctx.cgroup_root))
-        // Only for what the runtime leaves out (ferrolet-cri and containerd 1.6 count no
-        // processes; without pod sandbox stats, nothing of the pod's own).
-        .filter(|_| {
-            sandbox_stats.is_none_or(|l| {
-                l.cpu.is_none()
-                    || l.memory.is_none()
-                    || (!ctx.cpu_and_memory_only && l.process.is_none())
-            })
-        })
         .and_then(|cg| (probe.cgroup)(&cg));
     let key = format!("pod/{}", runtime.uid);
-    let cpu = match sandbox_stats.and_then(|l| l.cpu.as_ref()) {
-        Some(c) => Some(cpu_from_cri(c, &key, rates)),
-        None => reading
-            .as_ref()
-            .and_then(|r| cpu_from_cgroup(r, &key, rates))
-            .or_else(|| sum_cpu(&containers)),
-    };
-    let memory = match sandbox_stats.and_then(|l| l.memory.as_ref()) {
-        Some(m) => Some(memory_from_cri(m)),
-        None => reading
-            .as_ref()
-            .and_then(|r| memory_from_cgroup(r, None))
-            .or_else(|| sum_memory(&containers)),
-    };
+    let cpu = reading
+        .as_ref()
+        .and_then(|r| cpu_from_cgroup(r, &key, rates))
+        .or_else(|| {
+            sandbox_stats
+                .and_then(|l| l.cpu.as_ref())
+                .map(|c| cpu_from_cri(c, &key, rates))
+        })
+        .or_else(|| sum_cpu(&containers));
+    let memory = reading
+        .as_ref()
+        .and_then(|r| memory_from_cgroup(r, None))
+        .or_else(|| {
+            sandbox_stats
+                .and_then(|l| l.memory.as_ref())
+                .map(memory_from_cri)
+        })
+        .or_else(|| sum_memory(&containers));
     let mut pod = PodStats {
         pod_ref: PodReference {
             name: runtime.name.clone(),
@@ -164,11 +162,12 @@ pub fn pod_stats(
     pod.network = sandbox_stats
         .and_then(|l| l.network.as_ref())
         .map(network_from_cri);
-    let processes = sandbox_stats
-        .and_then(|l| l.process.as_ref())
-        .and_then(|p| p.process_count.as_ref())
-        .map(|v| v.value)
-        .or_else(|| reading.as_ref().and_then(|r| r.pids));
+    let processes = reading.as_ref().and_then(|r| r.pids).or_else(|| {
+        sandbox_stats
+            .and_then(|l| l.process.as_ref())
+            .and_then(|p| p.process_count.as_ref())
+            .map(|v| v.value)
+    });
     pod.process_stats = processes.map(|n| ProcessStats {
         process_count: Some(n),
     });

@@ -490,29 +490,28 @@ fn pod_stats_from_sandbox_stats() {
         Some(5)
     );
     assert_eq!(stats.process_stats.as_ref().unwrap().process_count, Some(2));
-    // A runtime that counts no processes: the pod cgroup's count.
-    let mut without_processes = sandbox.clone();
-    if let Some(l) = without_processes
-        .get_mut("sb")
-        .and_then(|s| s.linux.as_mut())
-    {
-        l.process = None;
-    }
+    // With the container manager's pod cgroup readable, its CPU, memory and process count
+    // win over the runtime's pod sandbox stats (Go's default CRI stats provider); the
+    // network still comes from the runtime.
     let with_cgroup = Probe {
         cgroup: &pod_cgroup,
         ..probe
     };
-    let counted = pod_stats(
+    let from_cgroup = pod_stats(
         &runtime_pod(),
         Some(&spec),
-        &ctx(Some(&without_processes), &empty, false),
+        &ctx(Some(&sandbox), &empty, false),
         &with_cgroup,
         &rates,
     )
     .unwrap();
-    assert_eq!(counted.process_stats.unwrap().process_count, Some(4));
-    // The runtime's CPU and memory still win over the cgroup's.
-    assert_eq!(counted.cpu.unwrap().usage_core_nano_seconds, Some(3000));
+    assert_eq!(from_cgroup.process_stats.unwrap().process_count, Some(4));
+    assert_eq!(from_cgroup.cpu.unwrap().usage_core_nano_seconds, Some(777));
+    assert_eq!(from_cgroup.memory.unwrap().working_set_bytes, Some(4000));
+    assert_eq!(
+        from_cgroup.network.unwrap().default_interface.rx_bytes,
+        Some(5)
+    );
     // Both emptyDirs are listed; the hostPath is not.
     let vols: Vec<&str> = stats.volume_stats.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(vols, ["data", "mem"]);
