@@ -4,8 +4,9 @@
 //! class's pod cgroup with Go's values (a Guaranteed pod's summed limits, a Burstable pod's
 //! request), the containers inside their pod's cgroup, `podPidsLimit: 64` on every pod cgroup
 //! stopping a fork loop at 64 processes, and deleting the pods removing their cgroups, also
-//! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans). Values are
-//! read from the cgroup v1 files this machine mounts.
+//! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans), and a
+//! Burstable pod getting its CPU request beside a BestEffort hog. Values are read from the
+//! cgroup v1 files this machine mounts.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::path::PathBuf;
@@ -96,6 +97,33 @@ fn pod_yaml(name: &str, resources: &str, script: &str) -> String {
     )
 }
 
+/// A Guaranteed pod of two containers with a pod overhead (as a RuntimeClass would set it).
+fn guaranteed_yaml(first: &str, second: &str) -> String {
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: guaranteed
+        spec:
+          terminationGracePeriodSeconds: 1
+          overhead: {{cpu: 100m, memory: 16Mi}}
+          containers:
+          - name: main
+            image: {image}
+            command: {first}
+            resources: {{limits: {{cpu: 500m, memory: 64Mi}}}}
+          - name: side
+            image: {image}
+            command: {second}
+            resources: {{limits: {{cpu: 250m, memory: 32Mi}}}}
+        "#,
+        image = image("busybox"),
+        first = sh(first),
+        second = sh(second),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qos_and_pod_cgroups_with_go_s_values() {
     let node = KubeletNode::start_on_with_args(
@@ -138,14 +166,7 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
         "2"
     );
 
-    node.write_manifest(
-        "g.yaml",
-        &pod_yaml(
-            "guaranteed",
-            "{limits: {cpu: 500m, memory: 64Mi}}",
-            &marker(0),
-        ),
-    );
+    node.write_manifest("g.yaml", &guaranteed_yaml(&marker(0), &marker(5)));
     node.write_manifest(
         "b.yaml",
         &pod_yaml("burstable", "{requests: {cpu: 500m}}", &marker(1)),
@@ -177,10 +198,14 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     let gpath = format!("{kubepods}/pod{g}");
     let bpath = format!("{kubepods}/burstable/pod{b}");
     let epath = format!("{kubepods}/besteffort/pod{e}");
-    // Guaranteed: the limits, right under kubepods.
-    assert_eq!(read("memory", &gpath, "memory.limit_in_bytes"), "67108864");
-    assert_eq!(read("cpu", &gpath, "cpu.shares"), "512");
-    assert_eq!(read("cpu", &gpath, "cpu.cfs_quota_us"), "50000");
+    // Guaranteed, right under kubepods: the containers' limits summed plus the overhead,
+    // 500m + 250m + 100m of CPU and 64 + 32 + 16 MiB of memory.
+    assert_eq!(
+        read("memory", &gpath, "memory.limit_in_bytes"),
+        (112u64 << 20).to_string()
+    );
+    assert_eq!(read("cpu", &gpath, "cpu.shares"), "870");
+    assert_eq!(read("cpu", &gpath, "cpu.cfs_quota_us"), "85000");
     assert_eq!(read("cpu", &gpath, "cpu.cfs_period_us"), "100000");
     // Burstable: its request's shares, no quota; the QoS cgroup carries the request.
     assert_eq!(read("cpu", &bpath, "cpu.shares"), "512");
@@ -196,6 +221,7 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     // The containers run inside their pod's cgroup.
     for (marker, path) in [
         (marker(0), &gpath),
+        (marker(5), &gpath),
         (marker(1), &bpath),
         (marker(2), &epath),
     ] {
@@ -314,5 +340,59 @@ async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
     })
     .await;
     assert!(pids_with_cmdline("sleep 330000").is_empty());
+    node.teardown().await;
+}
+
+/// CPU time (ns) a v1 cgroup has used, over every CPU.
+fn cpu_used(path: &str) -> u64 {
+    read("cpuacct", path, "cpuacct.usage").parse().unwrap()
+}
+
+/// A BestEffort pod burning both CPUs beside a Burstable pod that asks for `cpu: 500m` and
+/// also tries to burn both: the QoS and pod cgroups' shares (the request's 512 against
+/// BestEffort's 2) give the Burstable pod at least 80 % of its request over 10 s, whatever
+/// else the machine runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burstable_pod_gets_its_cpu_request_beside_a_best_effort_hog() {
+    let node = KubeletNode::start_on_with_args(
+        "cgroups-cpu",
+        ferrolet_integration::pods::CriNode::start("cgroups-cpu").await,
+        "",
+        &[],
+    )
+    .await;
+    let kubepods = format!("{}/kubepods", node.cgroup_root);
+    let burn = |tag: &str| format!(": {tag}; while :; do :; done & while :; do :; done & wait");
+    node.write_manifest("hog.yaml", &pod_yaml("hog", "{}", &burn("hog-340000")));
+    node.write_manifest(
+        "want.yaml",
+        &pod_yaml("want", "{requests: {cpu: 500m}}", &burn("want-340001")),
+    );
+    let hog = node.wait_running("hog").await;
+    let want = node.wait_running("want").await;
+    let hog_path = format!("{kubepods}/besteffort/pod{}", pod_uid(&hog));
+    let want_path = format!("{kubepods}/burstable/pod{}", pod_uid(&want));
+    // Both loops of both pods running before the clock starts.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let window = std::time::Duration::from_secs(10);
+    let (hog0, want0) = (cpu_used(&hog_path), cpu_used(&want_path));
+    let started = std::time::Instant::now();
+    tokio::time::sleep(window).await;
+    let (hog1, want1) = (cpu_used(&hog_path), cpu_used(&want_path));
+    let elapsed = started.elapsed().as_secs_f64();
+    let cores = |a: u64, b: u64| (b - a) as f64 / 1e9 / elapsed;
+    let (hog_cores, want_cores) = (cores(hog0, hog1), cores(want0, want1));
+    eprintln!(
+        "over {elapsed:.1} s: Burstable (500m asked) {want_cores:.3} cores, \
+         BestEffort hog {hog_cores:.3} cores"
+    );
+    assert!(
+        want_cores >= 0.8 * 0.5,
+        "the Burstable pod got {want_cores:.3} cores of its 0.5 (the hog {hog_cores:.3})"
+    );
+    node.remove_manifest("hog.yaml");
+    node.remove_manifest("want.yaml");
+    node.wait_pod_gone("hog", LONG).await;
+    node.wait_pod_gone("want", LONG).await;
     node.teardown().await;
 }
