@@ -24,6 +24,10 @@
 #   BENCH_KUBELET_BASELINE=PATH   another ferrolet binary (an older build): on ferrolet-cri it
 #                         runs right after this one, and the two are compared (ratio = this
 #                         build / the baseline)
+#   BENCH_KUBELET_BASELINE_CONFIG=YAML   the baseline run's extra KubeletConfiguration lines
+#                         instead of BENCH_KUBELET_CONFIG; alone, it makes this build its own
+#                         baseline (e.g. "cgroupsPerQOS: false\nenforceNodeAllocatable: []" to
+#                         time the container manager; BENCH_PODS=1,1,1,1,1 for single starts)
 set -euo pipefail
 
 ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +41,10 @@ IDLE_S=${BENCH_IDLE_S:-30}
 RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri}
 PROBES=${BENCH_PROBES-network exec}
 BASELINE=${BENCH_KUBELET_BASELINE:-}
+KUBELET_EXTRA=${BENCH_KUBELET_CONFIG:-}
+if [ -n "${BENCH_KUBELET_BASELINE_CONFIG+set}" ] && [ -z "$BASELINE" ]; then
+  BASELINE=$BIN/ferrolet
+fi
 PROBE_PODS=${BENCH_PROBE_PODS:-100}
 EXEC_PROBE_PODS=${BENCH_EXEC_PROBE_PODS:-10}
 PID_DIR=/run/ferrolet/env
@@ -70,27 +78,6 @@ fi
 
 started_ref=0
 cri_pid=
-kubelet_pid=
-kubelet_endpoint=
-
-# Stops the running ferrolet; whatever pods it left (an interrupted round) are removed through
-# CRI with ferrolet gone, so nothing recreates them. Its dirs are unmounted and removed.
-stop_kubelet() {
-  [ -z "$kubelet_pid" ] && [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
-  rm -f "$STATE/kubelet.pid"
-  if [ -n "$kubelet_pid" ]; then
-    rm -rf "$LIB/manifests"
-    stop "$kubelet_pid" ferrolet
-    kubelet_pid=
-  fi
-  if [ -n "$kubelet_endpoint" ]; then
-    "$CRI_BENCH" clean --all --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
-      log "removing the pods left on $kubelet_endpoint failed"
-    kubelet_endpoint=
-  fi
-  unmount_under "$LIB/kubelet"
-  rm -rf "$LIB/kubelet" "$LIB/pod-logs" "$LIB/manifests"
-}
 
 cleanup() {
   local rc=$?
@@ -114,36 +101,16 @@ mkdir -p "$STATE" "$LIB" "$OUT"
 
 # start_kubelet LABEL ENDPOINT: a fresh ferrolet on an empty manifest dir.
 start_kubelet() {
-  local label=$1 endpoint=$2
-  mkdir -p "$LIB/manifests" "$LIB/kubelet" "$LIB/pod-logs"
+  mkdir -p "$LIB"
   cat >"$LIB/kubelet-config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 podLogsDir: $LIB/pod-logs
 fileCheckFrequency: 20s
 maxPods: 110
-$(printf '%b' "${BENCH_KUBELET_CONFIG:-}")
+$(printf '%b' "$KUBELET_EXTRA")
 YAML
-  kubelet_endpoint=$endpoint
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/kubelet.pid" \
-    "$KUBELET" --config "$LIB/kubelet-config.yaml" --pod-manifest-path "$LIB/manifests" \
-    --root-dir "$LIB/kubelet" --container-runtime-endpoint "$endpoint" --address 127.0.0.1 \
-    --read-only-port "$PORT" --port "$SECURE_PORT" --healthz-port 0 --hostname-override bench-node \
-    </dev/null >"$OUT/ferrolet-$label.log" 2>&1 &
-  for _ in $(seq 1 300); do
-    [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
-    if [ -n "$kubelet_pid" ] && curl -sf "http://127.0.0.1:$PORT/pods" >/dev/null 2>&1; then
-      rm -f "$STATE/kubelet.pid"
-      log "ferrolet (pid $kubelet_pid) on $endpoint, read-only API on 127.0.0.1:$PORT"
-      return 0
-    fi
-    if [ -n "$kubelet_pid" ] && ! kill -0 "$kubelet_pid" 2>/dev/null; then
-      cat "$OUT/ferrolet-$label.log" >&2
-      die "ferrolet exited at start-up"
-    fi
-    sleep 0.1
-  done
-  die "ferrolet's read-only API did not answer; see $OUT/ferrolet-$label.log"
+  launch_kubelet "$1" "$2"
 }
 
 status=0
@@ -189,8 +156,10 @@ for runtime in $RUNTIMES; do
         [ -x "$BASELINE" ] || die "BENCH_KUBELET_BASELINE=$BASELINE is not an executable"
         new_kubelet=$KUBELET
         KUBELET=$BASELINE
+        KUBELET_EXTRA=${BENCH_KUBELET_BASELINE_CONFIG-${BENCH_KUBELET_CONFIG:-}}
         bench baseline "unix://$CRI_SOCK"
         KUBELET=$new_kubelet
+        KUBELET_EXTRA=${BENCH_KUBELET_CONFIG:-}
         if [ -s "$OUT/ferrolet-cri.json" ] && [ -s "$OUT/baseline.json" ]; then
           "$BENCH" compare "$OUT/ferrolet-cri.json" "$OUT/baseline.json" | tee "$OUT/compare-baseline.txt"
         fi

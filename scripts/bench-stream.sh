@@ -59,27 +59,6 @@ fi
 
 started_ref=0
 cri_pid=
-kubelet_pid=
-kubelet_endpoint=
-
-# Stops the running ferrolet (manifest gone first); its pods are then removed through CRI,
-# with nothing left to recreate them.
-stop_kubelet() {
-  [ -z "$kubelet_pid" ] && [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
-  rm -f "$STATE/kubelet.pid"
-  if [ -n "$kubelet_pid" ]; then
-    rm -rf "$LIB/manifests"
-    stop "$kubelet_pid" ferrolet
-    kubelet_pid=
-  fi
-  if [ -n "$kubelet_endpoint" ]; then
-    "$CRI_BENCH" clean --all --endpoint "$kubelet_endpoint" >&2 ||
-      log "removing the pods left on $kubelet_endpoint failed"
-    kubelet_endpoint=
-  fi
-  unmount_under "$LIB/kubelet"
-  rm -rf "$LIB/kubelet" "$LIB/pod-logs" "$LIB/manifests"
-}
 
 cleanup() {
   local rc=$?
@@ -126,8 +105,7 @@ bench ferrolet-cri "unix://$CRI_SOCK"
 # start_kubelet LABEL ENDPOINT: a fresh ferrolet whose only pod is the benchmark's static pod;
 # its secure port trusts the client CA `ferrolet-stream-bench pki` wrote.
 start_kubelet() {
-  local label=$1 endpoint=$2
-  mkdir -p "$LIB/manifests" "$LIB/kubelet" "$LIB/pod-logs"
+  mkdir -p "$LIB/manifests"
   cat >"$LIB/kubelet-config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -152,27 +130,7 @@ spec:
     image: 127.0.0.1:5000/ferrolet/big:1
     command: [/bin/busybox, httpd, -f, -p, "8080", -h, /]
 YAML
-  kubelet_endpoint=$endpoint
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/kubelet.pid" \
-    "$KUBELET" --config "$LIB/kubelet-config.yaml" --pod-manifest-path "$LIB/manifests" \
-    --root-dir "$LIB/kubelet" --container-runtime-endpoint "$endpoint" --address 127.0.0.1 \
-    --read-only-port "$PORT" --port "$SECURE_PORT" --healthz-port 0 --hostname-override bench-node \
-    </dev/null >"$OUT/ferrolet-$label.log" 2>&1 &
-  for _ in $(seq 1 300); do
-    [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
-    if [ -n "$kubelet_pid" ] && curl -sf "http://127.0.0.1:$PORT/pods" >/dev/null 2>&1 &&
-      [ -s "$LIB/kubelet/pki/kubelet.crt" ]; then
-      rm -f "$STATE/kubelet.pid"
-      log "ferrolet (pid $kubelet_pid) on $endpoint, secure port 127.0.0.1:$SECURE_PORT"
-      return 0
-    fi
-    if [ -n "$kubelet_pid" ] && ! kill -0 "$kubelet_pid" 2>/dev/null; then
-      cat "$OUT/ferrolet-$label.log" >&2
-      die "ferrolet exited at start-up"
-    fi
-    sleep 0.1
-  done
-  die "ferrolet did not come up; see $OUT/ferrolet-$label.log"
+  launch_kubelet "$1" "$2" "$LIB/kubelet/pki/kubelet.crt"
 }
 
 # bench_kubelet LABEL ENDPOINT: the benchmark through a fresh ferrolet on ENDPOINT.

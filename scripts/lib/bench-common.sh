@@ -1,7 +1,9 @@
-# Shared by the benchmark scripts (bench-kubelet.sh, bench-api.sh): stopping processes,
-# unmounting what a run left, and a private ferrolet-cri over the environment's containerd.
-# The caller sets CRI, CRI_SOCK, CTRD_SOCK, CRI_NAMESPACE, CNI_CONF_DIR, STATE, LIB and OUT, and
-# defines log and die; start_cri sets cri_pid.
+# Shared by the benchmark scripts (bench-kubelet.sh, bench-stream.sh, bench-api.sh): stopping
+# processes, unmounting what a run left, a private ferrolet-cri over the environment's
+# containerd, and a fresh ferrolet started and stopped around each round.
+# The caller sets CRI, CRI_SOCK, CTRD_SOCK, CRI_NAMESPACE, CNI_CONF_DIR, STATE, LIB and OUT (and
+# KUBELET, CRI_BENCH, PORT, SECURE_PORT for ferrolet), and defines log and die; start_cri sets
+# cri_pid, launch_kubelet sets kubelet_pid and kubelet_endpoint.
 
 # stop PID NAME: SIGTERM, up to 15 s, then SIGKILL.
 stop() {
@@ -50,3 +52,55 @@ TOML
   log "ferrolet-cri (pid $cri_pid) on $CRI_SOCK, containerd namespace $CRI_NAMESPACE"
 }
 
+
+kubelet_pid=
+kubelet_endpoint=
+
+# Stops the running ferrolet (its manifests gone first); whatever pods it left (an interrupted
+# round) are removed through CRI with ferrolet gone, so nothing recreates them. Its dirs are
+# unmounted and removed.
+stop_kubelet() {
+  [ -z "$kubelet_pid" ] && [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
+  rm -f "$STATE/kubelet.pid"
+  if [ -n "$kubelet_pid" ]; then
+    rm -rf "$LIB/manifests"
+    stop "$kubelet_pid" ferrolet
+    kubelet_pid=
+  fi
+  if [ -n "$kubelet_endpoint" ]; then
+    "$CRI_BENCH" clean --all --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
+      log "removing the pods left on $kubelet_endpoint failed"
+    kubelet_endpoint=
+  fi
+  unmount_under "$LIB/kubelet"
+  rm -rf "$LIB/kubelet" "$LIB/pod-logs" "$LIB/manifests"
+}
+
+# launch_kubelet LABEL ENDPOINT [READY_FILE]: ferrolet with $LIB/kubelet-config.yaml on the
+# manifests in $LIB/manifests (the caller writes both), its log in $OUT/ferrolet-LABEL.log; up
+# once its read-only API answers (and READY_FILE exists, when given).
+launch_kubelet() {
+  local label=$1 endpoint=$2 ready=${3:-}
+  mkdir -p "$LIB/manifests" "$LIB/kubelet" "$LIB/pod-logs"
+  kubelet_endpoint=$endpoint
+  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$STATE/kubelet.pid" \
+    "$KUBELET" --config "$LIB/kubelet-config.yaml" --pod-manifest-path "$LIB/manifests" \
+    --root-dir "$LIB/kubelet" --container-runtime-endpoint "$endpoint" --address 127.0.0.1 \
+    --read-only-port "$PORT" --port "$SECURE_PORT" --healthz-port 0 --hostname-override bench-node \
+    </dev/null >"$OUT/ferrolet-$label.log" 2>&1 &
+  for _ in $(seq 1 300); do
+    [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
+    if [ -n "$kubelet_pid" ] && curl -sf "http://127.0.0.1:$PORT/pods" >/dev/null 2>&1 &&
+      { [ -z "$ready" ] || [ -s "$ready" ]; }; then
+      rm -f "$STATE/kubelet.pid"
+      log "ferrolet (pid $kubelet_pid) on $endpoint, read-only API on 127.0.0.1:$PORT"
+      return 0
+    fi
+    if [ -n "$kubelet_pid" ] && ! kill -0 "$kubelet_pid" 2>/dev/null; then
+      cat "$OUT/ferrolet-$label.log" >&2
+      die "ferrolet exited at start-up"
+    fi
+    sleep 0.1
+  done
+  die "ferrolet did not come up; see $OUT/ferrolet-$label.log"
+}
