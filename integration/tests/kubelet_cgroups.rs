@@ -4,16 +4,24 @@
 //! class's pod cgroup with Go's values (a Guaranteed pod's summed limits, a Burstable pod's
 //! request), the containers inside their pod's cgroup, `podPidsLimit: 64` on every pod cgroup
 //! stopping a fork loop at 64 processes, and deleting the pods removing their cgroups, also
-//! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans), and a
-//! Burstable pod getting its CPU request beside a BestEffort hog. Values are read from the
-//! cgroup v1 files this machine mounts.
+//! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans), a
+//! Burstable pod getting its CPU request beside a BestEffort hog, and OOM kills for a pod's
+//! limit and for a container's own reported `OOMKilled` (the kernel's record in `/dev/kmsg`
+//! says which cgroup ran out) and counted in `/metrics`. Values are read from the cgroup v1
+//! files this machine mounts.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
+use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use ferrolet_integration::cri::poll;
-use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, image, pod_uid, sh};
+use ferrolet_integration::kubelet::{
+    KubeletNode, RuntimeNode, container_id, container_status, image, init_container_status,
+    pod_phase, pod_uid, sh, terminated,
+};
 use ferrolet_integration::pods::{LONG, cgroup_of, pids_with_cmdline};
+use serde_json::Value;
 
 const CONFIG: &str = "podPidsLimit: 64
 kubeReserved: {memory: 512Mi}
@@ -394,5 +402,259 @@ async fn a_burstable_pod_gets_its_cpu_request_beside_a_best_effort_hog() {
     node.remove_manifest("want.yaml");
     node.wait_pod_gone("hog", LONG).await;
     node.wait_pod_gone("want", LONG).await;
+    node.teardown().await;
+}
+
+/// The kernel's log from the moment it is opened, read without blocking.
+struct Kmsg(std::fs::File);
+
+impl Kmsg {
+    fn open() -> Self {
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/kmsg")
+            .unwrap();
+        // kmsg seeks by record: the end skips everything logged so far.
+        file.seek(SeekFrom::End(0)).unwrap();
+        Self(file)
+    }
+
+    /// The text of the `oom-kill:` records logged since the last call.
+    fn oom_kills(&mut self) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut buf = vec![0u8; 8192];
+        loop {
+            match self.0.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let record = String::from_utf8_lossy(&buf[..n]);
+                    let text = record.lines().next().unwrap_or_default();
+                    let text = text.split_once(';').map_or(text, |(_, t)| t);
+                    if text.starts_with("oom-kill:") {
+                        found.push(text.to_string());
+                    }
+                }
+                // Records overwritten before we read them.
+                Err(e) if e.kind() == ErrorKind::BrokenPipe => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => panic!("reading /dev/kmsg: {e}"),
+            }
+        }
+        found
+    }
+}
+
+/// Field `key` of an `oom-kill:` record (`oom_memcg`, `task_memcg`, ...).
+fn kmsg_field<'a>(record: &'a str, key: &str) -> &'a str {
+    let start = record
+        .find(&format!("{key}="))
+        .map(|i| i + key.len() + 1)
+        .unwrap_or_else(|| panic!("no {key} in {record}"));
+    record[start..].split(',').next().unwrap_or_default()
+}
+
+/// The kernel's OOM kill record of container `cid`, polled from `kmsg` (records of other
+/// tests' kills are passed over).
+async fn oom_record(kmsg: &mut Kmsg, seen: &mut Vec<String>, cid: &str) -> String {
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        seen.extend(kmsg.oom_kills());
+        if let Some(r) = seen
+            .iter()
+            .find(|r| kmsg_field(r, "task_memcg").ends_with(&format!("/{cid}")))
+        {
+            return r.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no OOM kill of {cid} in /dev/kmsg; seen: {seen:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The init container fills a memory-backed emptyDir with 48Mi, which stays charged to the
+/// pod's cgroup after it exits; the app container's shell then grows by 32Mi, well within its
+/// own 64Mi but beyond the pod's (64Mi: Go's PodLimits, the larger of the app containers' sum
+/// and the largest init container's), so the kernel kills for the pod's limit.
+fn pod_level_oom() -> String {
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: pod-oom
+        spec:
+          restartPolicy: Never
+          terminationGracePeriodSeconds: 1
+          volumes:
+          - name: cache
+            emptyDir: {{medium: Memory}}
+          initContainers:
+          - name: fill
+            image: {image}
+            command: {fill}
+            resources: {{limits: {{memory: 64Mi}}}}
+            volumeMounts: [{{name: cache, mountPath: /cache}}]
+          containers:
+          - name: grow
+            image: {image}
+            command: {grow}
+            resources: {{limits: {{memory: 64Mi}}}}
+        "#,
+        image = image("busybox"),
+        fill = sh("head -c 50331648 /dev/zero > /cache/fill"),
+        grow = sh(r"x=$(head -c 33554432 /dev/zero | tr '\0' a); echo survived"),
+    )
+}
+
+/// One container at its own 32Mi limit. A second, idle one (`idle`, its command) raises the
+/// pod's limit to 64Mi: with the first alone the pod's limit would equal the container's, and
+/// the pod's cgroup, which also holds the sandbox, would run out first.
+fn container_level_oom(idle: &str) -> String {
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: ctr-oom
+        spec:
+          restartPolicy: Never
+          terminationGracePeriodSeconds: 1
+          containers:
+          - name: hog
+            image: {image}
+            command: {hog}
+            resources: {{limits: {{memory: 32Mi}}}}
+          - name: idle
+            image: {image}
+            command: {idle}
+            resources: {{limits: {{memory: 32Mi}}}}
+        "#,
+        image = image("busybox"),
+        hog = sh(r"x=$(head -c 67108864 /dev/zero | tr '\0' a); echo survived"),
+        idle = sh(&format!("exec {idle}")),
+    )
+}
+
+/// Waits until `container` of pod `name` is terminated `OOMKilled`; returns the pod.
+async fn wait_oom_killed<N: RuntimeNode>(
+    node: &KubeletNode<N>,
+    name: &str,
+    container: &str,
+) -> Value {
+    node.wait_pod(
+        name,
+        |p| {
+            container_status(p, container)
+                .and_then(terminated)
+                .is_some_and(|t| t["reason"] == "OOMKilled")
+        },
+        LONG,
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_kills_are_reported_oom_killed() {
+    let node = KubeletNode::start_on_with_args(
+        "oom",
+        ferrolet_integration::pods::CriNode::start("oom").await,
+        "",
+        &[],
+    )
+    .await;
+    oom_scenario(node, "sleep 350000").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_kills_are_reported_oom_killed_on_containerd_cri() {
+    let node = KubeletNode::start_on_with_args(
+        "cd-oom",
+        ferrolet_integration::containerd_cri::ContainerdCriNode::start("cd-oom").await,
+        "",
+        &[],
+    )
+    .await;
+    oom_scenario(node, "sleep 350001").await;
+}
+
+async fn oom_scenario<N: RuntimeNode>(node: KubeletNode<N>, idle: &str) {
+    let burstable = format!("{}/kubepods/burstable", node.cgroup_root);
+    let mut kmsg = Kmsg::open();
+    let mut seen = Vec::new();
+    node.write_manifest("pod-oom.yaml", &pod_level_oom());
+    node.write_manifest("ctr-oom.yaml", &container_level_oom(idle));
+
+    // For the pod's limit: the kernel names the pod's cgroup as the one that ran out.
+    let pod = wait_oom_killed(&node, "pod-oom", "grow").await;
+    let uid = pod_uid(&pod).to_string();
+    let grow = container_status(&pod, "grow").unwrap();
+    assert_eq!(terminated(grow).unwrap()["exitCode"], 137);
+    assert_eq!(pod_phase(&pod), "Failed");
+    let fill = init_container_status(&pod, "fill").unwrap();
+    assert_eq!(terminated(fill).unwrap()["reason"], "Completed");
+    let cid = container_id(grow).to_string();
+    let record = oom_record(&mut kmsg, &mut seen, &cid).await;
+    eprintln!("pod-level OOM: {record}");
+    assert_eq!(
+        kmsg_field(&record, "oom_memcg"),
+        format!("{burstable}/pod{uid}")
+    );
+    assert_eq!(
+        kmsg_field(&record, "task_memcg"),
+        format!("{burstable}/pod{uid}/{cid}")
+    );
+    let api = node.node.api().await;
+    let own = api.container_status(&cid).await.unwrap();
+    eprintln!(
+        "pod-level OOM: the runtime says {:?} ({}), ferrolet OOMKilled",
+        own.reason, own.exit_code
+    );
+
+    // For the container's own limit: the container's cgroup ran out.
+    let pod = wait_oom_killed(&node, "ctr-oom", "hog").await;
+    let ctr_uid = pod_uid(&pod).to_string();
+    let hog = container_status(&pod, "hog").unwrap();
+    assert_eq!(terminated(hog).unwrap()["exitCode"], 137);
+    let idle_status = container_status(&pod, "idle").unwrap();
+    assert!(idle_status["state"]["running"].is_object(), "{idle_status}");
+    let hog_id = container_id(hog).to_string();
+    let record = oom_record(&mut kmsg, &mut seen, &hog_id).await;
+    eprintln!("container-level OOM: {record}");
+    let own_cgroup = format!("{burstable}/pod{ctr_uid}/{hog_id}");
+    assert_eq!(kmsg_field(&record, "oom_memcg"), own_cgroup);
+    assert_eq!(kmsg_field(&record, "task_memcg"), own_cgroup);
+    let own = api.container_status(&hog_id).await.unwrap();
+    eprintln!(
+        "container-level OOM: the runtime says {:?} ({}), ferrolet OOMKilled",
+        own.reason, own.exit_code
+    );
+
+    // The watcher counted both, each for the limit reached.
+    poll("the OOM kills counted", LONG, || async {
+        let m = node.metrics().await;
+        let count = |scope: &str| {
+            m.family("kubelet_oom_events_total")
+                .map(|f| f.with_labels(&[("scope", scope)]))
+                .and_then(|s| s.first().map(|s| s.value))
+                .unwrap_or(0.0)
+        };
+        let (pod, container) = (count("pod"), count("container"));
+        if pod >= 1.0 && container >= 1.0 {
+            eprintln!("kubelet_oom_events_total: pod {pod}, container {container}");
+            Ok(())
+        } else {
+            Err(format!("pod {pod}, container {container}"))
+        }
+    })
+    .await;
+
+    for (file, name) in [("pod-oom.yaml", "pod-oom"), ("ctr-oom.yaml", "ctr-oom")] {
+        node.remove_manifest(file);
+        node.wait_pod_gone(name, LONG).await;
+    }
+    assert!(pids_with_cmdline(idle).is_empty());
     node.teardown().await;
 }

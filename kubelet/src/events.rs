@@ -125,6 +125,9 @@ pub mod reason {
     pub const INVALID_ENVIRONMENT_VARIABLE_NAMES: &str = "InvalidEnvironmentVariableNames";
     /// A volume could not be set up (Go's `FailedMountVolume`).
     pub const FAILED_MOUNT: &str = "FailedMount";
+    /// The kernel killed a process outside the node's containers because the machine ran
+    /// out of memory (Go's OOM watcher, on the Node).
+    pub const SYSTEM_OOM: &str = "SystemOOM";
 }
 
 /// One event a [`MemoryRecorder`] kept: object name, field path, type, reason, message.

@@ -445,7 +445,7 @@ impl Kubelet {
     async fn kill_container(&self, pod: &Pod, kill: Kill<'_>) -> Result<(), String> {
         let name = kill.spec.map(|c| c.name.as_str()).unwrap_or_default();
         if let Some(note) = &kill.note {
-            self.killed.record(&uid_of(pod), kill.id, note);
+            self.killed.record(&uid_of(pod), kill.id, note.clone());
             tracing::info!(container = name, id = kill.id, "killing: {note}");
         }
         // A pod known only from the runtime (a sandbox being replaced) has no reference.
@@ -692,6 +692,7 @@ impl Kubelet {
             self.record_status(pod, uid, BTreeMap::new()).await;
         }
         self.killed.forget_pod(uid);
+        self.oom_killed.forget_pod(uid);
         for c in &runtime.containers {
             if let Err(e) = self.cri.remove_container(&c.id).await {
                 tracing::warn!(id = %c.id, error = %e, "removing container");
@@ -729,15 +730,18 @@ impl Kubelet {
         };
         let start_time = state.start_time.clone().unwrap_or_else(status::now);
         let (started, ready) = self.probe_health(pod, uid, &runtime);
-        self.killed
-            .retain(uid, |id| runtime.containers.iter().any(|c| c.id == id));
+        let exists = |id: &str| runtime.containers.iter().any(|c| c.id == id);
+        self.killed.retain(uid, exists);
+        self.oom_killed.retain(uid, exists);
         let killed = self.killed.of_pod(uid);
+        let oom_killed = self.oom_killed.ids_of_pod(uid);
         let ctx = StatusContext {
             host_ip: &self.node.host_ip,
             waiting: &waiting,
             ready: &ready,
             started: &started,
             killed: &killed,
+            oom_killed: &oom_killed,
             start_time: Some(start_time.clone()),
             previous: Some(&state.status),
             runtime_name: &self.runtime_name,

@@ -1,7 +1,8 @@
 //! Kernel OOM kills, read from `/dev/kmsg` as cadvisor's `oomparser` reads them for the Go
 //! kubelet's OOM watcher: the kernel's one-line summary (`oom-kill:constraint=…,oom_memcg=…,
 //! task_memcg=…,task=…,pid=…`, kernels ≥ 4.19) names the memory cgroup that ran out (the pod's
-//! or the container's own) and the victim's; a victim in the root cgroup is a system OOM.
+//! or the container's own; none when the whole machine did) and the victim's, from which the
+//! kubelet tells a container's kill from a system OOM ([`OomScope`]).
 //!
 //! The reader is a thread of its own (reads of `/dev/kmsg` block), started at the end of the
 //! log so a restart does not report old kills again; it hands each kill to a channel.
@@ -27,13 +28,71 @@ pub struct OomKill {
     pub constraint: String,
 }
 
+/// Which limit an OOM kill was for, seen from one node (`kubelet_oom_events_total`'s `scope`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OomScope {
+    /// A container of the node's pods reached its own memory limit.
+    Container,
+    /// A container of the node's pods was killed for a limit above its own: its pod's (the
+    /// pod's containers together), or the QoS or `kubepods` cgroup's.
+    Pod,
+    /// The machine ran out of memory (no memory cgroup's limit was reached).
+    System,
+    /// Another cgroup reached its own limit (not a container of the node's pods).
+    Other,
+}
+
+impl OomScope {
+    /// Every scope, for the metric's zero series.
+    pub const ALL: [OomScope; 4] = [Self::Container, Self::Pod, Self::System, Self::Other];
+
+    /// The metric's label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OomScope::Container => "container",
+            OomScope::Pod => "pod",
+            OomScope::System => "system",
+            OomScope::Other => "other",
+        }
+    }
+}
+
 impl OomKill {
-    /// The victim ran outside every container: Go records a `SystemOOM` event for these.
-    pub fn is_system(&self) -> bool {
-        self.task_memcg == "/"
+    /// No memory cgroup's limit was reached: the whole machine ran out (the kernel writes no
+    /// `oom_memcg` then).
+    pub fn is_global(&self) -> bool {
+        self.oom_memcg.trim_end_matches('/').is_empty()
     }
 
-    /// The victim's container id and pod cgroup name as the cgroupfs driver lays them out
+    /// Whether the victim ran in the root memory cgroup (Go's test for a system OOM).
+    pub fn in_root_cgroup(&self) -> bool {
+        self.task_memcg.trim_end_matches('/').is_empty()
+    }
+
+    /// The limit reached, given whether the victim is in a container of the node's pods.
+    pub fn scope(&self, in_a_container: bool) -> OomScope {
+        if self.is_global() {
+            OomScope::System
+        } else if !in_a_container {
+            OomScope::Other
+        } else if self.oom_memcg.trim_end_matches('/') == self.task_memcg.trim_end_matches('/') {
+            OomScope::Container
+        } else {
+            OomScope::Pod
+        }
+    }
+
+    /// The last part of the victim's memory cgroup: a container's id when the victim ran in
+    /// one (the cgroupfs driver names a container's cgroup by its id); None in the root.
+    pub fn victim_cgroup_name(&self) -> Option<&str> {
+        self.task_memcg
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .filter(|c| !c.is_empty())
+    }
+
+    /// The victim's container id and pod UID as the cgroupfs driver lays them out
     /// (`…/pod<uid>/<container id>`); None when the victim is not in a pod's container.
     pub fn container(&self) -> Option<(String, String)> {
         let mut parts = self.task_memcg.trim_end_matches('/').rsplit('/');
@@ -41,6 +100,18 @@ impl OomKill {
         let pod = parts.next()?;
         let uid = pod.strip_prefix("pod")?;
         (!uid.is_empty()).then(|| (container.to_string(), uid.to_string()))
+    }
+
+    /// The Go kubelet's `SystemOOM` event message.
+    pub fn system_oom_message(&self) -> String {
+        let mut message = "System OOM encountered".to_string();
+        if !self.process.is_empty() && self.pid != 0 {
+            message.push_str(&format!(
+                ", victim process: {}, pid: {}",
+                self.process, self.pid
+            ));
+        }
+        message
     }
 }
 
@@ -162,7 +233,27 @@ mod tests {
         assert_eq!(k.oom_memcg, "/kubepods/burstable/pod1f2e");
         assert_eq!(k.constraint, "CONSTRAINT_MEMCG");
         assert_eq!(k.container(), Some(("0a1b2c".into(), "1f2e".into())));
-        assert!(!k.is_system());
+        assert_eq!(k.victim_cgroup_name(), Some("0a1b2c"));
+        assert!(!k.is_global() && !k.in_root_cgroup());
+        assert_eq!(k.scope(true), OomScope::Pod);
+        assert_eq!(k.scope(false), OomScope::Other);
+    }
+
+    #[test]
+    fn a_container_level_kill() {
+        let rec = "6,1235,5678902,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),\
+                   cpuset=0a1b2c,mems_allowed=0,oom_memcg=/r/kubepods/pod1f2e/0a1b2c,\
+                   task_memcg=/r/kubepods/pod1f2e/0a1b2c/,task=sh,pid=99,uid=0";
+        let k = parse_record(rec).unwrap();
+        assert_eq!(k.scope(true), OomScope::Container);
+        assert_eq!(k.container(), Some(("0a1b2c".into(), "1f2e".into())));
+        // cgroupsPerQOS off: the container's cgroup sits right under cgroupRoot.
+        let flat = OomKill {
+            task_memcg: "/ferrolet/0a1b2c".into(),
+            ..k
+        };
+        assert_eq!(flat.container(), None);
+        assert_eq!(flat.victim_cgroup_name(), Some("0a1b2c"));
     }
 
     #[test]
@@ -170,9 +261,20 @@ mod tests {
         let rec = "6,9,1,-;oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=0-1,3,\
                    mems_allowed=0,global_oom,task_memcg=/,task=hog,pid=77,uid=0";
         let k = parse_record(rec).unwrap();
-        assert!(k.is_system());
+        assert!(k.is_global() && k.in_root_cgroup());
+        assert_eq!(k.scope(false), OomScope::System);
         assert_eq!(k.container(), None);
+        assert_eq!(k.victim_cgroup_name(), None);
         assert_eq!((k.pid, k.process.as_str()), (77, "hog"));
+        assert_eq!(
+            k.system_oom_message(),
+            "System OOM encountered, victim process: hog, pid: 77"
+        );
+        let nameless = OomKill {
+            process: String::new(),
+            ..k
+        };
+        assert_eq!(nameless.system_oom_message(), "System OOM encountered");
     }
 
     #[test]

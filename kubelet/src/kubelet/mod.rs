@@ -5,6 +5,7 @@
 mod cgroups;
 pub mod cluster;
 mod eviction;
+mod oom;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -111,6 +112,8 @@ pub struct Kubelet {
     pub probes: Arc<crate::prober::Manager>,
     pub(crate) hooks: crate::lifecycle::HookRunner,
     pub(crate) killed: crate::status::killed::KillNotes,
+    /// The container instances the OOM watcher saw the kernel kill.
+    pub(crate) oom_killed: crate::status::killed::OomNotes,
     /// Where statuses go besides `/pods` (the API's status manager in a cluster).
     pub(crate) status_sink: Arc<dyn crate::status::sink::StatusSink>,
     /// Pods' secrets and configMaps.
@@ -178,6 +181,7 @@ impl Kubelet {
             probes: crate::prober::Manager::new(cri.clone()),
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
+            oom_killed: Default::default(),
             status_sink: seams.status_sink,
             objects: seams.objects,
             tokens: seams.tokens,
@@ -324,6 +328,7 @@ impl Kubelet {
         });
         self.spawn_eviction_manager();
         let mut volumes_ready = self.volumes.spawn();
+        let mut oom_killed = self.spawn_oom_watcher();
         let mut config = PodConfig::new();
         let mut resync =
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
@@ -348,6 +353,14 @@ impl Kubelet {
                 }
                 Some(uid) = volumes_ready.recv() => {
                     // Its volumes are all set up now, after a sync that had to leave it waiting.
+                    if let Some(state) = self.pod_state(&uid)
+                        && state.syncable()
+                    {
+                        workers.update(&uid, Work::Sync(state.pod));
+                    }
+                }
+                Some(uid) = oom_killed.recv() => {
+                    // The kernel OOM-killed one of its containers: its status says so.
                     if let Some(state) = self.pod_state(&uid)
                         && state.syncable()
                     {
@@ -595,6 +608,7 @@ impl Kubelet {
             .collect();
         let known = |uid: &str| desired.contains(uid) || workers.has(uid);
         self.volumes.remove_orphans(known);
+        self.oom_killed.retain_pods(known);
         for runtime_pod in self.pleg.all() {
             if desired.contains(&runtime_pod.uid) || workers.has(&runtime_pod.uid) {
                 continue;

@@ -82,6 +82,9 @@ pub struct Metrics {
     pub running_containers: GaugeVec,
     /// `kubelet_image_garbage_collected_total{reason}`.
     pub images_garbage_collected: CounterVec,
+    /// `kubelet_oom_events_total{scope}`: ferrolet's own (Go's kubelet leaves OOM counts to
+    /// cadvisor's `container_oom_events_total`).
+    pub oom_events: CounterVec,
     /// `prober_probe_total{probe_type,result,container,pod,namespace,pod_uid}`.
     pub probe_total: CounterVec,
     /// `prober_probe_duration_seconds{probe_type,container,pod,namespace}`.
@@ -181,6 +184,11 @@ impl Metrics {
                 "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
                 &["reason"],
             )),
+            oom_events: CounterVec::new(alpha(
+                "kubelet_oom_events_total",
+                "Cumulative number of out of memory kills the kernel reported, by the limit reached: container, pod, system or other.",
+                &["scope"],
+            )),
             probe_total: CounterVec::new(Desc {
                 name: "prober_probe_total",
                 help: "Cumulative number of a liveness, readiness or startup probe for a container by result.",
@@ -220,6 +228,7 @@ impl Metrics {
             &self.running_pods,
             &self.running_containers,
             &self.images_garbage_collected,
+            &self.oom_events,
             &self.probe_total,
             &self.probe_duration,
         ];
@@ -600,6 +609,19 @@ pub fn forget_probe(probe_type: &str, container: &str, pod: &str, namespace: &st
 pub fn images_garbage_collected(reason: &str, n: usize) {
     if n > 0 {
         global().images_garbage_collected.add(&[reason], n as f64);
+    }
+}
+
+/// Counts one OOM kill the kernel reported (`scope`: `container`, `pod`, `system`, `other`).
+pub fn oom_event(scope: &str) {
+    global().oom_events.inc(&[scope]);
+}
+
+/// Shows the OOM counters at zero once the watcher runs, so a scrape tells "no kills" from
+/// "not watching".
+pub fn oom_events_watched(scopes: &[&str]) {
+    for scope in scopes {
+        global().oom_events.add(&[scope], 0.0);
     }
 }
 

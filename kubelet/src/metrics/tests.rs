@@ -309,3 +309,21 @@ fn the_exposition_carries_every_family_with_help_and_type() {
         assert!(ok, "bad value in {line:?}");
     }
 }
+
+#[test]
+fn oom_kills_are_counted_by_scope_from_zero() {
+    oom_events_watched(&["container", "pod", "system", "other"]);
+    let m = global();
+    let before = m.oom_events.get(&["other"]);
+    oom_event("other");
+    // Other tests count kills too: at least this one.
+    assert!(m.oom_events.get(&["other"]) >= before + 1.0);
+    let text = render();
+    assert!(text.contains("# TYPE kubelet_oom_events_total counter"));
+    for scope in ["container", "pod", "system", "other"] {
+        assert!(
+            text.contains(&format!("kubelet_oom_events_total{{scope=\"{scope}\"}} ")),
+            "{scope}:\n{text}"
+        );
+    }
+}

@@ -100,15 +100,26 @@ fn terminated_unknown(message: &str) -> ContainerState {
     }
 }
 
-/// One runtime instance as an API status (Go's `convertContainerStatus`); `killed` is why the
-/// kubelet killed it, if it did.
+/// Exit code of a process killed with SIGKILL, as the kernel's OOM killer kills.
+const SIGKILL_EXIT: i32 = 128 + 9;
+
+/// What the kubelet knows of an instance's end besides the runtime: why it killed it, and
+/// whether the kernel OOM-killed it.
+#[derive(Clone, Copy, Default)]
+struct Ending<'a> {
+    killed: Option<&'a str>,
+    oom_killed: bool,
+}
+
+/// One runtime instance as an API status (Go's `convertContainerStatus`).
 fn convert(
     rc: &RuntimeContainer,
     spec: &Container,
     old: Option<&ContainerStatus>,
     runtime_name: &str,
-    killed: Option<&str>,
+    ending: Ending<'_>,
 ) -> ContainerStatus {
+    let killed = ending.killed;
     let cid = format!("{runtime_name}://{}", rc.id);
     let image = if looks_like_image_id(&rc.image) {
         spec.image.clone().unwrap_or_default()
@@ -133,8 +144,16 @@ fn convert(
         },
         CriState::ContainerCreated => waiting("", ""),
         CriState::ContainerExited => {
-            // Runtimes set Completed/Error/OOMKilled; fill the first two in for one that does not.
-            let reason = if !rc.reason.is_empty() {
+            // Runtimes set Completed/Error/OOMKilled; fill the first two in for one that does
+            // not. A kill the runtime missed (a pod-level or a node-wide OOM: its own OOM
+            // notice may name only the cgroup that ran out) but the OOM watcher attributed
+            // to this instance is what it was.
+            let by_oom = ending.oom_killed
+                && rc.exit_code == SIGKILL_EXIT
+                && (rc.reason.is_empty() || rc.reason == "Error");
+            let reason = if by_oom {
+                "OOMKilled".into()
+            } else if !rc.reason.is_empty() {
                 rc.reason.clone()
             } else if rc.exit_code == 0 {
                 "Completed".into()
@@ -316,14 +335,17 @@ pub(crate) fn container_statuses(
     for c in containers {
         let found = instances(runtime, &c.name);
         let mut found = found.into_iter();
-        let killed = |rc: &RuntimeContainer| ctx.killed.get(&rc.id).map(String::as_str);
+        let ending = |rc: &RuntimeContainer| Ending {
+            killed: ctx.killed.get(&rc.id).map(String::as_str),
+            oom_killed: ctx.oom_killed.contains(&rc.id),
+        };
         if let Some(rc) = found.next() {
             let old = old.get(c.name.as_str()).copied();
-            let status = convert(rc, c, old, ctx.runtime_name, killed(rc));
+            let status = convert(rc, c, old, ctx.runtime_name, ending(rc));
             statuses.insert(c.name.clone(), status);
         }
         if let Some(rc) = found.next() {
-            let before = convert(rc, c, None, ctx.runtime_name, killed(rc));
+            let before = convert(rc, c, None, ctx.runtime_name, ending(rc));
             if let Some(status) = statuses.get_mut(&c.name) {
                 status.last_state = before.state;
             }

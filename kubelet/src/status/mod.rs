@@ -14,7 +14,7 @@ pub mod phase;
 pub mod qos;
 pub mod sink;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use ferrolet_proto::cri::ContainerState as CriState;
@@ -52,6 +52,9 @@ pub struct StatusContext<'a> {
     /// Why the kubelet killed container instances, by container id: the message their
     /// terminated state shows when the runtime gives none.
     pub killed: &'a BTreeMap<String, String>,
+    /// The container ids the OOM watcher saw the kernel OOM-kill: an instance the runtime
+    /// reports as exited `Error` with 137 reads `OOMKilled`.
+    pub oom_killed: &'a BTreeSet<String>,
     /// When the kubelet first saw the pod (used when the previous status has none).
     pub start_time: Option<Time>,
     /// The status computed last time, for transition times, restart counts and terminal

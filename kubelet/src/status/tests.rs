@@ -1,10 +1,12 @@
 //! Pod status scenarios: what the Go kubelet shows for the same runtime state.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ferrolet_proto::cri::ContainerState as CriState;
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStatus, PodCondition, PodSpec, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
@@ -106,6 +108,7 @@ struct Ctx {
     ready: BTreeMap<String, bool>,
     started: BTreeMap<String, bool>,
     killed: BTreeMap<String, String>,
+    oom_killed: BTreeSet<String>,
     previous: Option<PodStatus>,
 }
 
@@ -116,6 +119,7 @@ impl Ctx {
             ready: BTreeMap::new(),
             started: BTreeMap::new(),
             killed: BTreeMap::new(),
+            oom_killed: BTreeSet::new(),
             previous: None,
         }
     }
@@ -138,6 +142,7 @@ impl Ctx {
             ready: &self.ready,
             started: &self.started,
             killed: &self.killed,
+            oom_killed: &self.oom_killed,
             start_time: Some(t(0)),
             previous: self.previous.as_ref(),
             runtime_name: "containerd",
@@ -880,4 +885,46 @@ fn a_killed_instance_shows_why_unless_the_runtime_says_more() {
         state.terminated.as_ref().unwrap().message.as_deref(),
         Some("bye")
     );
+}
+
+#[test]
+fn an_instance_the_oom_watcher_saw_killed_reads_oom_killed() {
+    let p = pod(&["app"], &[], "Always");
+    // The runtime missed the OOM kill of the older instance (exit 137, Error); the newest one
+    // ended with 137 too, but no OOM kill was seen for it; a third exited 1.
+    let old = rc("app", "c1", CriState::ContainerExited, 0, 137, 0);
+    let newer = rc("app", "c2", CriState::ContainerExited, 20, 137, 1);
+    let rt = runtime(vec![sandbox(true, "10.88.0.5")], vec![newer, old.clone()]);
+    let mut ctx = Ctx::new();
+    ctx.oom_killed.insert("c1".into());
+    let s = ctx.status(&p, &rt, 30);
+    let app = cs(&s, "app");
+    let reason = |st: &Option<ContainerState>| {
+        st.as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.reason.clone())
+    };
+    assert_eq!(reason(&app.last_state).as_deref(), Some("OOMKilled"));
+    assert_eq!(reason(&app.state).as_deref(), Some("Error"));
+
+    // A runtime that reports no reason at all: the same.
+    let mut bare = old.clone();
+    bare.reason.clear();
+    let rt = runtime(vec![sandbox(true, "10.88.0.5")], vec![bare]);
+    let s = ctx.status(&p, &rt, 30);
+    assert_eq!(reason(&cs(&s, "app").state).as_deref(), Some("OOMKilled"));
+
+    // Another exit code, or a reason of the runtime's own, is kept.
+    for (exit, why) in [
+        (1, "Error"),
+        (137, "ContainerStatusUnknown"),
+        (0, "Completed"),
+    ] {
+        let mut other = old.clone();
+        other.exit_code = exit;
+        other.reason = why.into();
+        let rt = runtime(vec![sandbox(true, "10.88.0.5")], vec![other]);
+        let s = ctx.status(&p, &rt, 30);
+        assert_eq!(reason(&cs(&s, "app").state).as_deref(), Some(why), "{exit}");
+    }
 }
