@@ -17,11 +17,10 @@
 
 pub mod allocatable;
 pub mod cgroup;
-// Not yet called by the kubelet: the static policy's wiring (admission, container cpusets,
-// reconcile), the OOM watcher's events and the pod stats come next (issue #19).
-#[allow(dead_code)]
 pub mod cpu_manager;
 pub mod manager;
+// Not yet called by the kubelet: the OOM watcher's events and the pod stats come next
+// (issue #19).
 #[allow(dead_code)]
 pub mod oom_watcher;
 pub mod pod_config;
