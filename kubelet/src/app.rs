@@ -50,6 +50,66 @@ pub enum AppError {
     /// The cgroup tree could not be built (a missing controller or cgroup, bad reservations).
     #[error("starting the container manager: {0}")]
     ContainerManager(#[source] crate::cm::CmError),
+    /// The CPU manager could not start: the machine's CPUs, the reservation, or its state
+    /// file (another policy's, corrupt, or not matching the CPUs or the reservation), with
+    /// Go's words.
+    #[error("{}", cpu_manager_message(.0))]
+    CpuManager(crate::cm::cpu_manager::CpuManagerError),
+    /// A blocking start-up task failed.
+    #[error("start-up task: {0}")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+/// Go prefixes the errors of the CPU manager's `Start` (its state file), not those of
+/// building its policy.
+fn cpu_manager_message(e: &crate::cm::cpu_manager::CpuManagerError) -> String {
+    if e.at_start() {
+        format!("start cpu manager error: {e}")
+    } else {
+        e.to_string()
+    }
+}
+
+/// Builds the CPU manager and restores its state from `<root-dir>/cpu_manager_state` (Go's
+/// `cpumanager.NewManager` + `Start`). The file is written for every policy, as Go does;
+/// only `static` has anything to do afterwards, so `none` gives None.
+async fn start_cpu_manager(
+    config: &Config,
+    cri: &Cri,
+) -> Result<Option<crate::cm::cpu_manager::CpuManager>, AppError> {
+    use crate::cm::CpuManagerPolicy;
+    use crate::cm::cpu_manager::{ContainerMap, CpuManager};
+    let settings = config.cm_settings();
+    // The runtime's containers, needed only to migrate an old (V1) state file; Go logs a
+    // failed listing and starts with none.
+    let mut containers = ContainerMap::new();
+    match cri.runtime_pods().await {
+        Ok(pods) => {
+            for pod in pods {
+                for c in pod.containers {
+                    containers.insert(c.id, (pod.uid.clone(), c.name));
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cpu manager: listing the runtime's containers"),
+    }
+    let root = config.root_dir.clone();
+    let policy = settings.cpu_manager_policy;
+    let manager = tokio::task::spawn_blocking(move || {
+        CpuManager::from_settings(&settings, &root, &containers)
+    })
+    .await
+    .map_err(AppError::Join)?
+    .map_err(AppError::CpuManager)?;
+    tracing::info!(
+        policy = policy.as_str(),
+        reserved = %manager.reserved_cpus(),
+        allocatable = %manager.allocatable_cpus(),
+        shared = %manager.shared_pool(),
+        state = %manager.state_file().display(),
+        "cpu manager: started"
+    );
+    Ok((policy == CpuManagerPolicy::Static).then_some(manager))
 }
 
 /// Validates the node's cgroups against the configuration and builds the `kubepods` tree
@@ -213,7 +273,8 @@ async fn run(config: Config) -> Result<(), AppError> {
     let streaming = server::streaming::Streaming::new(Arc::new(cri.clone()));
     let secure = secure.map(|s| s.with_streaming(streaming));
     let cm = start_container_manager(&config).await?;
-    let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm).await;
+    let cpu = start_cpu_manager(&config, &cri).await?;
+    let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu).await;
     tokio::spawn(crate::heap::release_free_pages());
     let (tx, rx) = mpsc::channel(64);
     if let (Some(c), Some(statuses)) = (&credentials, statuses) {

@@ -245,6 +245,28 @@ impl Cri {
         call!(self, runtime, remove_container, "RemoveContainer", req).map(|_| ())
     }
 
+    /// UpdateContainerResources with these linux resources; fields left zero are not
+    /// changed (the CPU manager sends `cpuset_cpus` alone, as Go's `updateContainerCPUSet`).
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), CriError> {
+        let req = cri::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(linux),
+            ..Default::default()
+        };
+        call!(
+            self,
+            runtime,
+            update_container_resources,
+            "UpdateContainerResources",
+            req
+        )
+        .map(|_| ())
+    }
+
     /// ContainerStatus.
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
         let req = cri::ContainerStatusRequest {

@@ -313,7 +313,7 @@ impl Kubelet {
             let message = format!("Error: {message}");
             self.container_event(pod, name, EventType::Warning, reason::FAILED, &message);
         };
-        let config = match self.container_config(pod, c, target, restart_count).await {
+        let mut config = match self.container_config(pod, c, target, restart_count).await {
             Ok(config) => config,
             Err(w) => {
                 // Go's image errors print as their reason (`Error: ErrImagePull`), the rest
@@ -327,6 +327,12 @@ impl Kubelet {
                 return;
             }
         };
+        let uid = uid_of(pod);
+        if let Some(cpus) = self.container_cpuset(&uid, name).await
+            && let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut())
+        {
+            r.cpuset_cpus = cpus;
+        }
         let id = match self
             .cri
             .create_container(target.id, config, target.config.clone())
@@ -339,6 +345,7 @@ impl Kubelet {
                 return;
             }
         };
+        self.cpu_container_created(&uid, name, &id).await;
         let message = format!("Created container {name}");
         self.container_event(pod, name, EventType::Normal, reason::CREATED, &message);
         if let Err(e) = self.cri.start_container(&id).await {

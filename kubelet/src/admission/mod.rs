@@ -67,6 +67,15 @@ pub struct Rejection {
     pub message: String,
 }
 
+/// Go's rejection when a resource manager (the CPU manager here) cannot allocate what a pod
+/// needs: reason `UnexpectedAdmissionError`, the error in Go's words around it.
+pub fn unexpected_admission_error(error: &dyn std::fmt::Display) -> Rejection {
+    Rejection {
+        reason: "UnexpectedAdmissionError".into(),
+        message: format!("Allocate failed due to {error}, which is unexpected"),
+    }
+}
+
 /// An admitted pod, with the resources it lacked if it is critical (the Go kubelet would evict
 /// pods to free them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -392,3 +392,13 @@ fn node_info_from_the_node_object() {
     assert_eq!(info.name, "n1");
     assert_eq!(info.allocatable["pods"], q("110"));
 }
+
+#[test]
+fn an_allocation_failure_is_gos_unexpected_admission_error() {
+    let r = unexpected_admission_error(&"not enough cpus available to satisfy request");
+    assert_eq!(r.reason, "UnexpectedAdmissionError");
+    assert_eq!(
+        r.message,
+        "Allocate failed due to not enough cpus available to satisfy request, which is unexpected"
+    );
+}

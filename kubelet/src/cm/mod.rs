@@ -17,9 +17,6 @@
 
 pub mod allocatable;
 pub mod cgroup;
-// Not yet called by the kubelet: the static policy's wiring (admission, container cpusets,
-// reconcile) comes next (issue #19).
-#[allow(dead_code)]
 pub mod cpu_manager;
 pub mod manager;
 pub mod oom_watcher;

@@ -4,12 +4,14 @@
 
 mod cgroups;
 pub mod cluster;
+mod cpu;
 mod eviction;
 mod oom;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, PodStatus};
@@ -128,6 +130,13 @@ pub struct Kubelet {
     pub(crate) cluster: std::sync::OnceLock<cluster::Cluster>,
     /// The cgroup tree (`cgroupsPerQOS`); None when pods go straight under `cgroupRoot`.
     pub(crate) cm: Option<Arc<crate::cm::ContainerManager>>,
+    /// The CPU manager with the `static` policy; None with `none`, which pins nothing.
+    /// Only blocking tasks lock it (it writes its state file).
+    pub(crate) cpu: Option<Arc<Mutex<crate::cm::cpu_manager::CpuManager>>>,
+    /// Every pod source has sent its pods once, counted after the update that completes
+    /// them has been handled (Go's `sourcesReady`): the CPU manager drops the state of pods
+    /// it does not see only from then on.
+    pub(crate) sources_ready: AtomicBool,
 }
 
 impl Kubelet {
@@ -138,6 +147,7 @@ impl Kubelet {
         cri: Cri,
         seams: Seams,
         cm: Option<Arc<crate::cm::ContainerManager>>,
+        cpu: Option<crate::cm::cpu_manager::CpuManager>,
     ) -> Arc<Self> {
         let runtime_name = match cri.version().await {
             Ok(v) => v.runtime_name,
@@ -189,6 +199,8 @@ impl Kubelet {
             volumes,
             cluster: std::sync::OnceLock::new(),
             cm,
+            cpu: cpu.map(|m| Arc::new(Mutex::new(m))),
+            sources_ready: AtomicBool::new(false),
             config,
             node,
             cri,
@@ -327,9 +339,13 @@ impl Kubelet {
             runtime: self.pleg.clone(),
         });
         self.spawn_eviction_manager();
+        self.spawn_cpu_reconcile();
         let mut volumes_ready = self.volumes.spawn();
         let mut oom_killed = self.spawn_oom_watcher();
         let mut config = PodConfig::new();
+        // With no source configured there is nothing to wait for.
+        self.sources_ready
+            .store(config.seen_all(&self.sources()), Ordering::Relaxed);
         let mut resync =
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
@@ -341,8 +357,11 @@ impl Kubelet {
                 update = updates.recv() => {
                     let Some(update) = update else { break };
                     for change in config.apply(update) {
-                        self.handle_change(&workers, change);
+                        self.handle_change(&workers, change).await;
                     }
+                    // As Go's sync loop, a source counts as seen once its update is handled.
+                    let ready = config.seen_all(&self.sources());
+                    self.sources_ready.store(ready, Ordering::Relaxed);
                 }
                 Some(event) = pleg_rx.recv() => {
                     if let Some(state) = self.pod_state(&event.uid)
@@ -421,7 +440,7 @@ impl Kubelet {
         sources
     }
 
-    fn handle_change<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, change: PodUpdate)
+    async fn handle_change<F, Fut>(&self, workers: &Arc<PodWorkers<F>>, change: PodUpdate)
     where
         F: Fn(String, Work) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = RetryAfter> + Send + 'static,
@@ -435,7 +454,7 @@ impl Kubelet {
                     self.begin_graceful_deletion(workers, &uid, pod);
                 }
                 PodOp::Add | PodOp::Update | PodOp::Reconcile => {
-                    if !self.knows(&uid) && !self.admitted(&uid, &pod) {
+                    if !self.knows(&uid) && !self.admitted(&uid, &pod).await {
                         continue;
                     }
                     let (known, rejected) = {
@@ -485,10 +504,15 @@ impl Kubelet {
         }
     }
 
-    /// Admits a pod seen for the first time (Go's `canAdmitPod`); a rejected one is kept with
-    /// a Failed status saying why, reported, and never started.
-    fn admitted(&self, uid: &str, pod: &Pod) -> bool {
-        let Err(rejection) = self.admit(pod) else {
+    /// Admits a pod seen for the first time (Go's `canAdmitPod`: the CPU manager's
+    /// allocation, then the predicates); a rejected one is kept with a Failed status saying
+    /// why, reported, and never started.
+    async fn admitted(&self, uid: &str, pod: &Arc<Pod>) -> bool {
+        let verdict = match self.allocate_cpus(pod).await {
+            Ok(()) => self.admit(pod),
+            Err(rejection) => Err(rejection),
+        };
+        let Err(rejection) = verdict else {
             return true;
         };
         tracing::warn!(pod = %pod_name(pod), reason = %rejection.reason, message = %rejection.message, "pod rejected by admission");
@@ -499,7 +523,7 @@ impl Kubelet {
             &rejection.reason,
             &rejection.message,
         );
-        let pod = Arc::new(pod.clone());
+        let pod = pod.clone();
         self.status_sink.set_pod_status(&pod, &status);
         let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
         pods.insert(

@@ -35,8 +35,10 @@ pub use state::{CpuState, StateError, StateFile};
 pub use static_policy::{StaticPolicy, StaticPolicyError};
 pub use topology::CpuTopology;
 
-use super::settings::CpuManagerPolicy;
+use super::settings::{CpuManagerPolicy, Settings};
 use crate::types::Pod;
+use reservation::ReservationError;
+use topology::TopologyError;
 
 /// Why the CPU manager cannot start or admit a container.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +59,20 @@ pub enum CpuManagerError {
     /// A container's exclusive CPUs could not be found.
     #[error(transparent)]
     Allocate(StaticPolicyError),
+    /// The machine's CPUs could not be read.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// The CPU reservation is unusable.
+    #[error(transparent)]
+    Reservation(#[from] ReservationError),
+}
+
+impl CpuManagerError {
+    /// Whether it arose restoring or checking the state file (Go's `Start`, whose errors
+    /// the kubelet reports as "start cpu manager error"), not building the policy.
+    pub fn at_start(&self) -> bool {
+        matches!(self, CpuManagerError::State(_) | CpuManagerError::Start(_))
+    }
 }
 
 /// A container running now, as the runtime reports it.
@@ -92,6 +108,7 @@ impl CpuManager {
     /// Builds the manager and restores its state from `state_dir/cpu_manager_state` (Go's
     /// `NewManager` + `Start`): the file must be of the same policy, and for `static` agree
     /// with the reservation and the CPUs online.
+    #[cfg(test)]
     pub fn new(
         policy: CpuManagerPolicy,
         topology: CpuTopology,
@@ -99,6 +116,37 @@ impl CpuManager {
         state_dir: &Path,
     ) -> Result<Self, CpuManagerError> {
         Self::with_initial_containers(policy, topology, reserved, state_dir, &ContainerMap::new())
+    }
+
+    /// The manager the kubelet's `settings` ask for, on this machine's CPUs (sysfs), its
+    /// state in `state_dir` (Go's `NewManager` + `Start`); `initial_containers` are the
+    /// runtime's, as for [`CpuManager::with_initial_containers`].
+    pub fn from_settings(
+        settings: &Settings,
+        state_dir: &Path,
+        initial_containers: &ContainerMap,
+    ) -> Result<Self, CpuManagerError> {
+        let topology = CpuTopology::discover()?;
+        tracing::info!(
+            cpus = topology.num_cpus(),
+            cores = topology.num_cores(),
+            sockets = topology.num_sockets(),
+            numa_nodes = topology.num_numa_nodes(),
+            "cpu manager: detected CPU topology"
+        );
+        let reserved = match settings.cpu_manager_policy {
+            CpuManagerPolicy::None => CpuReservation::default(),
+            CpuManagerPolicy::Static => {
+                CpuReservation::from_settings(settings, &topology.all_cpus())?
+            }
+        };
+        Self::with_initial_containers(
+            settings.cpu_manager_policy,
+            topology,
+            &reserved,
+            state_dir,
+            initial_containers,
+        )
     }
 
     /// [`CpuManager::new`] knowing the runtime's containers at start-up (Go's initial
@@ -193,6 +241,7 @@ impl CpuManager {
     }
 
     /// A container's exclusive CPUs, if any (Go's `GetExclusiveCPUs`).
+    #[cfg(test)]
     pub fn exclusive_cpus(&self, pod_uid: &str, container_name: &str) -> Option<&CpuSet> {
         self.state.cpuset(pod_uid, container_name)
     }
@@ -201,6 +250,14 @@ impl CpuManager {
     /// but the exclusive ones, the reserved included). Empty with the `none` policy.
     pub fn shared_pool(&self) -> CpuSet {
         self.state.default_cpu_set.clone()
+    }
+
+    /// The CPUs never given exclusively (empty for `none`).
+    pub fn reserved_cpus(&self) -> CpuSet {
+        match &self.policy {
+            Policy::None => CpuSet::new(),
+            Policy::Static(p) => p.reserved().clone(),
+        }
     }
 
     /// The CPUs that may ever be exclusive (Go's `GetAllocatableCPUs`; empty for `none`).

@@ -178,6 +178,7 @@ impl CpuTopology {
     }
 
     /// One CPU's placement.
+    #[cfg(test)]
     pub fn cpu(&self, id: u32) -> Option<&CpuInfo> {
         self.cpus
             .binary_search_by_key(&id, |c| c.id)
@@ -186,11 +187,13 @@ impl CpuTopology {
     }
 
     /// The threads of one core.
+    #[cfg(test)]
     pub fn cpus_in_core(&self, core_id: u32) -> CpuSet {
         self.select(|c| c.core_id == core_id)
     }
 
     /// The CPUs of one socket.
+    #[cfg(test)]
     pub fn cpus_in_socket(&self, socket_id: u32) -> CpuSet {
         self.select(|c| c.socket_id == socket_id)
     }

@@ -1,0 +1,325 @@
+//! The static CPU manager (issue #19) on real cgroups, through ferrolet-cri and through
+//! containerd's own CRI plugin, on this 2-CPU machine with CPU 0 reserved: a Guaranteed
+//! `cpu: 1` container runs on CPU 1 alone (its cgroup's `cpuset.cpus` and the kernel's
+//! `Cpus_allowed_list`), the Burstable and BestEffort containers on the shared pool "0" (the
+//! one started before it shrunk by the reconcile loop), a second `cpu: 1` pod is refused
+//! with Go's `UnexpectedAdmissionError`, `<root>/cpu_manager_state` holds the assignment in
+//! Go's JSON and survives a SIGKILL and restart of ferrolet unchanged, and deleting the
+//! Guaranteed pod returns CPU 1 to the shared pool: the file's entries go and the other
+//! containers are widened back to "0-1". A state file another policy wrote stops the start
+//! with Go's message.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferrolet_integration::cri::poll;
+use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, image, pod_phase, pod_uid, sh};
+use ferrolet_integration::pods::{CriNode, LONG, cgroup_of, pids_with_cmdline};
+use ferrolet_integration::scratch::Scratch;
+use ferrolet_integration::workspace_binary;
+use serde_json::Value;
+
+const CONFIG: &str = "cpuManagerPolicy: static
+reservedSystemCPUs: \"0\"
+cpuManagerReconcilePeriod: 1s
+";
+
+fn pod_yaml(name: &str, resources: &str, script: &str) -> String {
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+        spec:
+          terminationGracePeriodSeconds: 1
+          containers:
+          - name: main
+            image: {image}
+            command: {command}
+            resources: {resources}
+        "#,
+        image = image("busybox"),
+        command = sh(script),
+    )
+}
+
+const PINNED: &str = "{requests: {cpu: 1, memory: 64Mi}, limits: {cpu: 1, memory: 64Mi}}";
+
+/// The one process running `cmdline`.
+fn pid_of(cmdline: &str) -> u32 {
+    let pids = pids_with_cmdline(cmdline);
+    assert_eq!(pids.len(), 1, "{cmdline}: {pids:?}");
+    pids[0]
+}
+
+/// The cpuset cgroup of `pid` and its `cpuset.cpus`.
+fn cpuset_of(pid: u32) -> (String, String) {
+    let cgroup = cgroup_of(pid, "cpuset").unwrap_or_else(|| panic!("no cpuset cgroup for {pid}"));
+    (cgroup, cgroup_file(pid, "cpuset", "cpuset.cpus"))
+}
+
+/// A file of `pid`'s cgroup in `controller`'s hierarchy.
+fn cgroup_file(pid: u32, controller: &str, file: &str) -> String {
+    let cgroup = cgroup_of(pid, controller).unwrap();
+    let path = PathBuf::from("/sys/fs/cgroup")
+        .join(controller)
+        .join(cgroup.trim_start_matches('/'))
+        .join(file);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+/// The CPUs the kernel lets `pid` run on.
+fn allowed_cpus(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Polls until the process running `cmdline` has cpuset `want` and may run on those CPUs
+/// alone; returns its cgroup.
+async fn wait_cpuset(cmdline: &str, want: &str) -> String {
+    poll(&format!("{cmdline} on cpuset {want}"), LONG, || async {
+        let pids = pids_with_cmdline(cmdline);
+        let [pid] = pids[..] else {
+            return Err(format!("processes {pids:?}"));
+        };
+        let (cgroup, cpus) = cpuset_of(pid);
+        let allowed = allowed_cpus(pid);
+        if cpus == want && allowed == want {
+            Ok(cgroup)
+        } else {
+            Err(format!(
+                "cpuset.cpus {cpus:?}, Cpus_allowed_list {allowed:?} in {cgroup}"
+            ))
+        }
+    })
+    .await
+}
+
+fn state_file(root: &Path) -> String {
+    std::fs::read_to_string(root.join("cpu_manager_state")).unwrap()
+}
+
+/// The state file as Go writes it: the fields in Go's order, the checksum a number.
+fn assert_go_state(text: &str, default: &str, entries: Option<&str>) {
+    let json: Value = serde_json::from_str(text).unwrap();
+    let entries = entries.map_or(String::new(), |e| format!(r#","entries":{e}"#));
+    let head =
+        format!(r#"{{"policyName":"static","defaultCpuSet":"{default}"{entries},"checksum":"#);
+    assert!(text.starts_with(&head), "{text}\nwanted it to start {head}");
+    assert!(json["checksum"].is_u64(), "{text}");
+    assert_eq!(text, format!("{head}{}}}", json["checksum"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_policy_pins_a_guaranteed_container_and_survives_a_restart() {
+    let node = KubeletNode::start_on_with_args(
+        "cpuman",
+        ferrolet_integration::pods::CriNode::start("cpuman").await,
+        CONFIG,
+        &[],
+    )
+    .await;
+    scenario(node, 340_000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_policy_pins_a_guaranteed_container_and_survives_a_restart_on_containerd_cri() {
+    let node = KubeletNode::start_on_with_args(
+        "cd-cpuman",
+        ferrolet_integration::containerd_cri::ContainerdCriNode::start("cd-cpuman").await,
+        CONFIG,
+        &[],
+    )
+    .await;
+    scenario(node, 350_000).await;
+}
+
+async fn scenario<N: RuntimeNode>(mut node: KubeletNode<N>, base: u32) {
+    assert_eq!(
+        std::thread::available_parallelism().unwrap().get(),
+        2,
+        "this test expects the 2-CPU VM"
+    );
+    let marker = |k: u32| format!("sleep {}", base + k);
+    let root = node.root_dir();
+    // Go writes the file at start-up: everything shared, nothing assigned.
+    assert_go_state(&state_file(&root), "0-1", None);
+
+    // A BestEffort pod first: it starts on every CPU, then shrinks once CPU 1 is taken.
+    node.write_manifest("e.yaml", &pod_yaml("besteffort", "{}", &marker(0)));
+    node.wait_running("besteffort").await;
+    wait_cpuset(&marker(0), "0-1").await;
+    node.write_manifest("g.yaml", &pod_yaml("pinned", PINNED, &marker(1)));
+    node.write_manifest(
+        "b.yaml",
+        &pod_yaml("burstable", "{requests: {cpu: 100m}}", &marker(2)),
+    );
+    let pinned = node.wait_running("pinned").await;
+    let uid = pod_uid(&pinned).to_string();
+    node.wait_running("burstable").await;
+    let kubepods = format!("{}/kubepods", node.cgroup_root);
+    let g_cgroup = wait_cpuset(&marker(1), "1").await;
+    assert!(
+        g_cgroup.starts_with(&format!("{kubepods}/pod{uid}/")),
+        "the pinned container's cgroup {g_cgroup} is not under its pod's"
+    );
+    let e_cgroup = wait_cpuset(&marker(0), "0").await;
+    let b_cgroup = wait_cpuset(&marker(2), "0").await;
+    println!("cpusets: pinned {g_cgroup} = 1, besteffort {e_cgroup} = 0, burstable {b_cgroup} = 0");
+    let state = state_file(&root);
+    println!("state file: {state}");
+    assert_go_state(&state, "0", Some(&format!(r#"{{"{uid}":{{"main":"1"}}}}"#)));
+
+    // No CPU left to give: a second Guaranteed pod is refused as Go refuses it.
+    node.write_manifest("g2.yaml", &pod_yaml("pinned-too", PINNED, &marker(3)));
+    let refused = node
+        .wait_pod("pinned-too", |p| pod_phase(p) == "Failed", LONG)
+        .await;
+    assert_eq!(refused["status"]["reason"], "UnexpectedAdmissionError");
+    assert_eq!(
+        refused["status"]["message"],
+        "Pod was rejected: Allocate failed due to not enough cpus available to satisfy request, which is unexpected"
+    );
+    assert!(pids_with_cmdline(&marker(3)).is_empty());
+    node.remove_manifest("g2.yaml");
+    node.wait_pod_gone("pinned-too", LONG).await;
+    assert_eq!(state_file(&root), state, "a refused pod changed the state");
+
+    // ferrolet dies and comes back: the same file, the containers untouched and pinned.
+    let pids: Vec<u32> = (0..3).map(|k| pid_of(&marker(k))).collect();
+    node.kill_kubelet();
+    node.restart_kubelet().await;
+    node.wait_running("pinned").await;
+    // A few reconcile passes after the restart.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        state_file(&root),
+        state,
+        "the state changed across the restart"
+    );
+    let after: Vec<u32> = (0..3).map(|k| pid_of(&marker(k))).collect();
+    assert_eq!(after, pids, "containers were restarted");
+    assert_eq!(wait_cpuset(&marker(1), "1").await, g_cgroup);
+    wait_cpuset(&marker(0), "0").await;
+    wait_cpuset(&marker(2), "0").await;
+    // The restart's reconcile pass sent every container its cpuset alone: the rest of its
+    // resources are as they were created.
+    let pid = pid_of(&marker(1));
+    assert_eq!(
+        cgroup_file(pid, "memory", "memory.limit_in_bytes"),
+        "67108864"
+    );
+    assert_eq!(cgroup_file(pid, "cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(cgroup_file(pid, "cpu", "cpu.shares"), "1024");
+
+    // Deleting the Guaranteed pod gives CPU 1 back to everyone else.
+    node.remove_manifest("g.yaml");
+    node.wait_pod_gone("pinned", LONG).await;
+    poll("CPU 1 back in the shared pool", LONG, || async {
+        let text = state_file(&root);
+        if text.starts_with(r#"{"policyName":"static","defaultCpuSet":"0-1","checksum":"#) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await;
+    let freed = state_file(&root);
+    println!("state file after the deletion: {freed}");
+    assert_go_state(&freed, "0-1", None);
+    wait_cpuset(&marker(0), "0-1").await;
+    wait_cpuset(&marker(2), "0-1").await;
+    let log = node.kubelet_log();
+    assert!(
+        !log.contains("cpu manager: failed to update container"),
+        "an update failed:\n{log}"
+    );
+    node.teardown().await;
+}
+
+/// ferrolet with `cpuManagerPolicy: static` on a root dir whose state file the `none` policy
+/// wrote (a policy switched without draining): it refuses to start, with Go's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_of_another_policy_is_refused() {
+    let cri = CriNode::start("cpuman-refused").await;
+    let scratch = Scratch::new("kubelet-cpuman-refused");
+    let root = scratch.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let state = root.join("cpu_manager_state");
+    // What Go (and ferrolet) write with the `none` policy.
+    std::fs::write(
+        &state,
+        r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#,
+    )
+    .unwrap();
+    let config = scratch.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         cgroupsPerQOS: false\n\
+         enforceNodeAllocatable: []\n\
+         enableServer: false\n\
+         healthzPort: 0\n\
+         readOnlyPort: 0\n\
+         cpuManagerPolicy: static\n\
+         reservedSystemCPUs: \"0\"\n",
+    )
+    .unwrap();
+    let log = scratch.path().join("ferrolet.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let err = out.try_clone().unwrap();
+    let mut child = Command::new(workspace_binary("ferrolet"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--root-dir")
+        .arg(&root)
+        .arg("--container-runtime-endpoint")
+        .arg(cri.cri.endpoint())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + LONG;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ferrolet still runs after {LONG:?}:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "ferrolet started:\n{text}");
+    let want = format!(
+        "start cpu manager error: could not restore state from checkpoint: configured policy \
+         \"static\" differs from state checkpoint policy \"none\", please drain this node and \
+         delete the CPU manager checkpoint file {state:?} before restarting Kubelet"
+    );
+    assert!(text.contains(&want), "no {want:?} in:\n{text}");
+    println!("refused: {want}");
+    // The file stays as it was, for the operator to act on.
+    assert_eq!(
+        std::fs::read_to_string(&state).unwrap(),
+        r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#
+    );
+    cri.teardown().await;
+}

@@ -1,0 +1,289 @@
+//! The static CPU manager at the points Go's kubelet calls it: admission allocates each
+//! container's CPUs (init containers first), a container is created with its cpuset and then
+//! recorded, and a loop every `cpuManagerReconcilePeriod` drops the state of pods that are
+//! gone (which returns their CPUs to the shared pool) and pushes changed cpusets to running
+//! containers with UpdateContainerResources. The manager writes its state file, so it is
+//! only locked in blocking tasks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ferrolet_proto::cri::{ContainerState, LinuxContainerResources};
+
+use super::Kubelet;
+use crate::admission::{Rejection, unexpected_admission_error};
+use crate::cm::cpu_manager::{CpuManager, CpuManagerError, RunningContainer};
+use crate::types::{Pod, RuntimePod, uid_of};
+
+type Shared = Arc<Mutex<CpuManager>>;
+
+/// Runs `f` on the manager in a blocking task; an error if the task panicked.
+async fn with_manager<R: Send + 'static>(
+    cpu: &Shared,
+    f: impl FnOnce(&mut CpuManager) -> R + Send + 'static,
+) -> Result<R, tokio::task::JoinError> {
+    let cpu = cpu.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut m = cpu.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut m)
+    })
+    .await
+}
+
+/// The running containers of the `active` pods in the runtime's view, as the reconcile
+/// pass sees them: per container name only the newest counts (Go reads the pod status, which
+/// shows the latest), and an exited one is skipped (it keeps its CPUs until its pod goes).
+fn running_containers(active: &[Arc<Pod>], runtime: &[RuntimePod]) -> Vec<RunningContainer> {
+    let wanted: BTreeMap<String, BTreeSet<&str>> = active
+        .iter()
+        .map(|p| {
+            let names = p.spec.iter().flat_map(|s| {
+                s.init_containers
+                    .iter()
+                    .flatten()
+                    .chain(&s.containers)
+                    .map(|c| c.name.as_str())
+            });
+            (uid_of(p), names.collect())
+        })
+        .collect();
+    let mut running = Vec::new();
+    for pod in runtime {
+        let Some(names) = wanted.get(&pod.uid) else {
+            continue;
+        };
+        let mut newest = pod.containers.iter().collect::<Vec<_>>();
+        newest.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let mut seen = BTreeSet::new();
+        for c in newest {
+            if !names.contains(c.name.as_str()) || !seen.insert(c.name.as_str()) {
+                continue;
+            }
+            if c.state == ContainerState::ContainerRunning {
+                running.push(RunningContainer {
+                    pod_uid: pod.uid.clone(),
+                    container_name: c.name.clone(),
+                    container_id: c.id.clone(),
+                });
+            }
+        }
+    }
+    running
+}
+
+impl Kubelet {
+    /// The pods whose containers keep their CPUs (Go's `GetActivePods`): admitted and not
+    /// yet terminated; a finished one only while it is still being killed.
+    fn cpu_active_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|s| !s.rejected && !s.terminated)
+            .filter(|s| {
+                s.terminating
+                    || !s
+                        .status
+                        .phase
+                        .as_deref()
+                        .is_some_and(crate::status::phase::is_terminal)
+            })
+            .map(|s| s.pod.clone())
+            .collect()
+    }
+
+    /// The active pods when every source has been seen, else None: before that a live pod
+    /// may just not be listed yet and must not lose its CPUs (Go's `removeStaleState`).
+    fn cpu_stale_check(&self, admitting: Option<&Arc<Pod>>) -> Option<Vec<Arc<Pod>>> {
+        if !self.sources_ready.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut active = self.cpu_active_pods();
+        if let Some(pod) = admitting
+            && !active.iter().any(|p| Arc::ptr_eq(p, pod))
+        {
+            active.push(pod.clone());
+        }
+        Some(active)
+    }
+
+    /// Admission's CPU allocation (Go's topology manager admit handler with the `none`
+    /// topology policy, calling the CPU manager's `Allocate` for each init and then app
+    /// container); a failure rejects the pod with Go's `UnexpectedAdmissionError`.
+    pub(super) async fn allocate_cpus(&self, pod: &Arc<Pod>) -> Result<(), Rejection> {
+        let Some(cpu) = &self.cpu else {
+            return Ok(());
+        };
+        let active = self.cpu_stale_check(Some(pod));
+        let pod = pod.clone();
+        let allocated = with_manager(cpu, move |m| {
+            if let Some(active) = &active {
+                m.remove_stale_state(active.iter().map(AsRef::as_ref));
+            }
+            let containers = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
+            for c in containers {
+                m.allocate(&pod, c)?;
+            }
+            Ok::<(), CpuManagerError>(())
+        })
+        .await;
+        match allocated {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(unexpected_admission_error(&e)),
+            Err(e) => Err(unexpected_admission_error(&e)),
+        }
+    }
+
+    /// The cpuset a container of pod `uid` is created with, CRI's `cpuset_cpus`: its
+    /// exclusive CPUs, else the shared pool (Go's `PreCreateContainer`). None without the
+    /// static policy.
+    pub(crate) async fn container_cpuset(&self, uid: &str, container: &str) -> Option<String> {
+        let cpu = self.cpu.as_ref()?;
+        let (uid, container) = (uid.to_string(), container.to_string());
+        with_manager(cpu, move |m| {
+            m.container_cpuset(&uid, &container).map(|s| s.to_string())
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// Records a container just created with [`Kubelet::container_cpuset`] (Go's
+    /// `PreStartContainer` → `AddContainer`), so the reconcile loop knows what it was given.
+    pub(crate) async fn cpu_container_created(&self, uid: &str, container: &str, id: &str) {
+        let Some(cpu) = &self.cpu else {
+            return;
+        };
+        let (uid, container, id) = (uid.to_string(), container.to_string(), id.to_string());
+        let _ = with_manager(cpu, move |m| m.add_container(&uid, &container, &id)).await;
+    }
+
+    /// Starts the CPU manager's reconcile loop (Go's `reconcileState` every
+    /// `cpuManagerReconcilePeriod`, the first at once); it ends with the runtime.
+    pub(super) fn spawn_cpu_reconcile(self: &Arc<Self>) {
+        let Some(cpu) = self.cpu.clone() else {
+            return;
+        };
+        let period = self.config.cpu_manager_reconcile_period;
+        tracing::info!(?period, "cpu manager: reconciling");
+        let kubelet = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                kubelet.reconcile_cpus(&cpu).await;
+            }
+        });
+    }
+
+    /// One reconcile pass: stale state dropped (once the sources are ready), then every
+    /// running container of an active pod given its cpuset where it differs from what it was
+    /// last given; a failed update is retried next pass.
+    async fn reconcile_cpus(&self, cpu: &Shared) {
+        let active = self.cpu_active_pods();
+        let stale_check = self.cpu_stale_check(None);
+        let running = running_containers(&active, &self.pleg.all());
+        let targets = with_manager(cpu, move |m| {
+            if let Some(active) = &stale_check {
+                m.remove_stale_state(active.iter().map(AsRef::as_ref));
+            }
+            m.reconcile_targets(&running)
+        })
+        .await
+        .unwrap_or_default();
+        let mut failed = Vec::new();
+        for (id, cpus) in targets {
+            let linux = LinuxContainerResources {
+                cpuset_cpus: cpus.to_string(),
+                ..Default::default()
+            };
+            match self.cri.update_container_resources(&id, linux).await {
+                Ok(()) => {
+                    tracing::debug!(container_id = %id, cpuset = %cpus, "cpu manager: container cpuset updated")
+                }
+                Err(e) => {
+                    tracing::warn!(container_id = %id, cpuset = %cpus, error = %e, "cpu manager: failed to update container");
+                    failed.push(id);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let _ = with_manager(cpu, move |m| {
+                for id in &failed {
+                    m.update_failed(id);
+                }
+            })
+            .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::types::RuntimeContainer;
+
+    fn pod(uid: &str, containers: &[&str]) -> Arc<Pod> {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": uid, "uid": uid},
+            "spec": {
+                "initContainers": [{"name": "init"}],
+                "containers": containers.iter().map(|c| serde_json::json!({"name": c})).collect::<Vec<_>>(),
+            },
+        }))
+        .unwrap();
+        p.metadata.namespace = Some("default".into());
+        Arc::new(p)
+    }
+
+    fn container(id: &str, name: &str, created_at: i64, state: ContainerState) -> RuntimeContainer {
+        RuntimeContainer {
+            id: id.into(),
+            name: name.into(),
+            created_at,
+            state,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reconcile_sees_the_newest_running_container_of_active_pods() {
+        use ContainerState::{ContainerExited as Exited, ContainerRunning as Running};
+        let runtime = vec![
+            RuntimePod {
+                uid: "a".into(),
+                containers: vec![
+                    container("init-1", "init", 1, Exited),
+                    container("main-1", "main", 2, Exited),
+                    container("main-2", "main", 3, Running),
+                    // Restarted and exited since: its CPUs wait for the next start.
+                    container("side-2", "side", 5, Exited),
+                    container("side-1", "side", 4, Running),
+                    // Not in the spec (an old spec's container): left alone.
+                    container("old-1", "old", 1, Running),
+                ],
+                ..Default::default()
+            },
+            // A pod no longer active.
+            RuntimePod {
+                uid: "gone".into(),
+                containers: vec![container("g-1", "main", 1, Running)],
+                ..Default::default()
+            },
+        ];
+        let running = running_containers(&[pod("a", &["main", "side"])], &runtime);
+        let ids: Vec<(&str, &str)> = running
+            .iter()
+            .map(|r| (r.container_name.as_str(), r.container_id.as_str()))
+            .collect();
+        assert_eq!(ids, [("main", "main-2")]);
+        assert!(running.iter().all(|r| r.pod_uid == "a"));
+    }
+}
