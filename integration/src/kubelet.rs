@@ -164,6 +164,12 @@ impl KubeletNode<CriNode> {
         Self::start_with(name, KubeletOptions::default()).await
     }
 
+    /// A node on ferrolet-cri with `extra_config` appended to the harness's
+    /// KubeletConfiguration.
+    pub async fn start_with_config(name: &str, extra_config: &str) -> Self {
+        Self::start_on(name, CriNode::start(name).await, extra_config).await
+    }
+
     /// A node on ferrolet-cri with `opts`; returns once ferrolet's healthz answers.
     pub async fn start_with(name: &str, opts: KubeletOptions) -> Self {
         let node = CriNode::start_with(name, opts.cri).await;
@@ -183,8 +189,14 @@ impl KubeletNode<ContainerdCriNode> {
     /// A node on containerd's own CRI plugin (a private containerd for this test), with the
     /// harness's defaults.
     pub async fn start_on_containerd(name: &str) -> Self {
+        Self::start_on_containerd_with_config(name, "").await
+    }
+
+    /// [`KubeletNode::start_on_containerd`] with `extra_config` appended to the harness's
+    /// KubeletConfiguration.
+    pub async fn start_on_containerd_with_config(name: &str, extra_config: &str) -> Self {
         let node = ContainerdCriNode::start(name).await;
-        Self::start_on(name, node, "").await
+        Self::start_on(name, node, extra_config).await
     }
 }
 

@@ -134,25 +134,13 @@ fn guaranteed_yaml(first: &str, second: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qos_and_pod_cgroups_with_go_s_values() {
-    let node = KubeletNode::start_on_with_args(
-        "cgroups",
-        ferrolet_integration::pods::CriNode::start("cgroups").await,
-        CONFIG,
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_with_config("cgroups", CONFIG).await;
     scenario(node, 310_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qos_and_pod_cgroups_with_go_s_values_on_containerd_cri() {
-    let node = KubeletNode::start_on_with_args(
-        "cd-cgroups",
-        ferrolet_integration::containerd_cri::ContainerdCriNode::start("cd-cgroups").await,
-        CONFIG,
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_on_containerd_with_config("cd-cgroups", CONFIG).await;
     scenario(node, 320_000).await;
 }
 
@@ -290,13 +278,7 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
 /// `cleanupOrphanedPodCgroups` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
-    let mut node = KubeletNode::start_on_with_args(
-        "cgroups-kill9",
-        ferrolet_integration::pods::CriNode::start("cgroups-kill9").await,
-        "",
-        &[],
-    )
-    .await;
+    let mut node = KubeletNode::start_with_config("cgroups-kill9", "").await;
     let kubepods = format!("{}/kubepods", node.cgroup_root);
     let mut paths = Vec::new();
     for (i, name) in ["orphan-a", "orphan-b"].into_iter().enumerate() {
@@ -362,13 +344,7 @@ fn cpu_used(path: &str) -> u64 {
 /// else the machine runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burstable_pod_gets_its_cpu_request_beside_a_best_effort_hog() {
-    let node = KubeletNode::start_on_with_args(
-        "cgroups-cpu",
-        ferrolet_integration::pods::CriNode::start("cgroups-cpu").await,
-        "",
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_with_config("cgroups-cpu", "").await;
     let kubepods = format!("{}/kubepods", node.cgroup_root);
     let burn = |tag: &str| format!(": {tag}; while :; do :; done & while :; do :; done & wait");
     node.write_manifest("hog.yaml", &pod_yaml("hog", "{}", &burn("hog-340000")));
@@ -558,25 +534,13 @@ async fn wait_oom_killed<N: RuntimeNode>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_kills_are_reported_oom_killed() {
-    let node = KubeletNode::start_on_with_args(
-        "oom",
-        ferrolet_integration::pods::CriNode::start("oom").await,
-        "",
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_with_config("oom", "").await;
     oom_scenario(node, "sleep 350000").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_kills_are_reported_oom_killed_on_containerd_cri() {
-    let node = KubeletNode::start_on_with_args(
-        "cd-oom",
-        ferrolet_integration::containerd_cri::ContainerdCriNode::start("cd-oom").await,
-        "",
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_on_containerd_with_config("cd-oom", "").await;
     oom_scenario(node, "sleep 350001").await;
 }
 

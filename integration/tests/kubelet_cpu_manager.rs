@@ -123,25 +123,13 @@ fn assert_go_state(text: &str, default: &str, entries: Option<&str>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_policy_pins_a_guaranteed_container_and_survives_a_restart() {
-    let node = KubeletNode::start_on_with_args(
-        "cpuman",
-        ferrolet_integration::pods::CriNode::start("cpuman").await,
-        CONFIG,
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_with_config("cpuman", CONFIG).await;
     scenario(node, 340_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_policy_pins_a_guaranteed_container_and_survives_a_restart_on_containerd_cri() {
-    let node = KubeletNode::start_on_with_args(
-        "cd-cpuman",
-        ferrolet_integration::containerd_cri::ContainerdCriNode::start("cd-cpuman").await,
-        CONFIG,
-        &[],
-    )
-    .await;
+    let node = KubeletNode::start_on_containerd_with_config("cd-cpuman", CONFIG).await;
     scenario(node, 350_000).await;
 }
 
