@@ -14,6 +14,7 @@ use ferrolet_proto::cri::{ContainerState, LinuxContainerResources};
 use super::Kubelet;
 use crate::admission::{Rejection, unexpected_admission_error};
 use crate::cm::cpu_manager::{CpuManager, CpuManagerError, RunningContainer};
+use crate::podspec::init_and_app_containers;
 use crate::types::{Pod, RuntimePod, uid_of};
 
 type Shared = Arc<Mutex<CpuManager>>;
@@ -38,13 +39,11 @@ fn running_containers(active: &[Arc<Pod>], runtime: &[RuntimePod]) -> Vec<Runnin
     let wanted: BTreeMap<String, BTreeSet<&str>> = active
         .iter()
         .map(|p| {
-            let names = p.spec.iter().flat_map(|s| {
-                s.init_containers
-                    .iter()
-                    .flatten()
-                    .chain(&s.containers)
-                    .map(|c| c.name.as_str())
-            });
+            let names = p
+                .spec
+                .iter()
+                .flat_map(init_and_app_containers)
+                .map(|c| c.name.as_str());
             (uid_of(p), names.collect())
         })
         .collect();
@@ -93,17 +92,16 @@ impl Kubelet {
             .collect()
     }
 
-    /// The active pods when every source has been seen, else None: before that a live pod
-    /// may just not be listed yet and must not lose its CPUs (Go's `removeStaleState`).
-    fn cpu_stale_check(&self, admitting: Option<&Arc<Pod>>) -> Option<Vec<Arc<Pod>>> {
+    /// The active pods and the one being admitted when every source has been seen, else
+    /// None: before that a live pod may just not be listed yet and must not lose its CPUs
+    /// (Go's `removeStaleState`).
+    fn cpu_stale_check(&self, admitting: &Arc<Pod>) -> Option<Vec<Arc<Pod>>> {
         if !self.sources_ready.load(Ordering::Relaxed) {
             return None;
         }
         let mut active = self.cpu_active_pods();
-        if let Some(pod) = admitting
-            && !active.iter().any(|p| Arc::ptr_eq(p, pod))
-        {
-            active.push(pod.clone());
+        if !active.iter().any(|p| Arc::ptr_eq(p, admitting)) {
+            active.push(admitting.clone());
         }
         Some(active)
     }
@@ -115,17 +113,13 @@ impl Kubelet {
         let Some(cpu) = &self.cpu else {
             return Ok(());
         };
-        let active = self.cpu_stale_check(Some(pod));
+        let active = self.cpu_stale_check(pod);
         let pod = pod.clone();
         let allocated = with_manager(cpu, move |m| {
             if let Some(active) = &active {
                 m.remove_stale_state(active.iter().map(AsRef::as_ref));
             }
-            let containers = pod
-                .spec
-                .iter()
-                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
-            for c in containers {
+            for c in pod.spec.iter().flat_map(init_and_app_containers) {
                 m.allocate(&pod, c)?;
             }
             Ok::<(), CpuManagerError>(())
@@ -186,8 +180,9 @@ impl Kubelet {
     /// last given; a failed update is retried next pass.
     async fn reconcile_cpus(&self, cpu: &Shared) {
         let active = self.cpu_active_pods();
-        let stale_check = self.cpu_stale_check(None);
         let running = running_containers(&active, &self.pleg.all());
+        // Before every source has been seen a live pod may not be listed yet.
+        let stale_check = self.sources_ready.load(Ordering::Relaxed).then_some(active);
         let targets = with_manager(cpu, move |m| {
             if let Some(active) = &stale_check {
                 m.remove_stale_state(active.iter().map(AsRef::as_ref));

@@ -29,7 +29,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use ferrolet_proto::cri;
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
 
 use crate::types::Pod;
 
@@ -38,6 +38,14 @@ pub use dns::hostname_and_domain;
 pub use env::container_env;
 pub use env_sources::{EnvObjects, env_references};
 pub use hash::container_hash;
+
+/// The spec's init containers, then its app containers (no ephemeral ones), in spec order.
+pub fn init_and_app_containers(spec: &PodSpec) -> impl Iterator<Item = &Container> {
+    spec.init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+}
 pub use sandbox::sandbox_config;
 
 /// Node-wide inputs.

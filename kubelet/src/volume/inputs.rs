@@ -302,11 +302,7 @@ pub fn pod_references(pod: &Pod) -> VolumeReferences {
     for s in spec.image_pull_secrets.iter().flatten() {
         out.secret(&s.name);
     }
-    let envs = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(spec.containers.iter())
+    let envs = crate::podspec::init_and_app_containers(spec)
         .map(|c| (&c.env, &c.env_from))
         .chain(
             spec.ephemeral_containers

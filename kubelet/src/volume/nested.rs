@@ -38,11 +38,7 @@ pub(crate) fn nested_mount_points(name: &str, pod: &Pod) -> Result<Vec<String>, 
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(Vec::new());
     };
-    let containers = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
+    let containers = crate::podspec::init_and_app_containers(spec)
         .map(|c| c.volume_mounts.as_deref())
         .chain(
             spec.ephemeral_containers

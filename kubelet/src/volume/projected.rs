@@ -103,12 +103,7 @@ pub fn payload(
 pub fn fs_user(pod: &Pod) -> Option<i64> {
     let spec: &PodSpec = pod.spec.as_ref()?;
     let mut common = None;
-    for c in spec
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&spec.containers)
-    {
+    for c in crate::podspec::init_and_app_containers(spec) {
         let user = crate::podspec::security::effective_security_context(pod, c).run_as_user?;
         if common.is_some_and(|u| u != user) {
             return None;

@@ -277,11 +277,7 @@ impl CpuManager {
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
             let names = active.entry(uid).or_default();
             if let Some(spec) = &pod.spec {
-                let all = spec
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .chain(&spec.containers);
+                let all = crate::podspec::init_and_app_containers(spec);
                 names.extend(all.map(|c| c.name.as_str()));
             }
         }
