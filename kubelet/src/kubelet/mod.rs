@@ -134,8 +134,8 @@ pub struct Kubelet {
     /// Only blocking tasks lock it (it writes its state file).
     pub(crate) cpu: Option<Arc<Mutex<crate::cm::cpu_manager::CpuManager>>>,
     /// Every pod source has sent its pods once, counted after the update that completes
-    /// them has been handled (Go's `sourcesReady`): the CPU manager drops the state of pods
-    /// it does not see only from then on.
+    /// them has been handled (Go's `sourcesReady`): housekeeping and the CPU manager drop
+    /// what belongs to pods they do not see only from then on.
     pub(crate) sources_ready: AtomicBool,
 }
 
@@ -415,7 +415,7 @@ impl Kubelet {
                     self.crash_backoff.gc(now);
                     self.images.gc_backoff(now);
                     // Until every source has spoken, a running pod may just not be listed yet.
-                    if config.seen_all(&self.sources()) {
+                    if self.sources_ready.load(Ordering::Relaxed) {
                         gc.set_sources_ready();
                         self.housekeeping(&workers, &mut last_qos_update).await;
                         self.sync_mirror_pods().await;
