@@ -981,6 +981,28 @@ pub fn image(name: &str) -> String {
     format!("{OPEN_REGISTRY}/ferrolet/{name}:{}", crate::testimages::TAG)
 }
 
+/// A busybox pod `name` whose one container `main` runs `script` with `resources` (a YAML
+/// flow mapping, e.g. `{requests: {cpu: 500m}}`), stopped within 1 s.
+pub fn resources_pod(name: &str, resources: &str, script: &str) -> String {
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+        spec:
+          terminationGracePeriodSeconds: 1
+          containers:
+          - name: main
+            image: {image}
+            command: {command}
+            resources: {resources}
+        "#,
+        image = image("busybox"),
+        command = sh(script),
+    )
+}
+
 /// `["sh", "-c", <script>]` as a YAML flow sequence (JSON strings are YAML scalars), for a
 /// container's `command:`.
 pub fn sh(script: &str) -> String {

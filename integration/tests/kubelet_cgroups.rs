@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
     KubeletNode, RuntimeNode, container_id, container_status, image, init_container_status,
-    pod_phase, pod_uid, sh, terminated,
+    pod_phase, pod_uid, resources_pod, sh, terminated,
 };
 use ferrolet_integration::pods::{LONG, cgroup_of, pids_with_cmdline};
 use serde_json::Value;
@@ -85,26 +85,6 @@ fn online_cpus() -> i64 {
     std::thread::available_parallelism().unwrap().get() as i64
 }
 
-fn pod_yaml(name: &str, resources: &str, script: &str) -> String {
-    format!(
-        r#"
-        apiVersion: v1
-        kind: Pod
-        metadata:
-          name: {name}
-        spec:
-          terminationGracePeriodSeconds: 1
-          containers:
-          - name: main
-            image: {image}
-            command: {command}
-            resources: {resources}
-        "#,
-        image = image("busybox"),
-        command = sh(script),
-    )
-}
-
 /// A Guaranteed pod of two containers with a pod overhead (as a RuntimeClass would set it).
 fn guaranteed_yaml(first: &str, second: &str) -> String {
     format!(
@@ -165,15 +145,15 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     node.write_manifest("g.yaml", &guaranteed_yaml(&marker(0), &marker(5)));
     node.write_manifest(
         "b.yaml",
-        &pod_yaml("burstable", "{requests: {cpu: 500m}}", &marker(1)),
+        &resources_pod("burstable", "{requests: {cpu: 500m}}", &marker(1)),
     );
-    node.write_manifest("e.yaml", &pod_yaml("besteffort", "{}", &marker(2)));
+    node.write_manifest("e.yaml", &resources_pod("besteffort", "{}", &marker(2)));
     // A fork loop in a pod of its own: the inner shell forks until the pod's 64 processes are
     // reached and gives up; its children stay with the container's init, which then becomes
     // a sleep without forking.
     node.write_manifest(
         "f.yaml",
-        &pod_yaml(
+        &resources_pod(
             "forker",
             "{}",
             &format!(
@@ -286,7 +266,7 @@ async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
             &format!("{name}.yaml"),
             // A grace period longer than the trap's sleep, so that the containers (and
             // so the cgroups) outlive the kill below however fast the deletion starts.
-            &pod_yaml(
+            &resources_pod(
                 name,
                 "{requests: {cpu: 100m}}",
                 &format!("trap 'sleep 6; exit 0' TERM; sleep {} & wait", 330_000 + i),
@@ -347,10 +327,10 @@ async fn a_burstable_pod_gets_its_cpu_request_beside_a_best_effort_hog() {
     let node = KubeletNode::start_with_config("cgroups-cpu", "").await;
     let kubepods = format!("{}/kubepods", node.cgroup_root);
     let burn = |tag: &str| format!(": {tag}; while :; do :; done & while :; do :; done & wait");
-    node.write_manifest("hog.yaml", &pod_yaml("hog", "{}", &burn("hog-340000")));
+    node.write_manifest("hog.yaml", &resources_pod("hog", "{}", &burn("hog-340000")));
     node.write_manifest(
         "want.yaml",
-        &pod_yaml("want", "{requests: {cpu: 500m}}", &burn("want-340001")),
+        &resources_pod("want", "{requests: {cpu: 500m}}", &burn("want-340001")),
     );
     let hog = node.wait_running("hog").await;
     let want = node.wait_running("want").await;

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ferrolet_integration::cri::poll;
-use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, image, pod_phase, pod_uid, sh};
+use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, pod_phase, pod_uid, resources_pod};
 use ferrolet_integration::pods::{CriNode, LONG, cgroup_of, pids_with_cmdline};
 use ferrolet_integration::scratch::Scratch;
 use ferrolet_integration::workspace_binary;
@@ -25,26 +25,6 @@ const CONFIG: &str = "cpuManagerPolicy: static
 reservedSystemCPUs: \"0\"
 cpuManagerReconcilePeriod: 1s
 ";
-
-fn pod_yaml(name: &str, resources: &str, script: &str) -> String {
-    format!(
-        r#"
-        apiVersion: v1
-        kind: Pod
-        metadata:
-          name: {name}
-        spec:
-          terminationGracePeriodSeconds: 1
-          containers:
-          - name: main
-            image: {image}
-            command: {command}
-            resources: {resources}
-        "#,
-        image = image("busybox"),
-        command = sh(script),
-    )
-}
 
 const PINNED: &str = "{requests: {cpu: 1, memory: 64Mi}, limits: {cpu: 1, memory: 64Mi}}";
 
@@ -145,13 +125,13 @@ async fn scenario<N: RuntimeNode>(mut node: KubeletNode<N>, base: u32) {
     assert_go_state(&state_file(&root), "0-1", None);
 
     // A BestEffort pod first: it starts on every CPU, then shrinks once CPU 1 is taken.
-    node.write_manifest("e.yaml", &pod_yaml("besteffort", "{}", &marker(0)));
+    node.write_manifest("e.yaml", &resources_pod("besteffort", "{}", &marker(0)));
     node.wait_running("besteffort").await;
     wait_cpuset(&marker(0), "0-1").await;
-    node.write_manifest("g.yaml", &pod_yaml("pinned", PINNED, &marker(1)));
+    node.write_manifest("g.yaml", &resources_pod("pinned", PINNED, &marker(1)));
     node.write_manifest(
         "b.yaml",
-        &pod_yaml("burstable", "{requests: {cpu: 100m}}", &marker(2)),
+        &resources_pod("burstable", "{requests: {cpu: 100m}}", &marker(2)),
     );
     let pinned = node.wait_running("pinned").await;
     let uid = pod_uid(&pinned).to_string();
@@ -170,7 +150,7 @@ async fn scenario<N: RuntimeNode>(mut node: KubeletNode<N>, base: u32) {
     assert_go_state(&state, "0", Some(&format!(r#"{{"{uid}":{{"main":"1"}}}}"#)));
 
     // No CPU left to give: a second Guaranteed pod is refused as Go refuses it.
-    node.write_manifest("g2.yaml", &pod_yaml("pinned-too", PINNED, &marker(3)));
+    node.write_manifest("g2.yaml", &resources_pod("pinned-too", PINNED, &marker(3)));
     let refused = node
         .wait_pod("pinned-too", |p| pod_phase(p) == "Failed", LONG)
         .await;
