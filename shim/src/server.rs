@@ -24,7 +24,7 @@ pub enum ServeError {
 }
 
 /// Serves CRI on `endpoint` until `shutdown` resolves, then gives in-flight calls `grace` to
-/// finish. The socket file is removed on the way out. Clients may send any `:authority` unless
+/// finish. The socket file is removed on the way out, unless another server has replaced it. Clients may send any `:authority` unless
 /// `accept_any_authority` is false.
 pub async fn serve(
     endpoint: &str,
@@ -35,8 +35,7 @@ pub async fn serve(
     grace: Duration,
     accept_any_authority: bool,
 ) -> Result<(), ServeError> {
-    let listener = transport::bind(endpoint, mode)?;
-    let path = transport::socket_path(endpoint)?;
+    let (listener, socket) = transport::bind_owned(endpoint, mode)?;
     tracing::info!(
         endpoint,
         mode = format!("{mode:o}"),
@@ -65,9 +64,10 @@ pub async fn serve(
             }
         }
     };
-    if let Err(e) = std::fs::remove_file(&path)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
+    // Only while the path is still our socket: a successor may have taken it over while we
+    // drained, and its socket must stay.
+    let path = socket.path().to_path_buf();
+    if let Err(e) = socket.remove() {
         tracing::warn!(path = %path.display(), error = %e, "removing the CRI socket");
     }
     result

@@ -8,7 +8,7 @@ pub use authority::AuthorityRewrite;
 pub use hpack::HpackError;
 
 use std::io;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use tokio::net::{UnixListener, UnixStream};
@@ -85,9 +85,52 @@ pub async fn connect(endpoint: &str) -> Result<Channel, TransportError> {
         .map_err(|source| TransportError::Connect { path, source })
 }
 
+/// The socket file a server placed, known by its inode and change time (a freed inode number
+/// is reused at once): a server that stops removes its path only while the path is still that
+/// file, so a successor that took the path over while this one drained keeps its socket.
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    identity: (u64, u64, i64, i64),
+}
+
+fn identity(meta: &std::fs::Metadata) -> (u64, u64, i64, i64) {
+    (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec())
+}
+
+impl SocketFile {
+    /// The path the socket was placed at.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the path if it is still this socket; a missing path, or another file there, is
+    /// left alone.
+    pub fn remove(self) -> Result<(), TransportError> {
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(meta) if identity(&meta) == self.identity => {
+                match std::fs::remove_file(&self.path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                        Err(io_err("removing", &self.path)(e))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_err("inspecting", &self.path)(e)),
+        }
+    }
+}
+
 /// Binds a unix socket at `endpoint` with the given mode, owning the path: the parent directory
 /// is created, a stale socket from a dead server is removed, a live one is refused.
 pub fn bind(endpoint: &str, mode: u32) -> Result<UnixListener, TransportError> {
+    bind_owned(endpoint, mode).map(|(listener, _)| listener)
+}
+
+/// As [`bind`], with the [`SocketFile`] to remove when the server stops.
+pub fn bind_owned(endpoint: &str, mode: u32) -> Result<(UnixListener, SocketFile), TransportError> {
     let path = socket_path(endpoint)?;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(io_err("creating directory", parent))?;
@@ -102,14 +145,24 @@ pub fn bind(endpoint: &str, mode: u32) -> Result<UnixListener, TransportError> {
     ));
     let _ = std::fs::remove_file(&staging);
     let listener = UnixListener::bind(&staging).map_err(io_err("binding", &staging))?;
+    // The identity is read once the rename (which changes the ctime) has placed it.
     let placed = std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(mode))
         .map_err(io_err("setting mode of", &staging))
-        .and_then(|()| std::fs::rename(&staging, &path).map_err(io_err("renaming", &staging)));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&staging);
-        return Err(e);
+        .and_then(|()| std::fs::rename(&staging, &path).map_err(io_err("renaming", &staging)))
+        .and_then(|()| std::fs::symlink_metadata(&path).map_err(io_err("inspecting", &path)));
+    match placed {
+        Ok(meta) => {
+            let file = SocketFile {
+                path,
+                identity: identity(&meta),
+            };
+            Ok((listener, file))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&staging);
+            Err(e)
+        }
     }
-    Ok(listener)
 }
 
 fn remove_stale(path: &Path) -> Result<(), TransportError> {
@@ -191,6 +244,29 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(leftovers, vec![std::ffi::OsString::from("cri.sock")]);
+    }
+
+    #[tokio::test]
+    async fn a_stopping_server_leaves_its_successor_s_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cri.sock");
+        let endpoint = format!("unix://{}", path.display());
+
+        let (old, old_file) = bind_owned(&endpoint, DEFAULT_SOCKET_MODE).unwrap();
+        // The old server stops accepting while it drains; a successor takes the path over.
+        drop(old);
+        let (_new, new_file) = bind_owned(&endpoint, DEFAULT_SOCKET_MODE).unwrap();
+        old_file.remove().unwrap();
+        assert!(
+            std::os::unix::net::UnixStream::connect(&path).is_ok(),
+            "the successor's socket must survive the old server's exit"
+        );
+        new_file.remove().unwrap();
+        assert!(!path.exists());
+        // Twice, or after someone else removed it: nothing to do.
+        let (_l, file) = bind_owned(&endpoint, DEFAULT_SOCKET_MODE).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file.remove().unwrap();
     }
 
     #[test]
