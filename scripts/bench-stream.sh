@@ -3,7 +3,10 @@
 # against containerd's own CRI plugin, in one run: exec round trip of `true` (p50/p99, SPDY and
 # WebSocket) and port-forward throughput to httpd in the pod (MB/s, one connection and four),
 # each runtime's table, then both side by side with the ratios ferrolet-cri / containerd.
-# Then the same through ferrolet (its secure port's /exec and /portForward with a client
+# The two runtimes take turns in BENCH_ALTERNATE short rounds (the order flipped every round),
+# whose samples are pooled per runtime: an exec is mostly runc's fork and exec, whose time
+# drifts with whatever else the machine does, and the turns make both runtimes meet the same
+# drift, so their ratio means something. Then the same through ferrolet (its secure port's /exec and /portForward with a client
 # certificate, proxying to each runtime's streaming server) on a static pod, one fresh ferrolet
 # per runtime.
 #
@@ -14,6 +17,7 @@
 # and veths go with the sandboxes), also on error or Ctrl-C.
 #
 #   BENCH_EXECS=50     timed execs per transport      BENCH_ROUNDS=5  port-forward rounds
+#   BENCH_ALTERNATE=5  turns per runtime (each takes its share of the execs and rounds)
 #   BENCH_ARGS=...     extra flags for ferrolet-stream-bench (e.g. --transports spdy)
 #   BENCH_KUBELET=1    also through ferrolet (0: only the runtimes' own streaming servers)
 #   BIN=...            where the binaries are (default: $CARGO_TARGET_DIR or target, release)
@@ -30,6 +34,11 @@ PORT=${BENCH_PORT:-10375}
 SECURE_PORT=${BENCH_SECURE_PORT:-10376}
 EXECS=${BENCH_EXECS:-50}
 ROUNDS=${BENCH_ROUNDS:-5}
+TURNS=${BENCH_ALTERNATE:-5}
+[[ "$TURNS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ALTERNATE must be a whole number >= 1"
+# Each turn's share, rounded up (so the totals are at least what was asked).
+TURN_EXECS=$(( (EXECS + TURNS - 1) / TURNS ))
+TURN_ROUNDS=$(( (ROUNDS + TURNS - 1) / TURNS ))
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 PID_DIR=/run/ferrolet/env
 CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
@@ -86,21 +95,47 @@ FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up >&2
 start_cri
 
 status=0
-# bench LABEL ENDPOINT: one run of the benchmark, its JSON report in $OUT/LABEL.json.
+# bench LABEL ENDPOINT TURN: one turn of the benchmark, its JSON report in $OUT/LABEL.TURN.json.
 bench() {
-  local label=$1 endpoint=$2 rc=0
-  "$BENCH" --endpoint "$endpoint" --label "$label" --execs "$EXECS" --rounds "$ROUNDS" \
-    "${EXTRA[@]}" --json >"$OUT/$label.json" || rc=$?
+  local label=$1 endpoint=$2 turn=$3 rc=0
+  "$BENCH" --endpoint "$endpoint" --label "$label" --execs "$TURN_EXECS" --rounds "$TURN_ROUNDS" \
+    "${EXTRA[@]}" --json >"$OUT/$label.$turn.json" || rc=$?
   [ "$rc" = 130 ] && exit 130
   if [ "$rc" != 0 ]; then
-    log "$label: failed (exit $rc)"
-    rm -f "$OUT/$label.json"
+    log "$label, turn $turn: failed (exit $rc)"
+    rm -f "$OUT/$label.$turn.json"
     status=1
   fi
 }
 
-bench containerd-cri "unix://$REF_SOCK"
-bench ferrolet-cri "unix://$CRI_SOCK"
+# merge LABEL: the turns' reports pooled into $OUT/LABEL.json (when every turn has one).
+merge() {
+  local label=$1 turns=()
+  for t in $(seq 1 "$TURNS"); do
+    [ -s "$OUT/$label.$t.json" ] || return 0
+    turns+=("$OUT/$label.$t.json")
+  done
+  "$BENCH" merge "${turns[@]}" >"$OUT/$label.json" || { rm -f "$OUT/$label.json"; status=1; }
+}
+
+# turns RUN: RUN containerd-cri ENDPOINT TURN and RUN ferrolet-cri ENDPOINT TURN, taking turns,
+# the reference first in odd turns and last in even ones.
+turns() {
+  local run=$1 t
+  for t in $(seq 1 "$TURNS"); do
+    if [ $((t % 2)) = 1 ]; then
+      "$run" containerd-cri "unix://$REF_SOCK" "$t"
+      "$run" ferrolet-cri "unix://$CRI_SOCK" "$t"
+    else
+      "$run" ferrolet-cri "unix://$CRI_SOCK" "$t"
+      "$run" containerd-cri "unix://$REF_SOCK" "$t"
+    fi
+  done
+}
+
+turns bench
+merge containerd-cri
+merge ferrolet-cri
 
 # start_kubelet LABEL ENDPOINT: a fresh ferrolet whose only pod is the benchmark's static pod;
 # its secure port trusts the client CA `ferrolet-stream-bench pki` wrote.
@@ -133,18 +168,19 @@ YAML
   launch_kubelet "$1" "$2" "$LIB/kubelet/pki/kubelet.crt"
 }
 
-# bench_kubelet LABEL ENDPOINT: the benchmark through a fresh ferrolet on ENDPOINT.
+# bench_kubelet LABEL ENDPOINT TURN: one turn of the benchmark through a fresh ferrolet on
+# ENDPOINT, its report in $OUT/kubelet-LABEL.TURN.json.
 bench_kubelet() {
-  local label=$1 endpoint=$2 rc=0
-  start_kubelet "$label" "$endpoint"
+  local label=$1 endpoint=$2 turn=$3 rc=0
+  start_kubelet "$label.$turn" "$endpoint"
   "$BENCH" --kubelet "127.0.0.1:$SECURE_PORT" --kubelet-ca "$LIB/kubelet/pki/kubelet.crt" \
     --pki "$STATE/pki" --pod ferrolet-bench/stream-bench-bench-node --endpoint "$endpoint" \
-    --label "ferrolet/$label" --execs "$EXECS" --rounds "$ROUNDS" "${EXTRA[@]}" --json \
-    >"$OUT/kubelet-$label.json" || rc=$?
+    --label "ferrolet/$label" --execs "$TURN_EXECS" --rounds "$TURN_ROUNDS" "${EXTRA[@]}" --json \
+    >"$OUT/kubelet-$label.$turn.json" || rc=$?
   [ "$rc" = 130 ] && exit 130
   if [ "$rc" != 0 ]; then
-    log "through ferrolet on $label: failed (exit $rc); see $OUT/ferrolet-$label.log"
-    rm -f "$OUT/kubelet-$label.json"
+    log "through ferrolet on $label, turn $turn: failed (exit $rc); see $OUT/ferrolet-$label.$turn.log"
+    rm -f "$OUT/kubelet-$label.$turn.json"
     status=1
   fi
   stop_kubelet
@@ -152,8 +188,9 @@ bench_kubelet() {
 
 if [ "$THROUGH_KUBELET" = 1 ]; then
   "$BENCH" pki "$STATE/pki"
-  bench_kubelet containerd-cri "unix://$REF_SOCK"
-  bench_kubelet ferrolet-cri "unix://$CRI_SOCK"
+  turns bench_kubelet
+  merge kubelet-containerd-cri
+  merge kubelet-ferrolet-cri
 fi
 
 # compare NAME A B: the side-by-side table of two reports, when both exist.

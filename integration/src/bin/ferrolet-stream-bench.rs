@@ -71,6 +71,14 @@ enum Command {
         /// Report of the reference runtime (e.g. containerd's CRI).
         b: PathBuf,
     },
+    /// Print one `--json` report made of several runs' (short rounds of the same runtime,
+    /// alternated with another's so that both meet the same machine): samples pooled, figures
+    /// recomputed.
+    Merge {
+        /// The runs' reports, in order (the first gives the label and endpoint).
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
+    },
     /// Write a client CA (`ca.crt`, for ferrolet's `clientCAFile`) and a client certificate
     /// signed by it (`client.crt`, `client.key`: user `stream-bench`, group `system:masters`).
     Pki {
@@ -186,6 +194,79 @@ struct ForwardStats {
     error: Option<String>,
 }
 
+impl ExecStats {
+    /// Takes `samples` (ms, any order) and the figures computed from them.
+    fn set_samples(&mut self, mut samples: Vec<f64>) {
+        samples.sort_by(f64::total_cmp);
+        self.n = samples.len();
+        self.p50_ms = percentile(&samples, 50.0);
+        self.p99_ms = percentile(&samples, 99.0);
+        self.mean_ms = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
+        self.max_ms = samples.last().copied().unwrap_or(0.0);
+        self.samples_ms = samples;
+    }
+}
+
+impl ForwardStats {
+    /// Takes the rounds' `samples` (MB/s, in round order) and their median.
+    fn set_samples(&mut self, samples: Vec<f64>) {
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        self.median_mb_s = percentile(&sorted, 50.0);
+        self.samples_mb_s = samples;
+    }
+}
+
+/// Pools several runs of one runtime into one report: per exec transport and per port-forward
+/// (transport, connections), the samples of every run, the figures recomputed; an error
+/// stands only where no run has samples.
+fn merge_reports(reports: Vec<Report>) -> Result<Report> {
+    let mut reports = reports.into_iter();
+    let mut merged = reports
+        .next()
+        .ok_or_else(|| anyhow!("no report to merge"))?;
+    for r in reports {
+        for e in r.exec {
+            match merged.exec.iter_mut().find(|m| m.transport == e.transport) {
+                Some(m) => {
+                    let mut samples = std::mem::take(&mut m.samples_ms);
+                    samples.extend(e.samples_ms);
+                    if m.protocol.is_empty() {
+                        m.protocol = e.protocol;
+                    }
+                    m.error = if samples.is_empty() {
+                        m.error.take().or(e.error)
+                    } else {
+                        None
+                    };
+                    m.set_samples(samples);
+                }
+                None => merged.exec.push(e),
+            }
+        }
+        for f in r.port_forward {
+            let same = |m: &&mut ForwardStats| {
+                m.transport == f.transport && m.connections == f.connections
+            };
+            match merged.port_forward.iter_mut().find(same) {
+                Some(m) => {
+                    let mut samples = std::mem::take(&mut m.samples_mb_s);
+                    samples.extend(f.samples_mb_s);
+                    m.bytes_per_connection = m.bytes_per_connection.max(f.bytes_per_connection);
+                    m.error = if samples.is_empty() {
+                        m.error.take().or(f.error)
+                    } else {
+                        None
+                    };
+                    m.set_samples(samples);
+                }
+                None => merged.port_forward.push(f),
+            }
+        }
+    }
+    Ok(merged)
+}
+
 /// Everything one run measured; `--json` prints it, `compare` reads it back.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 struct Report {
@@ -201,6 +282,17 @@ fn main() -> Result<()> {
     match cli.command {
         Some(Command::Compare { a, b }) => {
             print!("{}", render_compare(&read_report(&a)?, &read_report(&b)?));
+            Ok(())
+        }
+        Some(Command::Merge { reports }) => {
+            let reports = reports
+                .iter()
+                .map(|p| read_report(p))
+                .collect::<Result<Vec<_>>>()?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&merge_reports(reports)?)?
+            );
             Ok(())
         }
         Some(Command::Pki { dir }) => write_pki(&dir),
@@ -527,13 +619,7 @@ impl Bench {
                 Err(e) => return Err(e.context(format!("exec {i} over {}", transport.name()))),
             }
         }
-        samples.sort_by(f64::total_cmp);
-        stats.n = samples.len();
-        stats.p50_ms = percentile(&samples, 50.0);
-        stats.p99_ms = percentile(&samples, 99.0);
-        stats.mean_ms = samples.iter().sum::<f64>() / samples.len().max(1) as f64;
-        stats.max_ms = samples.last().copied().unwrap_or(0.0);
-        stats.samples_ms = samples;
+        stats.set_samples(samples);
         Ok(stats)
     }
 
@@ -637,10 +723,7 @@ impl Bench {
             let total: u64 = bodies.iter().sum();
             samples.push(total as f64 / took.as_secs_f64() / 1e6);
         }
-        let mut sorted = samples.clone();
-        sorted.sort_by(f64::total_cmp);
-        stats.median_mb_s = percentile(&sorted, 50.0);
-        stats.samples_mb_s = samples;
+        stats.set_samples(samples);
         Ok(stats)
     }
 
@@ -1147,6 +1230,31 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn merged_runs_pool_their_samples() {
+        let mut a = report("a", 10.0, 100.0, true);
+        a.exec[0].set_samples(vec![10.0, 30.0]);
+        a.port_forward[0].set_samples(vec![100.0]);
+        let mut b = report("b", 20.0, 300.0, false);
+        b.exec[0].set_samples(vec![20.0]);
+        b.port_forward[0].set_samples(vec![300.0, 200.0]);
+        b.exec[1].set_samples(vec![5.0]);
+        let m = merge_reports(vec![a, b]).unwrap();
+        assert_eq!(m.label, "a");
+        assert_eq!(m.exec[0].samples_ms, vec![10.0, 20.0, 30.0]);
+        assert_eq!(
+            (m.exec[0].n, m.exec[0].p50_ms, m.exec[0].max_ms),
+            (3, 20.0, 30.0)
+        );
+        assert_eq!(m.port_forward[0].samples_mb_s, vec![100.0, 300.0, 200.0]);
+        assert_eq!(m.port_forward[0].median_mb_s, 200.0);
+        // WebSocket failed in the first run only: the second's samples stand, without the error.
+        let ws = m.exec.iter().find(|e| e.transport == "WebSocket").unwrap();
+        assert!(ws.error.is_none());
+        assert_eq!((ws.n, ws.p50_ms), (1, 5.0));
+        assert!(merge_reports(Vec::new()).is_err());
+    }
 
     fn report(label: &str, p50: f64, mb_s: f64, ws_error: bool) -> Report {
         Report {
