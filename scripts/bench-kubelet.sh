@@ -2,8 +2,10 @@
 # `make bench-kubelet`: the static-pod start-latency benchmark of ferrolet (issue #6), run twice
 # in one go: ferrolet on ferrolet-cri (over the environment's containerd) and ferrolet on
 # containerd's own CRI plugin (scripts/containerd-cri.sh). For N = 1, 30, 100 pods: p50/p99 per
-# pod from manifest written to Running in /pods, total until all Running, and ferrolet's RSS and
-# idle CPU with 100 pods; then both tables side by side with the goals.
+# pod from manifest written to Running in /pods, to the container started (the runtime's CRI
+# status) and to its task running (containerd's own /tasks/start event, the same clock for
+# both runtimes), total until all Running, and ferrolet's RSS and idle CPU with 100 pods; then
+# both tables side by side with the goals.
 #
 # Needs the environment (`scripts/env.sh up`) and release builds of ferrolet, ferrolet-cri and
 # the integration binaries (the Makefile target does both). Everything it starts (ferrolet-cri,
@@ -114,11 +116,14 @@ YAML
 }
 
 status=0
-# bench LABEL ENDPOINT: one full run of the benchmark through a fresh ferrolet.
+# bench LABEL ENDPOINT CONTAINERD NAMESPACE: one full run of the benchmark through a fresh
+# ferrolet; the runtime keeps its containers in NAMESPACE of the containerd at CONTAINERD, whose
+# /tasks/start events time the app containers' tasks.
 bench() {
-  local label=$1 endpoint=$2 rc=0
+  local label=$1 endpoint=$2 containerd=$3 namespace=$4 rc=0
   start_kubelet "$label" "$endpoint"
   "$BENCH" --manifest-dir "$LIB/manifests" --read-only "127.0.0.1:$PORT" --endpoint "$endpoint" \
+    --containerd "$containerd" --containerd-namespace "$namespace" \
     --pid "$kubelet_pid" --pods "$PODS" --idle-s "$IDLE_S" --label "$label" --json \
     >"$OUT/$label.json" || rc=$?
   [ "$rc" = 130 ] && exit 130
@@ -151,13 +156,13 @@ for runtime in $RUNTIMES; do
   case $runtime in
     ferrolet-cri)
       start_cri
-      bench ferrolet-cri "unix://$CRI_SOCK"
+      bench ferrolet-cri "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE"
       if [ -n "$BASELINE" ]; then
         [ -x "$BASELINE" ] || die "BENCH_KUBELET_BASELINE=$BASELINE is not an executable"
         new_kubelet=$KUBELET
         KUBELET=$BASELINE
         KUBELET_EXTRA=${BENCH_KUBELET_BASELINE_CONFIG-${BENCH_KUBELET_CONFIG:-}}
-        bench baseline "unix://$CRI_SOCK"
+        bench baseline "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE"
         KUBELET=$new_kubelet
         KUBELET_EXTRA=${BENCH_KUBELET_CONFIG:-}
         if [ -s "$OUT/ferrolet-cri.json" ] && [ -s "$OUT/baseline.json" ]; then
@@ -174,7 +179,7 @@ for runtime in $RUNTIMES; do
     containerd-cri)
       if ! "$ROOT_DIR/scripts/containerd-cri.sh" status | grep -q running; then started_ref=1; fi
       FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up >&2
-      bench containerd-cri "unix://$REF_SOCK"
+      bench containerd-cri "unix://$REF_SOCK" "$REF_SOCK" k8s.io
       ;;
     *) die "unknown runtime $runtime (ferrolet-cri, containerd-cri)" ;;
   esac

@@ -19,6 +19,8 @@
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
 //!   config builders, and the pod leak checks.
 //! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
+//! - [`task_events`]: when tasks really started, from containerd's `/tasks/start` events
+//!   (runtime- and kubelet-neutral start times for the benchmarks).
 //! - [`streaming`]: exec, attach and port-forward sessions for the tests over the repo's own
 //!   streaming client (SPDY or WebSocket, plain or TLS), ranged transfers, fd counts.
 
@@ -36,6 +38,7 @@ pub mod prometheus;
 pub mod registry;
 pub mod scratch;
 pub mod streaming;
+pub mod task_events;
 pub mod testimages;
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,9 @@
 //! its manifest being written to the pod being `Running` in `/pods` (and to its container having
 //! started, from the runtime's CRI `ContainerStatus`), then the total until all run; with the
 //! largest N running it samples ferrolet's RSS and idle CPU; then it removes the manifests and
-//! waits until the runtime (CRI `ListPodSandbox`) holds none of the pods. `compare A.json B.json`
+//! waits until the runtime (CRI `ListPodSandbox`) holds none of the pods. With `--containerd`
+//! the pods' app containers are also timed to their task running, from containerd's own
+//! `/tasks/start` events (the same clock for every runtime and kubelet on that containerd). `compare A.json B.json`
 //! prints two runs side by side with the issue's goals.
 //!
 //! With `--probes network` (or `exec`) every pod carries three probes at a 1 s period (issue
@@ -39,6 +41,7 @@ use serde_json::{Value, json};
 use tonic::transport::Channel;
 
 use ferrolet_integration::prometheus;
+use ferrolet_integration::task_events::TaskStarts;
 
 /// Namespace of the benchmark's pods; how their sandboxes are found in the runtime.
 const POD_NAMESPACE: &str = "ferrolet-bench";
@@ -138,6 +141,13 @@ struct RunArgs {
     /// Period of those probes, seconds.
     #[arg(long, default_value_t = 1)]
     probe_period_s: u32,
+    /// The containerd under the CRI runtime (socket): the app containers' task starts are read
+    /// from its `/tasks/start` events.
+    #[arg(long)]
+    containerd: Option<String>,
+    /// The containerd namespace the runtime puts its containers in.
+    #[arg(long, default_value = "k8s.io")]
+    containerd_namespace: String,
 }
 
 /// Latency summary of one measure over a round's pods, milliseconds.
@@ -156,6 +166,9 @@ struct Round {
     running: Latency,
     /// Manifest written → container started (the runtime's `ContainerStatus.started_at`).
     started: Option<Latency>,
+    /// Manifest written → the app container's task running (containerd's `/tasks/start`).
+    #[serde(default)]
+    task_running: Option<Latency>,
     /// First manifest written → last pod `Running`, seconds.
     total_s: f64,
     /// Manifests removed → no sandbox of them left in the runtime, seconds.
@@ -242,6 +255,7 @@ struct Bench {
     rt: RuntimeServiceClient<Channel>,
     cancel: Arc<AtomicBool>,
     rpc_timeout: Duration,
+    task_starts: Option<TaskStarts>,
 }
 
 async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
@@ -265,7 +279,12 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
     .await?;
     let runtime = format!("{} {}", version.runtime_name, version.runtime_version);
     ensure_image(channel, &args.image, rpc_timeout).await?;
+    let task_starts = match &args.containerd {
+        Some(socket) => Some(TaskStarts::watch(socket, &args.containerd_namespace).await?),
+        None => None,
+    };
     let bench = Bench {
+        task_starts,
         manifest_dir,
         run_id: run_id(),
         rt,
@@ -487,18 +506,27 @@ impl Bench {
         }
         let total_s = last.saturating_duration_since(first).as_secs_f64();
         let wall: Vec<SystemTime> = written.iter().map(|w| w.1).collect();
-        let started = match self.started_latencies(&wall).await {
-            Ok(s) if !s.is_empty() => Some(latency(&s)),
-            Ok(_) => None,
+        let (started, task_running) = match self.started_latencies(&wall).await {
+            Ok((s, t)) => (
+                (!s.is_empty()).then(|| latency(&s)),
+                (!t.is_empty()).then(|| latency(&t)),
+            ),
             Err(e) => {
                 eprintln!("[{}] no CRI start times: {e:#}", self.args.label);
-                None
+                (None, None)
             }
         };
+        if self.task_starts.is_some() && task_running.is_none() {
+            eprintln!(
+                "[{}] no task start seen for this round's containers",
+                self.args.label
+            );
+        }
         let round = Round {
             pods: n,
             running: latency(&running),
             started,
+            task_running,
             total_s,
             teardown_s: 0.0,
         };
@@ -514,8 +542,12 @@ impl Bench {
     }
 
     /// Manifest written → container started, from the runtime's `ContainerStatus.started_at`
-    /// (nanoseconds, unlike the API's whole-second `startedAt`).
-    async fn started_latencies(&self, wall: &[SystemTime]) -> Result<Vec<Duration>> {
+    /// (nanoseconds, unlike the API's whole-second `startedAt`), and → its task running, from
+    /// containerd's events (when watched).
+    async fn started_latencies(
+        &self,
+        wall: &[SystemTime],
+    ) -> Result<(Vec<Duration>, Vec<Duration>)> {
         let mut rt = self.rt.clone();
         let list = deadline(
             self.rpc_timeout,
@@ -525,6 +557,7 @@ impl Bench {
         .await?;
         let prefix = format!("bench-{}-", self.run_id);
         let mut out = Vec::new();
+        let mut tasks = Vec::new();
         for c in list.containers {
             let Some(index) = c
                 .labels
@@ -538,6 +571,9 @@ impl Bench {
             let Some(written) = wall.get(index) else {
                 continue;
             };
+            if let Some(at) = self.task_starts.as_ref().and_then(|t| t.started(&c.id)) {
+                tasks.push(at.duration_since(*written).unwrap_or(Duration::ZERO));
+            }
             let status = deadline(
                 self.rpc_timeout,
                 "ContainerStatus",
@@ -553,7 +589,7 @@ impl Bench {
             let started = UNIX_EPOCH + Duration::from_nanos(started_ns.unsigned_abs());
             out.push(started.duration_since(*written).unwrap_or(Duration::ZERO));
         }
-        Ok(out)
+        Ok((out, tasks))
     }
 
     /// ferrolet's RSS and CPU over the idle window, with `pods` pods running.
@@ -890,12 +926,20 @@ fn latency(samples: &[Duration]) -> Latency {
 }
 
 fn render_round(label: &str, r: &Round) -> String {
-    let started = r.started.as_ref().map_or("-".to_string(), |s| {
-        format!("{:.0}/{:.0} ms", s.p50_ms, s.p99_ms)
-    });
+    let pair = |l: &Option<Latency>| {
+        l.as_ref().map_or("-".to_string(), |s| {
+            format!("{:.0}/{:.0} ms", s.p50_ms, s.p99_ms)
+        })
+    };
     format!(
-        "[{label}] N={}: Running p50 {:.0} ms, p99 {:.0} ms; started (CRI) p50/p99 {started}; all Running {:.2} s; gone {:.2} s",
-        r.pods, r.running.p50_ms, r.running.p99_ms, r.total_s, r.teardown_s
+        "[{label}] N={}: Running p50 {:.0} ms, p99 {:.0} ms; started (CRI) p50/p99 {}; task running p50/p99 {}; all Running {:.2} s; gone {:.2} s",
+        r.pods,
+        r.running.p50_ms,
+        r.running.p99_ms,
+        pair(&r.started),
+        pair(&r.task_running),
+        r.total_s,
+        r.teardown_s
     )
 }
 
@@ -1006,6 +1050,22 @@ fn render_compare(a: &Report, b: &Report) -> String {
             &format!("N={n} started (CRI) p99"),
             s(ra, |r| r.started.as_ref().map(|l| l.p99_ms)),
             s(rb, |r| r.started.as_ref().map(|l| l.p99_ms)),
+            "ms",
+            0,
+        );
+        row(
+            &mut out,
+            &format!("N={n} task running p50"),
+            s(ra, |r| r.task_running.as_ref().map(|l| l.p50_ms)),
+            s(rb, |r| r.task_running.as_ref().map(|l| l.p50_ms)),
+            "ms",
+            0,
+        );
+        row(
+            &mut out,
+            &format!("N={n} task running p99"),
+            s(ra, |r| r.task_running.as_ref().map(|l| l.p99_ms)),
+            s(rb, |r| r.task_running.as_ref().map(|l| l.p99_ms)),
             "ms",
             0,
         );
@@ -1247,6 +1307,7 @@ mod tests {
                     pods: 1,
                     running: lat(p50),
                     started: Some(lat(p50 / 2.0)),
+                    task_running: Some(lat(p50 / 2.0 + 1.0)),
                     total_s: p50 / 1000.0,
                     teardown_s: 0.5,
                 },
@@ -1254,6 +1315,7 @@ mod tests {
                     pods: 30,
                     running: lat(p50 * 3.0),
                     started: None,
+                    task_running: None,
                     total_s: total30,
                     teardown_s: 2.0,
                 },
