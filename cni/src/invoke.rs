@@ -155,6 +155,13 @@ impl Invoker {
         let start = Instant::now();
         let outcome = run(cmd, stdin, self.timeout).await;
         let duration = start.elapsed();
+        // Per-plugin time for a pod's start timeline (ferrolet-cri at debug level).
+        tracing::debug!(
+            plugin = plugin_type,
+            command = command.as_str(),
+            duration_ms = duration.as_secs_f64() * 1000.0,
+            "CNI plugin call"
+        );
 
         let mut rec = self.tracer.as_ref().map(|_| TraceRecord {
             plugin: plugin_type.into(),

@@ -12,6 +12,7 @@ use ferrolet_proto::containerd::services::v1::{
 };
 use ferrolet_proto::cri::{self, ContainerEventType};
 use tonic::Code;
+use tracing::Instrument;
 
 use super::{Result, RuntimeError, RuntimeInner};
 use crate::container::exec::{ExecSpec, exec_sync};
@@ -280,7 +281,9 @@ impl RuntimeInner {
                         s.started_at = store::now_ns();
                     }
                 });
-                self.persist_container(&c, false).await?;
+                self.persist_container(&c, false)
+                    .instrument(tracing::debug_span!("record_write"))
+                    .await?;
                 self.emit(
                     &c.meta.id,
                     &c.meta.sandbox_id,
@@ -310,7 +313,10 @@ impl RuntimeInner {
     async fn start_task_io(&self, c: &Container) -> Result<u32> {
         let id = c.meta.id.as_str();
         let fifos = &c.meta.fifos;
-        let mut opened = io::open(fifos).await?;
+        // Debug-level phase spans (each closes with its time): where a start goes.
+        let mut opened = io::open(fifos)
+            .instrument(tracing::debug_span!("fifos_open"))
+            .await?;
         let rootfs = c.meta.rootfs.iter().map(Into::into).collect();
         let task_io = TaskIo {
             stdin: fifos.stdin_str(),
@@ -318,13 +324,17 @@ impl RuntimeInner {
             stderr: fifos.stderr_str(),
             terminal: c.meta.config.tty,
         };
-        task::create_task(&self.cd, id, rootfs, task_io).await?;
+        task::create_task(&self.cd, id, rootfs, task_io)
+            .instrument(tracing::debug_span!("task_create"))
+            .await?;
         opened.task_created();
         c.set_stdin(opened.take_stdin());
         let started = async {
             let handle = log::start(opened, c.meta.log_path.clone(), id.to_string())?;
             c.set_log_handle(Some(handle));
-            Ok(task::start_task(&self.cd, id).await?)
+            Ok(task::start_task(&self.cd, id)
+                .instrument(tracing::debug_span!("task_start"))
+                .await?)
         }
         .await;
         if started.is_err() {

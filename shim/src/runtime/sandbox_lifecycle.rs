@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use ferrolet_proto::cri::{self, ContainerEventType, NamespaceMode};
 use tonic::Code;
+use tracing::Instrument;
 
 use super::{Result, RuntimeError, RuntimeInner};
 use crate::image::store::Image;
@@ -175,9 +176,15 @@ impl RuntimeInner {
         spec: oci::Spec,
     ) -> Result<SandboxStatus> {
         let id = meta.id.as_str();
-        files::create(&meta.files, &meta.config).await?;
+        // Debug-level phase spans (each closes with its time): where a pod's start goes.
+        files::create(&meta.files, &meta.config)
+            .instrument(tracing::debug_span!("sandbox_files"))
+            .await?;
         if meta.netns.is_some() {
-            self.network.create_netns(id).await?;
+            self.network
+                .create_netns(id)
+                .instrument(tracing::debug_span!("netns_create"))
+                .await?;
         }
         let network = async {
             match &meta.netns {
@@ -187,10 +194,12 @@ impl RuntimeInner {
                 }
                 None => Ok(None),
             }
-        };
+        }
+        .instrument(tracing::debug_span!("cni_add"));
         let pause = async {
             let snapshot =
                 task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id)
+                    .instrument(tracing::debug_span!("snapshot_prepare"))
                     .await?;
             let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
             let record = task::container_record(
@@ -201,9 +210,17 @@ impl RuntimeInner {
                 oci::to_any(&spec)?,
                 store::metadata_any(meta),
             );
-            let mounts = snapshot.commit(&self.cd, record).await?;
-            task::create_task(&self.cd, id, mounts, TaskIo::default()).await?;
-            Ok::<_, RuntimeError>(task::start_task(&self.cd, id).await?)
+            let mounts = snapshot
+                .commit(&self.cd, record)
+                .instrument(tracing::debug_span!("pause_record"))
+                .await?;
+            task::create_task(&self.cd, id, mounts, TaskIo::default())
+                .instrument(tracing::debug_span!("pause_task_create"))
+                .await?;
+            let pid = task::start_task(&self.cd, id)
+                .instrument(tracing::debug_span!("pause_task_start"))
+                .await?;
+            Ok::<_, RuntimeError>(pid)
         };
         let (ips, pid) = tokio::join!(network, pause);
         let (ips, pid) = (ips?, pid?);
