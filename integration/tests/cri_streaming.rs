@@ -178,6 +178,30 @@ async fn exec_scenario(transport: Transport, name: &str) {
     })
     .await;
 
+    // Clients that leave while their exec starts, at delays across the Tasks.Start call: no
+    // process outlives them (a start cancelled half-way once left one running for good).
+    let marker = format!("sleep {}", node.marker(2));
+    for delay_ms in (0..=48).step_by(4) {
+        let (e, _) = exec_session(
+            transport,
+            &rt,
+            exec_req(&id, &["sh", "-c", &marker], false, false),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        drop(e);
+    }
+    poll("the execs abandoned while starting gone", LONG, || async {
+        let pids = pids_with_cmdline(&marker);
+        let fifos = fifos_under(&exec_dir);
+        if pids.is_empty() && fifos.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("processes {pids:?}, FIFOs {fifos:?}"))
+        }
+    })
+    .await;
+
     api.stop_container(&id, 0).await.unwrap();
     node.teardown().await;
 }

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::exec::{Cleanup, ExecError, Stage, classify, new_exec_id, start_process};
-use super::io::Fifos;
+use super::io::{Fifos, OpenedIo};
 
 /// A terminal size, in character cells.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,8 +64,29 @@ pub async fn exec_stream(
     let exec_id = new_exec_id();
     let fifos = Fifos::new(&spec.fifo_dir, &exec_id, client.stdin.is_some(), spec.tty);
     let mut cleanup = Cleanup::new(containerd, &spec.container_id, &exec_id, &fifos);
+    // The start is not raced against the client's departure: a start cancelled while its
+    // Tasks.Start was in flight would leave a process running that the cleanup, still at the
+    // Created stage, would not kill. A client gone meanwhile is seen right after it.
+    let started = start_process(
+        containerd,
+        &spec.container_id,
+        &exec_id,
+        &fifos,
+        &spec.process,
+        &spec.cmd,
+        spec.tty,
+        &mut cleanup.stage,
+    )
+    .await;
+    let opened = match started {
+        Ok(opened) => opened,
+        Err(e) => {
+            cleanup.run().await;
+            return Err(e);
+        }
+    };
     let result = tokio::select! {
-        r = run(containerd, &spec, &exec_id, &fifos, client, &mut cleanup.stage) => r,
+        r = run(containerd, &spec.container_id, &exec_id, opened, client, &mut cleanup.stage) => r,
         () = gone => Err(ExecError::ClientGone { exec_id: exec_id.clone() }),
     };
     // Kills it if it still runs (the client left), deletes it, removes the FIFOs. After an
@@ -77,27 +98,16 @@ pub async fn exec_stream(
     result
 }
 
+/// Serves a started exec process: the client's streams, resizes, then its exit code.
 async fn run(
     cd: &Containerd,
-    spec: &StreamExecSpec,
+    container_id: &str,
     exec_id: &str,
-    fifos: &Fifos,
+    mut opened: OpenedIo,
     client: ClientIo,
     stage: &mut Stage,
 ) -> Result<i32, ExecError> {
-    let container_id = spec.container_id.as_str();
     let err = |op: &'static str| move |s: tonic::Status| classify(op, container_id, exec_id, s);
-    let mut opened = start_process(
-        cd,
-        container_id,
-        exec_id,
-        fifos,
-        &spec.process,
-        &spec.cmd,
-        spec.tty,
-        stage,
-    )
-    .await?;
 
     let ClientIo {
         stdin,
