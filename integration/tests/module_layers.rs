@@ -34,6 +34,7 @@ const KUBELET: Rule = Rule {
                 "kube_client",
                 "events",
                 "objects",
+                "timeline",
             ],
         ),
         (

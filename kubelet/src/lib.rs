@@ -26,7 +26,8 @@
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
-//!   (the event recorder seam), `objects` (the secret/configMap/token seam).
+//!   (the event recorder seam), `objects` (the secret/configMap/token seam), `timeline` (the
+//!   per-pod start timelines: the bounded store, its JSON and table).
 
 pub(crate) mod admission;
 pub mod app;
@@ -66,6 +67,7 @@ pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod status_manager;
 pub(crate) mod sync_pod;
+pub(crate) mod timeline;
 pub(crate) mod token;
 pub(crate) mod types;
 pub(crate) mod view;
