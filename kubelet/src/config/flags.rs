@@ -199,6 +199,10 @@ pub struct Flags {
     /// [default: /usr/libexec/kubernetes/kubelet-plugins/volume/exec/].
     #[arg(long, value_name = "DIR")]
     pub volume_plugin_dir: Option<PathBuf>,
+    /// Pods whose start timelines are kept for /debug/pods/<ns>/<name>/timeline, the least
+    /// recently started evicted first; 0 keeps none (ferrolet's own) [default: 256].
+    #[arg(long, value_name = "N")]
+    pub pod_timeline_pods: Option<usize>,
 }
 
 #[cfg(test)]
@@ -329,6 +333,7 @@ mod tests {
             ("pod-max-pids", d.pod_pids_limit.to_string()),
             ("cpu-manager-policy", d.cpu_manager_policy.as_str().into()),
             ("cpu-cfs-quota", d.cpu_cfs_quota.to_string()),
+            ("pod-timeline-pods", d.pod_timeline_pods.to_string()),
         ];
         let durations = [
             ("file-check-frequency", d.file_check_frequency),
