@@ -298,12 +298,16 @@ async fn run(config: Config) -> Result<(), AppError> {
         );
     }
     let view: Arc<dyn server::NodeView> = kubelet.clone();
-    // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`).
+    // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`, `/debug/pods/…`).
     let extra = server::ExtraRoutes::new();
     let extra = crate::server::metrics::add_routes(extra);
     let extra = extra.route(
         crate::server::stats::SUMMARY_PATH,
         crate::server::stats::endpoint(kubelet.clone()),
+    );
+    let extra = extra.route(
+        crate::server::timeline::PATH,
+        crate::server::timeline::endpoint(kubelet.timeline.clone()),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
