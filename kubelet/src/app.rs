@@ -58,6 +58,9 @@ pub enum AppError {
     /// A blocking start-up task failed.
     #[error("start-up task: {0}")]
     Join(#[source] tokio::task::JoinError),
+    /// `ferrolet trace` failed.
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
 }
 
 /// Go prefixes the errors of the CPU manager's `Start` (its state file), not those of
@@ -158,6 +161,9 @@ async fn start_container_manager(
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
     let flags = Flags::parse();
+    if let Some(command) = &flags.command {
+        return Ok(crate::trace::run(command)?);
+    }
     let (config, warnings) = Config::load(&flags)?;
     logging::init(config.verbosity, config.log_format.is_json()).map_err(AppError::Logging)?;
     for w in warnings {

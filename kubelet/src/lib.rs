@@ -2,7 +2,8 @@
 //!
 //! Module map, by layer (a module imports only its own layer or lower ones; see
 //! ARCHITECTURE.md and `integration/tests/module_layers.rs`):
-//! - process: [`app`], the only public module (the binary calls [`app::main`]).
+//! - process: [`app`], the only public module (the binary calls [`app::main`]); `trace`
+//!   (`ferrolet trace pod`, a client of the timeline endpoint).
 //! - assembly: `config` (KubeletConfiguration + flags, assembling the managers' own config
 //!   types), `kubelet` (desired pods, the sync loop, housekeeping), `sync_pod` (SyncPod and
 //!   KillPod carrying out the actions), `view` (the kubelet as the servers see it), `server`
@@ -69,6 +70,7 @@ pub(crate) mod status_manager;
 pub(crate) mod sync_pod;
 pub(crate) mod timeline;
 pub(crate) mod token;
+pub(crate) mod trace;
 pub(crate) mod types;
 pub(crate) mod view;
 pub(crate) mod volume;

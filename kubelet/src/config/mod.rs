@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 pub use container_manager::CmFlags;
-pub use flags::{Flags, LogFormat};
+pub use flags::{Command, Flags, LogFormat, TraceCommand, TracePod};
 pub use node::{ChangeDetection, CloudProvider, TAINT_EXTERNAL_CLOUD_PROVIDER};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
 
