@@ -514,7 +514,7 @@ impl Timeline {
             let exited = start
                 .containers
                 .get(i)
-                .is_some_and(|name| newest_state(&**name) == Some(ContainerState::ContainerExited));
+                .is_some_and(|name| newest_state(name) == Some(ContainerState::ContainerExited));
             if exited && start.has(Phase::ContainerStarted, Some(index)) {
                 start.add(Phase::ContainerExited, Some(index), at);
             }
@@ -529,7 +529,7 @@ impl Timeline {
             && !app.is_empty()
             && app
                 .iter()
-                .all(|name| newest_state(&**name) == Some(ContainerState::ContainerRunning));
+                .all(|name| newest_state(name) == Some(ContainerState::ContainerRunning));
         if all_running {
             start.add(Phase::RunningSeen, None, at);
         }

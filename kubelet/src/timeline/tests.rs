@@ -53,10 +53,12 @@ fn full_start(t: &Timeline, uid: &str, name: &str, t0: i64) {
     assert!(t.mark(p, Phase::WorkerStarted, None, next()));
     assert!(t.mark(p, Phase::VolumesReady, None, next()));
     assert!(t.mark(p, Phase::SandboxReady, None, next()));
-    for c in ["setup"] {
-        assert!(t.mark(p, Phase::ImageReady, Some(c), next()));
-        assert!(t.mark(p, Phase::ContainerCreated, Some(c), next()));
-        assert!(t.mark(p, Phase::ContainerStarted, Some(c), next()));
+    for phase in [
+        Phase::ImageReady,
+        Phase::ContainerCreated,
+        Phase::ContainerStarted,
+    ] {
+        assert!(t.mark(p, phase, Some("setup"), next()));
     }
     t.runtime_seen(
         &runtime(uid, name, &[("setup", ContainerState::ContainerExited)]),
