@@ -34,6 +34,7 @@ const KUBELET: Rule = Rule {
                 "kube_client",
                 "events",
                 "objects",
+                "timeline",
             ],
         ),
         (
@@ -76,7 +77,7 @@ const KUBELET: Rule = Rule {
             "assembly",
             &["config", "kubelet", "sync_pod", "view", "server"],
         ),
-        ("process", &["app"]),
+        ("process", &["app", "trace"]),
     ],
 };
 

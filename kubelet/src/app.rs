@@ -58,6 +58,9 @@ pub enum AppError {
     /// A blocking start-up task failed.
     #[error("start-up task: {0}")]
     Join(#[source] tokio::task::JoinError),
+    /// `ferrolet trace` failed.
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
 }
 
 /// Go prefixes the errors of the CPU manager's `Start` (its state file), not those of
@@ -158,6 +161,9 @@ async fn start_container_manager(
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
     let flags = Flags::parse();
+    if let Some(command) = &flags.command {
+        return Ok(crate::trace::run(command)?);
+    }
     let (config, warnings) = Config::load(&flags)?;
     logging::init(config.verbosity, config.log_format.is_json()).map_err(AppError::Logging)?;
     for w in warnings {
@@ -298,12 +304,16 @@ async fn run(config: Config) -> Result<(), AppError> {
         );
     }
     let view: Arc<dyn server::NodeView> = kubelet.clone();
-    // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`).
+    // Endpoints other parts serve on the API ports (`/stats/…`, `/metrics…`, `/debug/pods/…`).
     let extra = server::ExtraRoutes::new();
     let extra = crate::server::metrics::add_routes(extra);
     let extra = extra.route(
         crate::server::stats::SUMMARY_PATH,
         crate::server::stats::endpoint(kubelet.clone()),
+    );
+    let extra = extra.route(
+        crate::server::timeline::PATH,
+        crate::server::timeline::endpoint(kubelet.timeline.clone()),
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {

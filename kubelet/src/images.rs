@@ -14,6 +14,16 @@ use crate::cri::Cri;
 use crate::events::{EventRecorder, EventType, reason};
 use crate::status::Waiting;
 
+/// An image ready for CreateContainer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ensured {
+    /// The image id to create the container from.
+    pub id: String,
+    /// When its pull began (its `Pulling` event, before any wait for another pull), when it
+    /// had to be pulled.
+    pub pulled_from: Option<Instant>,
+}
+
 /// The image manager: pulls per policy, with back-off, one at a time when pulls are
 /// serialized (`serializeImagePulls`).
 pub struct ImageManager {
@@ -74,7 +84,7 @@ impl ImageManager {
         self.backoff.gc(now);
     }
 
-    /// The image id to create the container from, or why the container must wait.
+    /// The image to create the container from, or why the container must wait.
     /// `desired` says which pod UIDs are still wanted (old pull errors of others are dropped);
     /// the Go image manager's events about `object` (the container) go to `events`.
     pub async fn ensure_image(
@@ -83,7 +93,7 @@ impl ImageManager {
         container: &Container,
         desired: &(dyn Fn(&str) -> bool + Sync),
         events: (&dyn EventRecorder, &ObjectReference),
-    ) -> Result<String, Waiting> {
+    ) -> Result<Ensured, Waiting> {
         let (events, object) = events;
         let event = |kind, why: &str, message: &str| events.record(object, kind, why, message);
         let uid = pull.uid.as_str();
@@ -113,7 +123,10 @@ impl ImageManager {
             ("Never", Some(id)) | ("IfNotPresent", Some(id)) => {
                 let message = format!("Container image \"{image}\" already present on machine");
                 event(EventType::Normal, reason::PULLED, &message);
-                return Ok(id);
+                return Ok(Ensured {
+                    id,
+                    pulled_from: None,
+                });
             }
             ("Never", None) => {
                 let message =
@@ -163,13 +176,17 @@ impl ImageManager {
                 event(EventType::Normal, reason::PULLED, &message);
                 self.backoff.reset(&key);
                 // The id is what CreateContainer wants; the ref is close enough if status fails.
-                Ok(self
+                let id = self
                     .cri
                     .image_id(&image)
                     .await
                     .ok()
                     .flatten()
-                    .unwrap_or(image_ref))
+                    .unwrap_or(image_ref);
+                Ok(Ensured {
+                    id,
+                    pulled_from: Some(waited_from),
+                })
             }
             Err(error) => {
                 let message = format!("Failed to pull image \"{image}\": {error}");

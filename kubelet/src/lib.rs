@@ -2,7 +2,8 @@
 //!
 //! Module map, by layer (a module imports only its own layer or lower ones; see
 //! ARCHITECTURE.md and `integration/tests/module_layers.rs`):
-//! - process: [`app`], the only public module (the binary calls [`app::main`]).
+//! - process: [`app`], the only public module (the binary calls [`app::main`]); `trace`
+//!   (`ferrolet trace pod`, a client of the timeline endpoint).
 //! - assembly: `config` (KubeletConfiguration + flags, assembling the managers' own config
 //!   types), `kubelet` (desired pods, the sync loop, housekeeping), `sync_pod` (SyncPod and
 //!   KillPod carrying out the actions), `view` (the kubelet as the servers see it), `server`
@@ -26,7 +27,8 @@
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
-//!   (the event recorder seam), `objects` (the secret/configMap/token seam).
+//!   (the event recorder seam), `objects` (the secret/configMap/token seam), `timeline` (the
+//!   per-pod start timelines: the bounded store, its JSON and table).
 
 pub(crate) mod admission;
 pub mod app;
@@ -66,7 +68,9 @@ pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod status_manager;
 pub(crate) mod sync_pod;
+pub(crate) mod timeline;
 pub(crate) mod token;
+pub(crate) mod trace;
 pub(crate) mod types;
 pub(crate) mod view;
 pub(crate) mod volume;

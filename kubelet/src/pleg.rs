@@ -79,6 +79,8 @@ pub struct Pleg {
     relist_lock: tokio::sync::Mutex<()>,
     /// Where events go once [`Pleg::spawn`] ran.
     tx: Mutex<Option<mpsc::Sender<PodLifecycleEvent>>>,
+    /// Told what a relist saw of pods whose containers started or exited.
+    timeline: Option<Arc<crate::timeline::Timeline>>,
 }
 
 impl std::fmt::Debug for Pleg {
@@ -102,7 +104,15 @@ impl Pleg {
             state: Mutex::new(State::default()),
             relist_lock: tokio::sync::Mutex::new(()),
             tx: Mutex::new(None),
+            timeline: None,
         }
+    }
+
+    /// Tells `timeline` what each relist saw of pods whose containers started or exited (an
+    /// init container's exit, every app container running).
+    pub fn with_timeline(mut self, timeline: Arc<crate::timeline::Timeline>) -> Self {
+        self.timeline = Some(timeline);
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -353,7 +363,19 @@ impl Pleg {
                     continue;
                 }
                 state.reinspect.remove(&uid);
-                out.extend(events.remove(&uid).unwrap_or_default());
+                let pod_events = events.remove(&uid).unwrap_or_default();
+                if let Some(timeline) = &self.timeline
+                    && pod_events.iter().any(|e| {
+                        matches!(
+                            e.kind,
+                            PodLifecycleEventType::ContainerStarted
+                                | PodLifecycleEventType::ContainerDied
+                        )
+                    })
+                {
+                    timeline.runtime_seen(&pod, crate::timeline::at(now));
+                }
+                out.extend(pod_events);
                 state.records.insert(
                     uid,
                     Record {

@@ -27,6 +27,7 @@ use crate::pod_actions::{
 use crate::podspec::{self, ContainerContext, EnvObjects};
 use crate::prober::ProbeKind;
 use crate::status::{self, StatusContext, Waiting};
+use crate::timeline::Phase;
 use crate::types::{Pod, RuntimePod, grace_period, uid_of};
 
 /// Why a sync pass stopped early.
@@ -87,11 +88,12 @@ impl Kubelet {
     pub async fn sync_pod(&self, pod: &Arc<Pod>) -> Result<(), SyncError> {
         let uid = uid_of(pod);
         let started = Instant::now();
+        let picked_up = crate::timeline::at(started);
         // Probes start with the pod (and are cheap to ask for again).
         self.probes.add_pod(pod, &self.events);
         let mut waiting = BTreeMap::new();
         let result = self
-            .sync_pod_once(pod, &uid, &mut waiting)
+            .sync_pod_once(pod, &uid, picked_up, &mut waiting)
             .await
             .and_then(|()| start_failures(&waiting));
         if let Err(e) = &result {
@@ -107,6 +109,7 @@ impl Kubelet {
         &self,
         pod: &Arc<Pod>,
         uid: &str,
+        picked_up: i64,
         waiting: &mut BTreeMap<String, Waiting>,
     ) -> Result<(), SyncError> {
         let no_spec = PodSpec::default();
@@ -131,8 +134,12 @@ impl Kubelet {
             }
             PodActions::Run(actions) => actions,
         };
+        self.timeline_sync(pod, picked_up, &actions, &runtime);
         let volumes = match self.volumes.wait_for_attach_and_mount(pod).await {
-            Ok(v) => v,
+            Ok(v) => {
+                self.timeline_mark(pod, Phase::VolumesReady, None);
+                v
+            }
             Err(e) => {
                 // As the Go kubelet: the pod waits in ContainerCreating (the reason says why);
                 // the volume manager keeps retrying and hands the pod back once they are set up.
@@ -208,7 +215,10 @@ impl Kubelet {
         let spec = pod.spec.clone().unwrap_or_default();
         mark_all(&spec, waiting, "ContainerCreating", "");
         let id = match self.cri.run_pod_sandbox(sandbox_config.clone()).await {
-            Ok(id) => id,
+            Ok(id) => {
+                self.timeline_mark(pod, Phase::SandboxReady, None);
+                id
+            }
             Err(e) => {
                 let message = format!("Failed to create pod sandbox: {e}");
                 self.pod_event(
@@ -345,6 +355,7 @@ impl Kubelet {
                 return;
             }
         };
+        self.timeline_mark(pod, Phase::ContainerCreated, Some(name));
         self.cpu_container_created(&uid, name, &id).await;
         let message = format!("Created container {name}");
         self.container_event(pod, name, EventType::Normal, reason::CREATED, &message);
@@ -353,6 +364,7 @@ impl Kubelet {
             waiting.insert(c.name.clone(), fail("RunContainerError", e.to_string()));
             return;
         }
+        self.timeline_mark(pod, Phase::ContainerStarted, Some(name));
         let message = format!("Started container {name}");
         self.container_event(pod, name, EventType::Normal, reason::STARTED, &message);
         tracing::info!(container = %c.name, id, restart_count, "container started");
@@ -374,7 +386,15 @@ impl Kubelet {
         restart_count: u32,
     ) -> Result<ferrolet_proto::cri::ContainerConfig, Waiting> {
         let pod_ips = target.pod_ips;
-        let image = self.ensure_image(&uid_of(pod), c).await?;
+        let ensured = self.ensure_image(&uid_of(pod), c).await?;
+        if let Some(from) = ensured.pulled_from {
+            let at = crate::timeline::at(from);
+            let id = crate::timeline::PodId::of(pod);
+            self.timeline
+                .mark(id, Phase::ImagePulling, Some(c.name.as_str()), at);
+        }
+        self.timeline_mark(pod, Phase::ImageReady, Some(c.name.as_str()));
+        let image = ensured.id;
         // Once per start, before the mounts (their subPathExpr reads it), as Go's
         // GenerateRunContainerOptions.
         let envs = self
@@ -758,11 +778,14 @@ impl Kubelet {
         // The probe workers look at the instances this status shows.
         self.probes.set_status(uid, &status);
         self.status_sink.set_pod_status(&state.pod, &status);
+        let all_running = Kubelet::all_containers_running(&status);
         self.update_state(uid, |s| {
             s.status = status;
             s.waiting = waiting;
             s.start_time = Some(start_time);
         });
+        // Noted once `/pods` serves it.
+        self.timeline_status(pod, all_running, &runtime);
     }
 }
 

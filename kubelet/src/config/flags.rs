@@ -199,6 +199,48 @@ pub struct Flags {
     /// [default: /usr/libexec/kubernetes/kubelet-plugins/volume/exec/].
     #[arg(long, value_name = "DIR")]
     pub volume_plugin_dir: Option<PathBuf>,
+    /// Pods whose start timelines are kept for /debug/pods/<ns>/<name>/timeline, the least
+    /// recently started evicted first; 0 keeps none (ferrolet's own) [default: 256].
+    #[arg(long, value_name = "N")]
+    pub pod_timeline_pods: Option<usize>,
+    /// A command other than running the kubelet.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Commands other than running the kubelet (which is what no command means).
+#[derive(clap::Subcommand, Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Show what a running ferrolet recorded (a client of its API).
+    Trace {
+        /// What to show.
+        #[command(subcommand)]
+        what: TraceCommand,
+    },
+}
+
+/// `ferrolet trace ...`.
+#[derive(clap::Subcommand, Clone, Debug, PartialEq)]
+pub enum TraceCommand {
+    /// A pod's start timeline as a table: each phase, its offset from the start and how long
+    /// it took, per start.
+    Pod(TracePod),
+}
+
+/// `ferrolet trace pod NAME`.
+#[derive(clap::Args, Clone, Debug, PartialEq)]
+pub struct TracePod {
+    /// The pod's name (a static pod's ends with `-<node name>`).
+    pub name: String,
+    /// The pod's namespace.
+    #[arg(long, short = 'n', value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// ferrolet's read-only API (readOnlyPort).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:10255")]
+    pub address: String,
+    /// Print the JSON as served instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]
@@ -240,6 +282,45 @@ mod tests {
         );
         assert!(Flags::try_parse_from(["ferrolet", "--sync-frequency=20x"]).is_err());
         assert!(Flags::try_parse_from(["ferrolet", "--address=nowhere"]).is_err());
+    }
+
+    #[test]
+    fn trace_pod_is_a_subcommand_with_its_own_address() {
+        let f =
+            Flags::try_parse_from(["ferrolet", "trace", "pod", "web-node", "-n", "kube-system"])
+                .unwrap();
+        let Some(Command::Trace {
+            what: TraceCommand::Pod(pod),
+        }) = f.command
+        else {
+            panic!("{f:?}");
+        };
+        assert_eq!(pod.name, "web-node");
+        assert_eq!(pod.namespace, "kube-system");
+        assert_eq!(pod.address, "http://127.0.0.1:10255");
+        assert!(!pod.json);
+        let f = Flags::try_parse_from([
+            "ferrolet",
+            "trace",
+            "pod",
+            "p",
+            "--address",
+            "http://127.0.0.1:9999",
+            "--json",
+        ])
+        .unwrap();
+        let Some(Command::Trace {
+            what: TraceCommand::Pod(pod),
+        }) = f.command
+        else {
+            panic!("{f:?}");
+        };
+        assert_eq!(
+            (pod.address.as_str(), pod.json),
+            ("http://127.0.0.1:9999", true)
+        );
+        assert!(Flags::try_parse_from(["ferrolet", "trace", "pod"]).is_err());
+        assert_eq!(Flags::try_parse_from(["ferrolet"]).unwrap().command, None);
     }
 
     /// The `[default: ...]` the help of `--long` shows, if any.
@@ -329,6 +410,7 @@ mod tests {
             ("pod-max-pids", d.pod_pids_limit.to_string()),
             ("cpu-manager-policy", d.cpu_manager_policy.as_str().into()),
             ("cpu-cfs-quota", d.cpu_cfs_quota.to_string()),
+            ("pod-timeline-pods", d.pod_timeline_pods.to_string()),
         ];
         let durations = [
             ("file-check-frequency", d.file_check_frequency),

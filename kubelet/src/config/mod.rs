@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 pub use container_manager::CmFlags;
-pub use flags::{Flags, LogFormat};
+pub use flags::{Command, Flags, LogFormat, TraceCommand, TracePod};
 pub use node::{ChangeDetection, CloudProvider, TAINT_EXTERNAL_CLOUD_PROVIDER};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
 
@@ -208,6 +208,8 @@ pub struct Config {
     /// Flexvolume plugin dir (`volumePluginDir`); ferrolet has no flexvolume support, so a
     /// value other than the default is reported as not implemented.
     pub volume_plugin_dir: PathBuf,
+    /// Pods whose start timelines are kept (`--pod-timeline-pods`, ferrolet's own, 256).
+    pub pod_timeline_pods: usize,
 }
 
 /// Go's default `volumePluginDir`.
@@ -290,6 +292,7 @@ impl Default for Config {
             system_reserved: BTreeMap::new(),
             config_map_and_secret_change_detection_strategy: ChangeDetection::Watch,
             volume_plugin_dir: PathBuf::from(DEFAULT_VOLUME_PLUGIN_DIR),
+            pod_timeline_pods: crate::timeline::DEFAULT_PODS,
         }
     }
 }
@@ -471,6 +474,9 @@ impl Config {
         if !f.system_reserved.is_empty() {
             self.system_reserved =
                 node::pairs("systemReserved (--system-reserved)", &f.system_reserved)?;
+        }
+        if let Some(n) = f.pod_timeline_pods {
+            self.pod_timeline_pods = n;
         }
         let mut ignored = Vec::new();
         if let Some(dir) = &f.volume_plugin_dir {

@@ -7,6 +7,7 @@ pub mod cluster;
 mod cpu;
 mod eviction;
 mod oom;
+mod timeline;
 mod volumes;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -112,6 +113,8 @@ pub struct Kubelet {
     pub eviction: crate::eviction::EvictionManager,
     /// Liveness, readiness and startup probes.
     pub probes: Arc<crate::prober::Manager>,
+    /// The pods' start timelines (`/debug/pods/<ns>/<name>/timeline`).
+    pub timeline: Arc<crate::timeline::Timeline>,
     pub(crate) hooks: crate::lifecycle::HookRunner,
     pub(crate) killed: crate::status::killed::KillNotes,
     /// The container instances the OOM watcher saw the kernel kill.
@@ -186,8 +189,13 @@ impl Kubelet {
             seams.tokens.clone(),
             seams.events.clone(),
         );
+        let timeline = Arc::new(crate::timeline::Timeline::new(crate::timeline::Limits {
+            pods: config.pod_timeline_pods,
+            ..Default::default()
+        }));
         Arc::new(Self {
-            pleg: Arc::new(Pleg::new(cri.clone())),
+            pleg: Arc::new(Pleg::new(cri.clone()).with_timeline(timeline.clone())),
+            timeline,
             probes: crate::prober::Manager::new(cri.clone()),
             hooks: crate::lifecycle::HookRunner::new(cri.clone()),
             killed: Default::default(),
@@ -245,8 +253,12 @@ impl Kubelet {
             .cloned()
     }
 
-    /// The image id to create a container of pod `uid` from, or why it must wait.
-    pub async fn ensure_image(&self, uid: &str, container: &Container) -> Result<String, Waiting> {
+    /// The image to create a container of pod `uid` from, or why it must wait.
+    pub async fn ensure_image(
+        &self,
+        uid: &str,
+        container: &Container,
+    ) -> Result<crate::images::Ensured, Waiting> {
         // Only the pod's namespace and pull secrets, read under the lock: not a clone of its
         // whole state on every container start.
         let (pull, object) = self
@@ -470,6 +482,9 @@ impl Kubelet {
                     }
                     if rejected {
                         continue;
+                    }
+                    if !known {
+                        self.timeline_admitted(&pod);
                     }
                     // Its secrets and configMaps become readable (watched) before its sync.
                     self.objects.register_pod(&pod);

@@ -62,6 +62,12 @@ const MAX_PENDING_OPS: usize = 4096;
 pub struct Metrics {
     /// `kubelet_pod_start_duration_seconds`.
     pub pod_start_duration: HistogramVec,
+    /// `kubelet_pod_start_sli_duration_seconds{first_with_network}`.
+    pub pod_start_sli_duration: HistogramVec,
+    /// `kubelet_pod_start_total_duration_seconds{first_with_network}`.
+    pub pod_start_total_duration: HistogramVec,
+    /// `kubelet_pod_worker_start_duration_seconds`.
+    pub pod_worker_start_duration: HistogramVec,
     /// `kubelet_pod_worker_duration_seconds{operation_type}`.
     pub pod_worker_duration: HistogramVec,
     /// `kubelet_pleg_relist_duration_seconds`.
@@ -90,6 +96,9 @@ pub struct Metrics {
     /// `prober_probe_duration_seconds{probe_type,container,pod,namespace}`.
     pub probe_duration: HistogramVec,
     process: Vec<Computed>,
+    /// A pod not on the host's network has had its start SLI observed (Go labels the first
+    /// one `first_with_network="true"`: it waited for the network plugin).
+    first_network_pod_seen: std::sync::atomic::AtomicBool,
     /// Pod UID → operation type of the pod's next worker pass.
     pending_ops: Mutex<HashMap<String, &'static str>>,
 }
@@ -121,6 +130,30 @@ impl Metrics {
                     &[],
                 ),
                 POD_START_BUCKETS,
+            ),
+            pod_start_sli_duration: HistogramVec::new(
+                alpha(
+                    "kubelet_pod_start_sli_duration_seconds",
+                    "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+                    &["first_with_network"],
+                ),
+                POD_START_BUCKETS,
+            ),
+            pod_start_total_duration: HistogramVec::new(
+                alpha(
+                    "kubelet_pod_start_total_duration_seconds",
+                    "Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+                    &["first_with_network"],
+                ),
+                POD_START_BUCKETS,
+            ),
+            pod_worker_start_duration: HistogramVec::new(
+                alpha(
+                    "kubelet_pod_worker_start_duration_seconds",
+                    "Duration in seconds from kubelet seeing a pod to starting a worker.",
+                    &[],
+                ),
+                DEF_BUCKETS,
             ),
             pod_worker_duration: HistogramVec::new(
                 alpha(
@@ -211,6 +244,7 @@ impl Metrics {
                 DEF_BUCKETS,
             ),
             process: process_families(),
+            first_network_pod_seen: std::sync::atomic::AtomicBool::new(false),
             pending_ops: Mutex::new(HashMap::new()),
         }
     }
@@ -218,6 +252,9 @@ impl Metrics {
     fn kubelet_families(&self) -> Vec<&dyn Collector> {
         let mut all: Vec<&dyn Collector> = vec![
             &self.pod_start_duration,
+            &self.pod_start_sli_duration,
+            &self.pod_start_total_duration,
+            &self.pod_worker_start_duration,
             &self.pod_worker_duration,
             &self.pleg_relist_duration,
             &self.pleg_relist_interval,
@@ -526,6 +563,25 @@ fn pod_start_seconds(
     let seen_nanos = i64::try_from(seen.as_nanosecond()).ok()?;
     let now_nanos = i64::try_from(now.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()?;
     Some((now_nanos.saturating_sub(seen_nanos)).max(0) as f64 / 1e9)
+}
+
+/// Observes a new pod's first pick-up by its worker, `secs` after its source saw it
+/// (`kubelet_pod_worker_start_duration_seconds`, Go's `SyncPodCreate` measure).
+pub fn observe_pod_worker_start(secs: f64) {
+    global().pod_worker_start_duration.observe(&[], secs);
+}
+
+/// Observes a pod's start: `sli` seconds without image pulls, `total` with them, into
+/// `kubelet_pod_start_sli_duration_seconds` and `kubelet_pod_start_total_duration_seconds`;
+/// the first pod not on the host's network is labelled `first_with_network="true"`, as Go's
+/// start latency tracker does.
+pub fn observe_pod_start_sli(sli: f64, total: f64, host_network: bool) {
+    use std::sync::atomic::Ordering;
+    let m = global();
+    let first = !host_network && !m.first_network_pod_seen.swap(true, Ordering::Relaxed);
+    let label = if first { "true" } else { "" };
+    m.pod_start_sli_duration.observe(&[label], sli);
+    m.pod_start_total_duration.observe(&[label], total);
 }
 
 /// Records one probe result (`prober_probe_total`): `probe_type` is [`PROBE_LIVENESS`],

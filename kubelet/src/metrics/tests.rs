@@ -327,3 +327,40 @@ fn oom_kills_are_counted_by_scope_from_zero() {
         );
     }
 }
+
+#[test]
+fn the_start_slis_label_the_first_pod_on_the_network_alone() {
+    let m = global();
+    let count = |label: &str| m.pod_start_sli_duration.series_for(&[label]).count();
+    let (first, other) = (count("true"), count(""));
+    // A host-network pod does not count as the first with network.
+    observe_pod_start_sli(1.0, 3.0, true);
+    observe_pod_start_sli(2.0, 4.0, false);
+    observe_pod_start_sli(2.5, 2.5, false);
+    // One pod is ever the first with network; every other goes under "".
+    let firsts = count("true") - first;
+    assert!(firsts <= 1 && count("true") == 1, "{firsts}");
+    assert_eq!(firsts + count("") - other, 3);
+    let total = m.pod_start_total_duration.series_for(&[""]);
+    assert!(total.sum() >= 3.0 + 2.5);
+    observe_pod_worker_start(0.25);
+    let text = render();
+    for family in [
+        "kubelet_pod_start_sli_duration_seconds",
+        "kubelet_pod_start_total_duration_seconds",
+        "kubelet_pod_worker_start_duration_seconds",
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {family} histogram")),
+            "{family}"
+        );
+    }
+    // Go's podStartupDurationBuckets and DefBuckets.
+    assert!(
+        text.contains(
+            "kubelet_pod_start_sli_duration_seconds_bucket{first_with_network=\"\",le=\"3600\"}"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("kubelet_pod_worker_start_duration_seconds_bucket{le=\"0.005\"}"));
+}

@@ -12,10 +12,10 @@
 //!
 //! Authorization sees the request as Go's node attributes: verb from the method (`get`,
 //! `create`, …), resource `nodes`, and a subresource from the path, fine-grained first with
-//! `proxy` as the fallback (`KubeletFineGrainedAuthz`, on by default since 1.33): `/pods` and
-//! `/runningpods/` → `pods`, `/healthz` → `healthz`, `/configz` → `configz`, `/stats/` →
-//! `stats`, `/metrics` → `metrics`, `/logs/` → `log`, `/checkpoint/` → `checkpoint`, anything
-//! else → `proxy`. `AlwaysAllow` allows all; `Static` (ferrolet's own, [`Policy`]) allows
+//! `proxy` as the fallback (`KubeletFineGrainedAuthz`, on by default since 1.33): `/pods`,
+//! `/runningpods/` and ferrolet's `/debug/pods/…/timeline` → `pods`, `/healthz` → `healthz`,
+//! `/configz` → `configz`, `/stats/` → `stats`, `/metrics` → `metrics`, `/logs/` → `log`,
+//! `/checkpoint/` → `checkpoint`, anything else → `proxy`. `AlwaysAllow` allows all; `Static` (ferrolet's own, [`Policy`]) allows
 //! what one of its rules grants for any of those subresources; `Webhook` asks a
 //! `SubjectAccessReview` for each in turn until one is allowed. A denial is 403 with Go's
 //! message; a review that fails is 500 with Go's `Authorization error (…)`.
@@ -225,7 +225,10 @@ pub fn attributes(method: &Method, path: &str) -> Attributes {
         only("log")
     } else if is_subpath(path, "/checkpoint/") {
         only("checkpoint")
-    } else if is_subpath(path, "/pods") || is_subpath(path, "/runningpods/") {
+    } else if is_subpath(path, "/pods")
+        || is_subpath(path, "/runningpods/")
+        || is_subpath(path, "/debug/pods")
+    {
         or_proxy("pods")
     } else if is_subpath(path, "/healthz") {
         or_proxy("healthz")
@@ -591,6 +594,11 @@ mod tests {
         );
         assert_eq!(a(Method::GET, "/pods/").subresources, ["pods", "proxy"]);
         assert_eq!(a(Method::GET, "/podsx").subresources, ["proxy"]);
+        assert_eq!(
+            a(Method::GET, "/debug/pods/ns/p/timeline").subresources,
+            ["pods", "proxy"]
+        );
+        assert_eq!(a(Method::GET, "/debug/flags/v").subresources, ["proxy"]);
         assert_eq!(
             a(Method::GET, "/runningpods/").subresources,
             ["pods", "proxy"]

@@ -6,7 +6,7 @@
 //! - `/runningpods/`: what the runtime runs, as pods with just names, UIDs and containers.
 //! - `/containerLogs/{namespace}/{pod}/{container}`: a container's log ([`logs`]).
 //! - Paths registered as [`extra`] routes: `/stats/summary` ([`stats`]), `/metrics…`
-//!   ([`metrics`]).
+//!   ([`metrics`]), `/debug/pods/{namespace}/{name}/timeline` ([`timeline`]).
 //!
 //! [`crate::cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows. The
 //! secure API adds TLS ([`tls`], [`x509`]), authentication and authorization ([`auth`]),
@@ -25,6 +25,7 @@ pub mod secure;
 pub mod stats;
 pub mod stream_options;
 pub mod streaming;
+pub mod timeline;
 pub mod tls;
 pub mod upgrade_proxy;
 pub mod webhook;

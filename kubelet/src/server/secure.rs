@@ -4,8 +4,9 @@
 //! - the read-only API's endpoints (`/pods`, `/runningpods/`, `/containerLogs/…`,
 //!   `/healthz`);
 //! - `/configz`: the effective configuration ([`configz`](super::configz));
-//! - the [`ExtraRoutes`] other parts of the kubelet register (`/stats/…`, `/metrics…`); while
-//!   none is registered for `/stats/` or `/metrics`, those answer 501;
+//! - the [`ExtraRoutes`] other parts of the kubelet register (`/stats/…`, `/metrics…`,
+//!   `/debug/pods/…/timeline`); while none is registered for `/stats/` or `/metrics`, those
+//!   answer 501;
 //! - `/exec`, `/attach`, `/portForward`, `/run`: the streaming endpoints
 //!   ([`streaming`](super::streaming)) once [`SecureServer::with_streaming`] gives them the
 //!   runtime; 501 without it.
