@@ -74,6 +74,18 @@ pub mod labels {
     pub const CONFIG_SEEN: &str = "kubernetes.io/config.seen";
 }
 
+/// When the pod's source first saw it (its `config.seen` annotation), in nanoseconds since
+/// the epoch; None without a readable annotation.
+pub fn config_seen_nanos(pod: &Pod) -> Option<i64> {
+    let seen = pod
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(labels::CONFIG_SEEN)?;
+    let seen: jiff::Timestamp = seen.parse().ok()?;
+    i64::try_from(seen.as_nanosecond()).ok()
+}
+
 /// A container as the runtime reports it (ListContainers + ContainerStatus), keyed back to
 /// its pod by labels.
 #[derive(Clone, Debug, Default, PartialEq)]

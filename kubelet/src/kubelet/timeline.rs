@@ -8,14 +8,14 @@ use k8s_openapi::api::core::v1::PodStatus;
 use super::Kubelet;
 use crate::pod_actions::{ContainerAction, RunActions, SandboxAction};
 use crate::timeline::{self, Containers, Phase, PodId, Start, Trigger};
-use crate::types::{Pod, RuntimePod, labels};
+use crate::types::{Pod, RuntimePod, config_seen_nanos};
 
 impl Kubelet {
     /// A pod admitted for the first time (or a new incarnation of its name): a new start from
     /// the moment its source reported it (`kubernetes.io/config.seen`).
     pub(super) fn timeline_admitted(&self, pod: &Pod) {
         let admitted = timeline::now();
-        let seen = seen_at(pod).unwrap_or(admitted);
+        let seen = config_seen_nanos(pod).unwrap_or(admitted);
         let (init, app) = container_names(pod);
         let containers = Containers {
             init: &init,
@@ -66,7 +66,7 @@ impl Kubelet {
         if self
             .timeline
             .mark(id, Phase::WorkerStarted, None, picked_up)
-            && let Some(seen) = seen_at(pod)
+            && let Some(seen) = config_seen_nanos(pod)
         {
             crate::metrics::observe_pod_worker_start(seconds(picked_up - seen));
         }
@@ -126,17 +126,6 @@ fn observe_start(pod: &Pod, start: &Start, at: i64) {
         .and_then(|s| s.host_network)
         .unwrap_or(false);
     crate::metrics::observe_pod_start_sli(seconds(total - pulling), seconds(total), host_network);
-}
-
-/// When the pod's source first reported it, on the timeline's clock.
-fn seen_at(pod: &Pod) -> Option<i64> {
-    let seen = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(labels::CONFIG_SEEN)?;
-    let seen: jiff::Timestamp = seen.parse().ok()?;
-    i64::try_from(seen.as_nanosecond()).ok()
 }
 
 /// A pod's init and app container names.

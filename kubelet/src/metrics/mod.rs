@@ -20,7 +20,7 @@ use registry::{
     exponential_buckets,
 };
 
-use crate::types::{Pod, RuntimePod, labels};
+use crate::types::{Pod, RuntimePod};
 
 /// The Content-Type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -554,13 +554,7 @@ fn pod_start_seconds(
     if !was_pending || current.phase.as_deref() != Some("Running") {
         return None;
     }
-    let seen = pod
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(labels::CONFIG_SEEN)?;
-    let seen: jiff::Timestamp = seen.parse().ok()?;
-    let seen_nanos = i64::try_from(seen.as_nanosecond()).ok()?;
+    let seen_nanos = crate::types::config_seen_nanos(pod)?;
     let now_nanos = i64::try_from(now.duration_since(UNIX_EPOCH).ok()?.as_nanos()).ok()?;
     Some((now_nanos.saturating_sub(seen_nanos)).max(0) as f64 / 1e9)
 }

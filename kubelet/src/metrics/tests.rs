@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 fn pod_seen(seen: &str) -> Pod {
     let mut pod = Pod::default();
     pod.metadata.annotations = Some(BTreeMap::from([(
-        labels::CONFIG_SEEN.to_string(),
+        crate::types::labels::CONFIG_SEEN.to_string(),
         seen.to_string(),
     )]));
     pod
