@@ -4,6 +4,8 @@
 //! Hidden files are skipped and subdirectories not entered, as the Go kubelet does; a missing
 //! directory is waited for.
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,8 +17,12 @@ use tokio::task::JoinHandle;
 use super::{FILE_SOURCE, Problem, Problems, decode, dedupe, without_seen};
 use crate::types::{Pod, PodOp, PodUpdate};
 
-/// How long events are collected before re-listing, so one copy or editor save is one
-/// re-list.
+/// Quiet time after an event before re-listing, so a burst of events (many manifests renamed
+/// in, a copy, an editor's save) is one re-list. Short: it is on every static pod's start path.
+const QUIET: Duration = Duration::from_millis(5);
+/// Longest wait from a burst's first event: a manifest created and still open for writing is
+/// waited for until it is closed, for up to this long (then read as it is, and re-read when
+/// its close arrives).
 const SETTLE: Duration = Duration::from_millis(100);
 /// How often a missing path (or a lost watch) is looked for, between re-lists.
 const WATCH_RETRY: Duration = Duration::from_secs(1);
@@ -95,10 +101,14 @@ impl FileSource {
                 let has_watch = watch.is_some();
                 tokio::select! {
                     event = next_event(&mut watch) => {
-                        if !event_keeps_watch(event) {
-                            watch = None;
+                        let mut writing = HashSet::new();
+                        match Noted::of(event) {
+                            Noted::WatchGone => watch = None,
+                            // Hidden files are never read: nothing to re-list for.
+                            Noted::Hidden => continue,
+                            noted => noted.track(&mut writing),
                         }
-                        self.settle(&mut watch).await;
+                        self.settle(&mut watch, writing).await;
                     }
                     _ = relist.tick() => {}
                     // Only wakes the loop to look for the path (or retry the watch).
@@ -144,19 +154,98 @@ impl FileSource {
         inotify.into_event_stream(vec![0u8; 4096])
     }
 
-    /// Lets a burst of events pass before re-listing.
-    async fn settle(&self, watch: &mut Option<EventStream<Vec<u8>>>) {
-        let deadline = tokio::time::sleep(SETTLE);
-        tokio::pin!(deadline);
-        loop {
+    /// Lets a burst of events pass before re-listing: until no event came for [`QUIET`] and no
+    /// file created in it is still being written (`writing`), for at most [`SETTLE`].
+    async fn settle(
+        &self,
+        watch: &mut Option<EventStream<Vec<u8>>>,
+        mut writing: HashSet<OsString>,
+    ) {
+        let start = tokio::time::Instant::now();
+        let mut quiet_from = start;
+        while watch.is_some() {
+            let until = if writing.is_empty() {
+                (quiet_from + QUIET).min(start + SETTLE)
+            } else {
+                start + SETTLE
+            };
             tokio::select! {
-                event = next_event(watch) => {
-                    if !event_keeps_watch(event) {
-                        *watch = None;
+                event = next_event(watch) => match Noted::of(event) {
+                    Noted::WatchGone => *watch = None,
+                    Noted::Hidden => {}
+                    noted => {
+                        noted.track(&mut writing);
+                        quiet_from = tokio::time::Instant::now();
                     }
-                }
-                () = &mut deadline => return,
+                },
+                () = tokio::time::sleep_until(until) => return,
             }
+        }
+    }
+}
+
+/// What one inotify event means to the source.
+#[derive(Debug, PartialEq)]
+enum Noted {
+    /// The watch is gone (the path deleted or moved, the queue broken).
+    WatchGone,
+    /// About a hidden file, which is never read.
+    Hidden,
+    /// A file was created; it may still be being written.
+    Created(OsString),
+    /// A file is complete or gone: closed after writing, deleted or moved away.
+    Done(OsString),
+    /// Anything else that changes the listing (a file moved in, its mode changed).
+    Changed,
+}
+
+impl Noted {
+    fn of(event: Option<std::io::Result<inotify::EventOwned>>) -> Self {
+        let keeps = match &event {
+            Some(Ok(e)) => !e
+                .mask
+                .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "reading inotify events");
+                false
+            }
+            None => false,
+        };
+        match event {
+            Some(Ok(e)) if keeps => Self::classify(e.mask, e.name),
+            _ => Self::WatchGone,
+        }
+    }
+
+    fn classify(mask: EventMask, name: Option<OsString>) -> Self {
+        let Some(name) = name else {
+            // An event on a watched single file itself.
+            return Self::Changed;
+        };
+        if name.as_encoded_bytes().starts_with(b".") {
+            return Self::Hidden;
+        }
+        if mask.contains(EventMask::CREATE) && !mask.contains(EventMask::ISDIR) {
+            Self::Created(name)
+        } else if mask
+            .intersects(EventMask::CLOSE_WRITE | EventMask::DELETE | EventMask::MOVED_FROM)
+        {
+            Self::Done(name)
+        } else {
+            Self::Changed
+        }
+    }
+
+    /// Keeps `writing` (the files created in this burst and not yet closed) up to date.
+    fn track(self, writing: &mut HashSet<OsString>) {
+        match self {
+            Self::Created(name) => {
+                writing.insert(name);
+            }
+            Self::Done(name) => {
+                writing.remove(&name);
+            }
+            Self::WatchGone | Self::Hidden | Self::Changed => {}
         }
     }
 }
@@ -168,20 +257,6 @@ async fn next_event(
     match watch {
         Some(stream) => stream.next().await,
         None => std::future::pending().await,
-    }
-}
-
-/// False when the watch is gone (the path deleted or moved, the queue broken).
-fn event_keeps_watch(event: Option<std::io::Result<inotify::EventOwned>>) -> bool {
-    match event {
-        Some(Ok(e)) => !e
-            .mask
-            .intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF),
-        Some(Err(e)) => {
-            tracing::warn!(error = %e, "reading inotify events");
-            false
-        }
-        None => false,
     }
 }
 
@@ -406,6 +481,78 @@ mod tests {
                 .await
                 .is_err()
         );
+        task.abort();
+    }
+
+    #[test]
+    fn events_are_sorted_into_what_the_source_waits_for() {
+        let name = |s: &str| Some(OsString::from(s));
+        assert_eq!(
+            Noted::classify(EventMask::CREATE, name("a.yaml")),
+            Noted::Created("a.yaml".into())
+        );
+        assert_eq!(
+            Noted::classify(EventMask::CREATE | EventMask::ISDIR, name("sub")),
+            Noted::Changed
+        );
+        for done in [
+            EventMask::CLOSE_WRITE,
+            EventMask::DELETE,
+            EventMask::MOVED_FROM,
+        ] {
+            assert_eq!(
+                Noted::classify(done, name("a.yaml")),
+                Noted::Done("a.yaml".into())
+            );
+        }
+        assert_eq!(
+            Noted::classify(EventMask::MOVED_TO, name("a.yaml")),
+            Noted::Changed
+        );
+        assert_eq!(
+            Noted::classify(EventMask::MOVED_TO, name(".a.yaml.tmp")),
+            Noted::Hidden
+        );
+        assert_eq!(
+            Noted::classify(EventMask::CLOSE_WRITE, None),
+            Noted::Changed
+        );
+        assert_eq!(Noted::of(None), Noted::WatchGone);
+    }
+
+    #[tokio::test]
+    async fn a_manifest_still_being_written_is_read_once_closed() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::channel(16);
+        let source = FileSource::new(
+            dir.path().into(),
+            "node".into(),
+            Duration::from_secs(3600),
+            tx,
+        );
+        let problems = source.problems();
+        let task = source.spawn();
+        assert!(next(&mut rx).await.pods.is_empty());
+
+        // Half a manifest, written straight into place and left open: no re-list reads it
+        // while the writer is still at it (well within SETTLE).
+        let body = manifest("slow", "busybox:1");
+        let (head, tail) = body.split_at(body.len() / 2);
+        let mut file = std::fs::File::create(dir.path().join("slow.yaml")).unwrap();
+        file.write_all(head.as_bytes()).unwrap();
+        file.flush().unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            problems.current().is_empty(),
+            "a half-written manifest was read: {:?}",
+            problems.current()
+        );
+        file.write_all(tail.as_bytes()).unwrap();
+        drop(file);
+        let u = next(&mut rx).await;
+        assert_eq!(names(&u), ["slow-node"]);
+        assert!(problems.current().is_empty(), "{:?}", problems.current());
         task.abort();
     }
 
