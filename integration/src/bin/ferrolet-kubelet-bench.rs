@@ -33,7 +33,7 @@ use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
     ContainerStatusRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
-    ListPodSandboxRequest, PullImageRequest, VersionRequest,
+    ListPodSandboxRequest, PodSandboxState, PullImageRequest, VersionRequest,
 };
 use ferrolet_proto::transport;
 use serde::{Deserialize, Serialize};
@@ -148,6 +148,10 @@ struct RunArgs {
     /// The containerd namespace the runtime puts its containers in.
     #[arg(long, default_value = "k8s.io")]
     containerd_namespace: String,
+    /// A removed pod counts as gone once its sandbox is no longer ready, not only once the
+    /// sandbox is removed (the Go kubelet removes stopped sandboxes only at its minutely GC).
+    #[arg(long)]
+    gone_when_stopped: bool,
 }
 
 /// Latency summary of one measure over a round's pods, milliseconds.
@@ -173,6 +177,18 @@ struct Round {
     total_s: f64,
     /// Manifests removed → no sandbox of them left in the runtime, seconds.
     teardown_s: f64,
+    /// Per-phase medians of the pods' start timelines (ferrolet's
+    /// `/debug/pods/{ns}/{name}/timeline`; empty for a kubelet without them), in phase order;
+    /// the first, `file_source`, is manifest written → the source's `config.seen`.
+    #[serde(default)]
+    phases: Vec<PhaseP50>,
+}
+
+/// The median over a round's pods of one timeline phase (the time from the mark before it).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+struct PhaseP50 {
+    phase: String,
+    p50_ms: f64,
 }
 
 /// ferrolet's footprint with the largest round's pods running.
@@ -251,6 +267,10 @@ fn read_report(path: &Path) -> Result<Report> {
 struct Bench {
     args: RunArgs,
     manifest_dir: PathBuf,
+    /// This run's id; each round's pods carry `<base_id>-<round>` (see `run_id`).
+    base_id: String,
+    /// The current round's id: pod names and the run label are unique per round, so a round
+    /// never meets the UIDs (or the leftovers) of the one before.
     run_id: String,
     rt: RuntimeServiceClient<Channel>,
     cancel: Arc<AtomicBool>,
@@ -283,10 +303,12 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         Some(socket) => Some(TaskStarts::watch(socket, &args.containerd_namespace).await?),
         None => None,
     };
-    let bench = Bench {
+    let base_id = run_id();
+    let mut bench = Bench {
         task_starts,
         manifest_dir,
-        run_id: run_id(),
+        run_id: base_id.clone(),
+        base_id,
         rt,
         cancel,
         rpc_timeout,
@@ -302,7 +324,7 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
     }
     eprintln!(
         "[{}] {runtime} at {}; run {}, rounds {:?}",
-        bench.args.label, bench.args.endpoint, bench.run_id, bench.args.pods
+        bench.args.label, bench.args.endpoint, bench.base_id, bench.args.pods
     );
     let largest = bench.args.pods.iter().copied().max().unwrap_or(1);
     let mut report = Report {
@@ -313,7 +335,8 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         idle: None,
     };
     let mut idle_done = false;
-    for &n in &bench.args.pods.clone() {
+    for (k, &n) in bench.args.pods.clone().iter().enumerate() {
+        bench.run_id = format!("{}-{}", bench.base_id, k + 1);
         let sample_idle = n == largest && !idle_done;
         let outcome = bench.round(n, sample_idle).await;
         // Whatever happened, the round's pods go before the next step.
@@ -448,6 +471,9 @@ impl Bench {
                         .as_ref()
                         .is_some_and(|m| m.namespace == POD_NAMESPACE)
             })
+            .filter(|s| {
+                !self.args.gone_when_stopped || s.state == PodSandboxState::SandboxReady as i32
+            })
             .count())
     }
 
@@ -522,6 +548,7 @@ impl Bench {
                 self.args.label
             );
         }
+        let phases = self.phase_p50s(&wall).await;
         let round = Round {
             pods: n,
             running: latency(&running),
@@ -529,6 +556,7 @@ impl Bench {
             task_running,
             total_s,
             teardown_s: 0.0,
+            phases,
         };
         let idle = if sample_idle {
             match self.args.pid {
@@ -590,6 +618,36 @@ impl Bench {
             out.push(started.duration_since(*written).unwrap_or(Duration::ZERO));
         }
         Ok((out, tasks))
+    }
+
+    /// The round's per-phase medians from the start timelines of its pods (manifest written at
+    /// `wall[index]`); empty when the kubelet serves no timelines (the Go kubelet).
+    async fn phase_p50s(&self, wall: &[SystemTime]) -> Vec<PhaseP50> {
+        let Ok(body) = self.pods_json().await else {
+            return Vec::new();
+        };
+        let pods = run_pods(&body, &self.run_id);
+        let addr = self.args.read_only.clone();
+        let wall = wall.to_vec();
+        tokio::task::spawn_blocking(move || {
+            let mut timelines = Vec::with_capacity(pods.len());
+            for (index, namespace, name) in pods {
+                let path = format!("/debug/pods/{namespace}/{name}/timeline");
+                let Ok(timeline) = http_get_json(&addr, &path) else {
+                    // No timelines at all (another kubelet), or this pod's was evicted.
+                    if timelines.is_empty() {
+                        return Vec::new();
+                    }
+                    continue;
+                };
+                if let Some(written) = wall.get(index as usize) {
+                    timelines.push(phase_durations(&timeline, *written));
+                }
+            }
+            phase_medians(&timelines)
+        })
+        .await
+        .unwrap_or_default()
     }
 
     /// ferrolet's RSS and CPU over the idle window, with `pods` pods running.
@@ -788,6 +846,88 @@ fn running_indexes(pods: &Value, run_id: &str) -> Vec<u32> {
         .collect()
 }
 
+/// (index, namespace, name) of this run's pods in a `/pods` PodList.
+fn run_pods(pods: &Value, run_id: &str) -> Vec<(u32, String, String)> {
+    let Some(items) = pods.get("items").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|p| {
+            let labels = p.pointer("/metadata/labels")?;
+            if labels.get(RUN_LABEL)?.as_str()? != run_id {
+                return None;
+            }
+            let index = labels.get(INDEX_LABEL)?.as_str()?.parse().ok()?;
+            let namespace = p.pointer("/metadata/namespace")?.as_str()?.to_string();
+            let name = p.pointer("/metadata/name")?.as_str()?.to_string();
+            Some((index, namespace, name))
+        })
+        .collect()
+}
+
+/// The phases of a pod's newest start (its timeline JSON) with their durations, milliseconds,
+/// in order; a phase marked more than once (one mark per container) is summed. First comes
+/// `file_source`: manifest written → the `seen` mark.
+fn phase_durations(timeline: &Value, written: SystemTime) -> Vec<(String, f64)> {
+    let Some(marks) = timeline
+        .pointer("/starts")
+        .and_then(Value::as_array)
+        .and_then(|s| s.last())
+        .and_then(|s| s.get("marks"))
+        .and_then(Value::as_array)
+    else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, f64)> = Vec::new();
+    let seen = marks
+        .first()
+        .filter(|m| m.get("phase").and_then(Value::as_str) == Some("seen"))
+        .and_then(|m| m.get("at")?.as_str()?.parse::<jiff::Timestamp>().ok());
+    if let Some(seen) = seen {
+        let seen = SystemTime::from(seen);
+        let ms = match seen.duration_since(written) {
+            Ok(d) => d.as_secs_f64() * 1000.0,
+            Err(e) => -e.duration().as_secs_f64() * 1000.0,
+        };
+        out.push(("file_source".to_string(), ms));
+    }
+    for m in marks.iter().skip(1) {
+        let (Some(phase), Some(ms)) = (
+            m.get("phase").and_then(Value::as_str),
+            m.get("durationMs").and_then(Value::as_f64),
+        ) else {
+            continue;
+        };
+        match out.iter_mut().find(|(p, _)| p == phase) {
+            Some((_, total)) => *total += ms,
+            None => out.push((phase.to_string(), ms)),
+        }
+    }
+    out
+}
+
+/// Per-phase medians over pods, in the phase order of the pod with the most phases.
+fn phase_medians(pods: &[Vec<(String, f64)>]) -> Vec<PhaseP50> {
+    let Some(order) = pods.iter().max_by_key(|p| p.len()) else {
+        return Vec::new();
+    };
+    order
+        .iter()
+        .map(|(phase, _)| {
+            let mut values: Vec<f64> = pods
+                .iter()
+                .filter_map(|p| p.iter().find(|(q, _)| q == phase).map(|(_, v)| *v))
+                .collect();
+            values.sort_by(f64::total_cmp);
+            PhaseP50 {
+                phase: phase.clone(),
+                p50_ms: percentile(&values, 50.0),
+            }
+        })
+        .collect()
+}
+
 /// A plain HTTP/1.1 GET of a JSON document (the read-only API has neither TLS nor auth).
 fn http_get_json(addr: &str, path: &str) -> Result<Value> {
     let body = http_get(addr, path, "application/json")?;
@@ -931,7 +1071,7 @@ fn render_round(label: &str, r: &Round) -> String {
             format!("{:.0}/{:.0} ms", s.p50_ms, s.p99_ms)
         })
     };
-    format!(
+    let mut out = format!(
         "[{label}] N={}: Running p50 {:.0} ms, p99 {:.0} ms; started (CRI) p50/p99 {}; task running p50/p99 {}; all Running {:.2} s; gone {:.2} s",
         r.pods,
         r.running.p50_ms,
@@ -940,7 +1080,20 @@ fn render_round(label: &str, r: &Round) -> String {
         pair(&r.task_running),
         r.total_s,
         r.teardown_s
-    )
+    );
+    if !r.phases.is_empty() {
+        let phases: Vec<String> = r
+            .phases
+            .iter()
+            .map(|p| format!("{} {:.1}", p.phase, p.p50_ms))
+            .collect();
+        let _ = write!(
+            out,
+            "\n[{label}]   timeline p50 (ms): {}",
+            phases.join(", ")
+        );
+    }
+    out
 }
 
 fn render_idle(label: &str, i: &Idle) -> String {
@@ -1248,6 +1401,41 @@ mod tests {
     }
 
     #[test]
+    fn timeline_phases_are_summed_per_phase_and_their_medians_taken() {
+        let written = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let timeline = |seen_ms: u32, sandbox: f64| {
+            json!({"starts": [
+                {"marks": [{"phase": "seen", "at": "2023-11-14T22:13:20.000000000Z", "durationMs": 0.0}]},
+                {"marks": [
+                    {"phase": "seen", "at": format!("2023-11-14T22:13:20.{seen_ms:03}000000Z"), "durationMs": 0.0},
+                    {"phase": "admitted", "durationMs": 1.0},
+                    {"phase": "sandbox_ready", "durationMs": sandbox},
+                    {"phase": "image_ready", "container": "a", "durationMs": 0.5},
+                    {"phase": "image_ready", "container": "b", "durationMs": 0.25},
+                ]},
+            ]})
+        };
+        let a = phase_durations(&timeline(4, 70.0), written);
+        assert_eq!(
+            a,
+            vec![
+                ("file_source".to_string(), 4.0),
+                ("admitted".to_string(), 1.0),
+                ("sandbox_ready".to_string(), 70.0),
+                ("image_ready".to_string(), 0.75),
+            ]
+        );
+        let b = phase_durations(&timeline(8, 90.0), written);
+        let c = phase_durations(&timeline(6, 80.0), written);
+        let medians = phase_medians(&[a, b, c]);
+        let get = |name: &str| medians.iter().find(|p| p.phase == name).map(|p| p.p50_ms);
+        assert_eq!(medians[0].phase, "file_source");
+        assert_eq!(get("file_source"), Some(6.0));
+        assert_eq!(get("sandbox_ready"), Some(80.0));
+        assert!(phase_durations(&json!({"kind": "Status"}), written).is_empty());
+    }
+
+    #[test]
     fn only_this_runs_running_pods_count() {
         let list = json!({"kind": "PodList", "items": [
             {"metadata": {"labels": {RUN_LABEL: "r1", INDEX_LABEL: "0"}}, "status": {"phase": "Running"}},
@@ -1310,6 +1498,7 @@ mod tests {
                     task_running: Some(lat(p50 / 2.0 + 1.0)),
                     total_s: p50 / 1000.0,
                     teardown_s: 0.5,
+                    phases: Vec::new(),
                 },
                 Round {
                     pods: 30,
@@ -1318,6 +1507,7 @@ mod tests {
                     task_running: None,
                     total_s: total30,
                     teardown_s: 2.0,
+                    phases: Vec::new(),
                 },
             ],
             idle: Some(Idle {
