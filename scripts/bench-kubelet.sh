@@ -12,10 +12,18 @@
 # each ferrolet, the reference containerd unless it already ran) it stops, also on error or
 # Ctrl-C, after removing every pod it made (netns and veths go with the sandboxes).
 #
+# On ferrolet-cri, the same pods are also started directly through CRI by ferrolet-cri-bench
+# (issue #20): half of the single starts sequentially before ferrolet's run and half after (so
+# drift falls on both), then each larger N at once; `ferrolet-kubelet-bench direct` puts them
+# beside ferrolet's figures: N=1 manifest → task running against the sum of the three CRI
+# calls' p50s, and each N's all-Running against the direct all-started.
+#
 # Then, on ferrolet-cri only, the probe overhead (issue #7): pods with three probes each at a
 # 1 s period (tcp/http, and separately exec), ferrolet's CPU over the idle window.
 #
-#   BENCH_PODS=1,30,100   pod counts      BENCH_IDLE_S=30  idle CPU window
+#   BENCH_PODS=1,1,1,1,1,1,1,1,1,1,30,100   pod counts, one round each (the single-pod rounds
+#                         are pooled for the N=1 figures)      BENCH_IDLE_S=30  idle CPU window
+#   BENCH_DIRECT=1        the direct-CRI runs on ferrolet-cri (0: none)
 #   BENCH_PROBES="network exec"   probe modes ("" for none)
 #   BENCH_PROBE_PODS=100  BENCH_EXEC_PROBE_PODS=10   pods of the probe runs
 #   BENCH_RUNTIMES="ferrolet-cri containerd-cri"   which runtimes, in order
@@ -38,7 +46,8 @@ KUBELET=$BIN/ferrolet
 CRI=$BIN/ferrolet-cri
 BENCH=$BIN/ferrolet-kubelet-bench
 CRI_BENCH=$BIN/ferrolet-cri-bench
-PODS=${BENCH_PODS:-1,30,100}
+PODS=${BENCH_PODS:-1,1,1,1,1,1,1,1,1,1,30,100}
+DIRECT=${BENCH_DIRECT:-1}
 IDLE_S=${BENCH_IDLE_S:-30}
 RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri}
 PROBES=${BENCH_PROBES-network exec}
@@ -135,6 +144,35 @@ bench() {
   stop_kubelet
 }
 
+# direct_cri WHEN: pods started directly through CRI on ferrolet-cri, with no ferrolet running
+# (it would take them for strays): WHEN=before runs half the single starts, WHEN=after the
+# other half and then each larger N at once.
+direct_cri() {
+  local when=$1 singles n k rc
+  singles=$(tr ',' '\n' <<<"$PODS" | grep -cx 1 || true)
+  if [ "$when" = before ]; then k=$(((singles + 1) / 2)); else k=$((singles / 2)); fi
+  local runs=()
+  if [ "$k" -gt 0 ]; then runs+=("$k:1:seq-$when"); fi
+  if [ "$when" = after ]; then
+    for n in $(tr ',' '\n' <<<"$PODS" | sort -nu); do
+      if [ "$n" -gt 1 ]; then runs+=("$n:$n:$n"); fi
+    done
+  fi
+  for run in "${runs[@]}"; do
+    IFS=: read -r n k name <<<"$run"
+    rc=0
+    log "direct CRI: $n pods, $k at once"
+    "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 \
+      --label "direct-$name" --json >"$OUT/direct-$name.json" 2>>"$OUT/direct.log" || rc=$?
+    [ "$rc" = 130 ] && exit 130
+    if [ "$rc" != 0 ]; then
+      log "direct CRI ($n pods): failed (exit $rc); see $OUT/direct.log"
+      rm -f "$OUT/direct-$name.json"
+      status=1
+    fi
+  done
+}
+
 # bench_probes MODE ENDPOINT: the probe-overhead run through a fresh ferrolet.
 bench_probes() {
   local mode=$1 endpoint=$2 rc=0 pods=$PROBE_PODS
@@ -156,7 +194,14 @@ for runtime in $RUNTIMES; do
   case $runtime in
     ferrolet-cri)
       start_cri
+      if [ "$DIRECT" = 1 ]; then direct_cri before; fi
       bench ferrolet-cri "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE"
+      if [ "$DIRECT" = 1 ]; then
+        direct_cri after
+        if [ -s "$OUT/ferrolet-cri.json" ] && compgen -G "$OUT/direct-*.json" >/dev/null; then
+          "$BENCH" direct "$OUT/ferrolet-cri.json" "$OUT"/direct-*.json | tee "$OUT/direct.txt"
+        fi
+      fi
       if [ -n "$BASELINE" ]; then
         [ -x "$BASELINE" ] || die "BENCH_KUBELET_BASELINE=$BASELINE is not an executable"
         new_kubelet=$KUBELET

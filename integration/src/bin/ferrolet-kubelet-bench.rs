@@ -94,7 +94,47 @@ enum Command {
         /// Report of the second run (e.g. on containerd's CRI).
         b: PathBuf,
     },
+    /// Put a run beside the same pods started directly through CRI by `ferrolet-cri-bench`
+    /// on the same runtime in the same run, with issue #20's goals.
+    Direct {
+        /// This benchmark's report (ferrolet on the runtime).
+        kubelet: PathBuf,
+        /// `ferrolet-cri-bench --json` reports: sequential ones (concurrency 1) give the CRI
+        /// calls' p50s, concurrent ones each N's all-started time.
+        #[arg(required = true)]
+        cri: Vec<PathBuf>,
+    },
 }
+
+/// What `direct` reads of a `ferrolet-cri-bench --json` report.
+#[derive(Clone, Debug, Deserialize)]
+struct CriReport {
+    pods: u32,
+    concurrency: u32,
+    rpcs: Vec<CriRpc>,
+    /// All pods' RunPodSandbox → StartContainer done, seconds.
+    setup_s: f64,
+}
+
+/// One RPC's samples in a `ferrolet-cri-bench` report.
+#[derive(Clone, Debug, Deserialize)]
+struct CriRpc {
+    rpc: String,
+    samples_ms: Vec<f64>,
+}
+
+/// The CRI calls a pod start makes, whose p50s sum to the floor of a start.
+const START_CALLS: [&str; 3] = ["RunPodSandbox", "CreateContainer", "StartContainer"];
+/// Timeline phases that are the three CRI calls (and what comes after the task runs): the
+/// rest of a start's phases up to its container starting is ferrolet's own time.
+const RUNTIME_PHASES: [&str; 6] = [
+    "sandbox_ready",
+    "container_created",
+    "container_started",
+    "container_exited",
+    "running_seen",
+    "status_visible",
+];
 
 /// Flags of a benchmark run.
 #[derive(Args, Debug, Clone)]
@@ -231,10 +271,26 @@ struct Report {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    if let Some(Command::Compare { a, b }) = cli.command {
-        let (a, b) = (read_report(&a)?, read_report(&b)?);
-        print!("{}", render_compare(&a, &b));
-        return Ok(());
+    match cli.command {
+        Some(Command::Compare { a, b }) => {
+            let (a, b) = (read_report(&a)?, read_report(&b)?);
+            print!("{}", render_compare(&a, &b));
+            return Ok(());
+        }
+        Some(Command::Direct { kubelet, cri }) => {
+            let kubelet = read_report(&kubelet)?;
+            let cri = cri
+                .iter()
+                .map(|p| {
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("reading {}", p.display()))?;
+                    serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+                })
+                .collect::<Result<Vec<CriReport>>>()?;
+            print!("{}", render_direct(&kubelet, &cri));
+            return Ok(());
+        }
+        None => {}
     }
     let cancel = install_signal_thread("removing the manifests")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -1133,6 +1189,130 @@ fn render_report(r: &Report) -> String {
     out
 }
 
+/// Nearest-rank median of unsorted values; None for none.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(percentile(&values, 50.0))
+}
+
+/// A kubelet run beside the same pods started directly through CRI (issue #20's goals): at
+/// N=1, manifest → app task running against the sum of the three CRI calls' p50s (goal ≤ 1.3×,
+/// and ≤ 15 ms more); each larger N's all-Running against the direct all-started (≤ 1.1×).
+/// The N=1 figures pool every single-pod round.
+fn render_direct(k: &Report, cri: &[CriReport]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} ({}) against the same pods started directly through CRI, same run",
+        k.label, k.runtime
+    );
+    let singles: Vec<&Round> = k.rounds.iter().filter(|r| r.pods == 1).collect();
+    let task = median(
+        singles
+            .iter()
+            .filter_map(|r| r.task_running.as_ref().map(|l| l.p50_ms))
+            .collect(),
+    );
+    let sequential: Vec<&CriReport> = cri.iter().filter(|c| c.concurrency == 1).collect();
+    let call = |name: &str| {
+        median(
+            sequential
+                .iter()
+                .flat_map(|c| c.rpcs.iter().filter(|r| r.rpc == name))
+                .flat_map(|r| r.samples_ms.iter().copied())
+                .collect(),
+        )
+    };
+    let calls: Vec<Option<f64>> = START_CALLS.iter().map(|c| call(c)).collect();
+    let floor: Option<f64> = calls.iter().copied().sum();
+    let direct_pods: u32 = sequential.iter().map(|c| c.pods).sum();
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} ms"));
+    let _ = writeln!(
+        out,
+        "N=1 ({} starts): manifest → app task running p50 {}",
+        singles.len(),
+        fmt(task)
+    );
+    let _ = writeln!(
+        out,
+        "  CRI calls p50 ({direct_pods} direct starts): {} = {}",
+        START_CALLS
+            .iter()
+            .zip(&calls)
+            .map(|(c, v)| format!("{c} {}", fmt(*v)))
+            .collect::<Vec<_>>()
+            .join(" + "),
+        fmt(floor)
+    );
+    let ratio = task
+        .zip(floor)
+        .filter(|(_, f)| *f > 0.0)
+        .map(|(t, f)| t / f);
+    let _ = writeln!(
+        out,
+        "  ratio {} (goal <= 1.3: {})",
+        ratio.map_or("-".to_string(), |r| format!("{r:.2}")),
+        verdict(ratio, 1.3)
+    );
+    let overhead = task.zip(floor).map(|(t, f)| t - f);
+    let _ = writeln!(
+        out,
+        "  ferrolet's overhead (task running p50 - the calls' p50s) {} (goal <= 15 ms: {})",
+        fmt(overhead),
+        verdict(overhead, 15.0)
+    );
+    // The same from the timeline: ferrolet's own phases, and its share of the sandbox phase.
+    let own = median(
+        singles
+            .iter()
+            .filter(|r| !r.phases.is_empty())
+            .map(|r| {
+                r.phases
+                    .iter()
+                    .filter(|p| !RUNTIME_PHASES.contains(&p.phase.as_str()))
+                    .map(|p| p.p50_ms)
+                    .sum()
+            })
+            .collect(),
+    );
+    let phase = |name: &str| {
+        median(
+            singles
+                .iter()
+                .flat_map(|r| r.phases.iter().filter(|p| p.phase == name))
+                .map(|p| p.p50_ms)
+                .collect(),
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  timeline: own phases (source, admission, worker, volumes, image check) p50 {}; sandbox phase p50 {} against RunPodSandbox {}",
+        fmt(own),
+        fmt(phase("sandbox_ready")),
+        fmt(calls[0])
+    );
+    for r in k.rounds.iter().filter(|r| r.pods > 1) {
+        let direct = cri
+            .iter()
+            .find(|c| c.pods == r.pods && c.concurrency > 1)
+            .map(|c| c.setup_s);
+        let ratio = direct.filter(|d| *d > 0.0).map(|d| r.total_s / d);
+        let _ = writeln!(
+            out,
+            "N={}: all Running {:.2} s; direct all started {} ; ratio {} (goal <= 1.1: {})",
+            r.pods,
+            r.total_s,
+            direct.map_or("-".to_string(), |d| format!("{d:.2} s")),
+            ratio.map_or("-".to_string(), |r| format!("{r:.2}")),
+            verdict(ratio, 1.1)
+        );
+    }
+    out
+}
+
 fn round_of(r: &Report, n: u32) -> Option<&Round> {
     r.rounds.iter().find(|x| x.pods == n)
 }
@@ -1433,6 +1613,97 @@ mod tests {
         assert_eq!(get("file_source"), Some(6.0));
         assert_eq!(get("sandbox_ready"), Some(80.0));
         assert!(phase_durations(&json!({"kind": "Status"}), written).is_empty());
+    }
+
+    #[test]
+    fn direct_puts_pooled_single_starts_beside_the_cri_calls() {
+        let lat = |p: f64| Latency {
+            p50_ms: p,
+            p99_ms: p,
+            max_ms: p,
+        };
+        let single = |task: f64, own: f64| Round {
+            pods: 1,
+            running: lat(task + 10.0),
+            started: None,
+            task_running: Some(lat(task)),
+            total_s: 0.3,
+            teardown_s: 0.3,
+            phases: vec![
+                PhaseP50 {
+                    phase: "file_source".into(),
+                    p50_ms: own,
+                },
+                PhaseP50 {
+                    phase: "sandbox_ready".into(),
+                    p50_ms: 100.0,
+                },
+            ],
+        };
+        let mut burst = single(0.0, 0.0);
+        burst.pods = 30;
+        burst.total_s = 2.2;
+        let k = Report {
+            label: "ferrolet-cri".into(),
+            endpoint: "unix:///x.sock".into(),
+            runtime: "rt 1".into(),
+            rounds: vec![
+                single(200.0, 5.0),
+                single(240.0, 7.0),
+                single(220.0, 6.0),
+                burst,
+            ],
+            idle: None,
+        };
+        let rpc = |name: &str, samples: Vec<f64>| CriRpc {
+            rpc: name.into(),
+            samples_ms: samples,
+        };
+        let cri = vec![
+            CriReport {
+                pods: 2,
+                concurrency: 1,
+                rpcs: vec![
+                    rpc("RunPodSandbox", vec![100.0, 120.0]),
+                    rpc("CreateContainer", vec![10.0, 10.0]),
+                    rpc("StartContainer", vec![60.0, 70.0]),
+                ],
+                setup_s: 0.4,
+            },
+            CriReport {
+                pods: 1,
+                concurrency: 1,
+                rpcs: vec![
+                    rpc("RunPodSandbox", vec![110.0]),
+                    rpc("CreateContainer", vec![10.0]),
+                    rpc("StartContainer", vec![65.0]),
+                ],
+                setup_s: 0.2,
+            },
+            CriReport {
+                pods: 30,
+                concurrency: 30,
+                rpcs: Vec::new(),
+                setup_s: 2.0,
+            },
+        ];
+        let text = render_direct(&k, &cri);
+        assert!(
+            text.contains("N=1 (3 starts): manifest → app task running p50 220.0 ms"),
+            "{text}"
+        );
+        assert!(text.contains("(3 direct starts)"), "{text}");
+        // 110 + 10 + 65 = 185; 220 / 185 = 1.19; 35 ms over.
+        assert!(text.contains("= 185.0 ms"), "{text}");
+        assert!(text.contains("ratio 1.19 (goal <= 1.3: met)"), "{text}");
+        assert!(text.contains("35.0 ms (goal <= 15 ms: NOT met)"), "{text}");
+        assert!(
+            text.contains(
+                "own phases (source, admission, worker, volumes, image check) p50 6.0 ms"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("N=30: all Running 2.20 s; direct all started 2.00 s ; ratio 1.10 (goal <= 1.1: met)"), "{text}");
     }
 
     #[test]
