@@ -194,6 +194,10 @@ struct RunArgs {
     /// sandbox is removed (the Go kubelet removes stopped sandboxes only at its minutely GC).
     #[arg(long)]
     gone_when_stopped: bool,
+    /// A random pause of up to this long before each round, milliseconds: rounds then start
+    /// at random moments, not in step with the kubelet's periodic work (relists, housekeeping).
+    #[arg(long, default_value_t = 0)]
+    gap_ms: u64,
 }
 
 /// Latency summary of one measure over a round's pods, milliseconds.
@@ -395,6 +399,10 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
     let mut idle_done = false;
     for (k, &n) in bench.args.pods.clone().iter().enumerate() {
         bench.run_id = format!("{}-{}", bench.base_id, k + 1);
+        if bench.args.gap_ms > 0 {
+            let gap = random_below(bench.args.gap_ms + 1);
+            bench.sleep_checked(Duration::from_millis(gap)).await?;
+        }
         let sample_idle = n == largest && !idle_done;
         let outcome = bench.round(n, sample_idle).await;
         // Whatever happened, the round's pods go before the next step.
@@ -416,6 +424,20 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         print!("{}", render_report(&report));
     }
     Ok(())
+}
+
+/// A number in `0..bound` (bound ≥ 1) from the clock's nanoseconds, mixed: random enough to
+/// spread rounds in time, with no generator to seed.
+fn random_below(bound: u64) -> u64 {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    // splitmix64's finaliser.
+    let mut z = u64::from(nanos).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) % bound.max(1)
 }
 
 /// A short random run id from the clock and the pid (lowercase hex: valid in names and labels).

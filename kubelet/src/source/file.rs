@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use inotify::{EventMask, EventStream, Inotify, WatchMask};
 use tokio::sync::mpsc::Sender;
 use tokio::task::JoinHandle;
@@ -17,12 +17,8 @@ use tokio::task::JoinHandle;
 use super::{FILE_SOURCE, Problem, Problems, decode, dedupe, without_seen};
 use crate::types::{Pod, PodOp, PodUpdate};
 
-/// Quiet time after an event before re-listing, so a burst of events (many manifests renamed
-/// in, a copy, an editor's save) is one re-list. Short: it is on every static pod's start path.
-const QUIET: Duration = Duration::from_millis(5);
-/// Longest wait from a burst's first event: a manifest created and still open for writing is
-/// waited for until it is closed, for up to this long (then read as it is, and re-read when
-/// its close arrives).
+/// Longest wait for a manifest created and still open for writing to be closed, from the
+/// event that created it; it is then read as it is, and re-read when its close arrives.
 const SETTLE: Duration = Duration::from_millis(100);
 /// How often a missing path (or a lost watch) is looked for, between re-lists.
 const WATCH_RETRY: Duration = Duration::from_secs(1);
@@ -154,31 +150,32 @@ impl FileSource {
         inotify.into_event_stream(vec![0u8; 4096])
     }
 
-    /// Lets a burst of events pass before re-listing: until no event came for [`QUIET`] and no
-    /// file created in it is still being written (`writing`), for at most [`SETTLE`].
+    /// Reads the events already queued behind the first of a burst (many manifests renamed in
+    /// at once are then one re-list) and returns at once, without a timer: a manifest renamed in
+    /// or closed is complete, and this is on every static pod's start path. Only while a file
+    /// created in the burst is still open for writing (`writing`) does it wait, for its close,
+    /// up to [`SETTLE`].
     async fn settle(
         &self,
         watch: &mut Option<EventStream<Vec<u8>>>,
         mut writing: HashSet<OsString>,
     ) {
-        let start = tokio::time::Instant::now();
-        let mut quiet_from = start;
+        let deadline = tokio::time::Instant::now() + SETTLE;
         while watch.is_some() {
-            let until = if writing.is_empty() {
-                (quiet_from + QUIET).min(start + SETTLE)
+            let event = if writing.is_empty() {
+                match next_event(watch).now_or_never() {
+                    Some(event) => event,
+                    None => return,
+                }
             } else {
-                start + SETTLE
+                tokio::select! {
+                    event = next_event(watch) => event,
+                    () = tokio::time::sleep_until(deadline) => return,
+                }
             };
-            tokio::select! {
-                event = next_event(watch) => match Noted::of(event) {
-                    Noted::WatchGone => *watch = None,
-                    Noted::Hidden => {}
-                    noted => {
-                        noted.track(&mut writing);
-                        quiet_from = tokio::time::Instant::now();
-                    }
-                },
-                () = tokio::time::sleep_until(until) => return,
+            match Noted::of(event) {
+                Noted::WatchGone => *watch = None,
+                noted => noted.track(&mut writing),
             }
         }
     }
