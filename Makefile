@@ -48,11 +48,13 @@ lint:
 images:
 	$(CARGO) run -q -p ferrolet-integration --bin ferrolet-testimages
 
-## bench-cri: pod lifecycle benchmark, ferrolet-cri against containerd's own CRI (N = 20, 100)
-# Release builds; the reference containerd (scripts/containerd-cri.sh) is stopped afterwards
-# unless it was already running. Not part of `make test`.
+## bench-cri: pod lifecycle benchmark, ferrolet-cri against containerd's own CRI (N = 30, 100),
+# the two taking turns (BENCH_ALTERNATE). Release builds, of the same packages as the other
+# bench targets so that switching between them recompiles nothing; the reference containerd
+# (scripts/containerd-cri.sh) is stopped afterwards unless it was already running. Not part
+# of `make test`.
 bench-cri: env
-	$(CARGO) build --release -p ferrolet-cri -p ferrolet-integration
+	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
 	@scripts/bench-cri.sh
 
 ## bench-kubelet: static-pod start latency of ferrolet (N = 1, 30, 100), RSS and idle CPU, on

@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
 # `make bench-cri`: the pod lifecycle benchmark (ferrolet-cri-bench) against ferrolet-cri and
 # against containerd's own CRI plugin, in one run, on the same CNI config, images, runc and pause
-# image, for N = 20 and N = 100 pods; prints each run's table and the comparison.
+# image, for N = 30 and N = 100 pods; prints each run's table and the comparison.
+#
+# The two runtimes take turns: the N pods are split into BENCH_ALTERNATE turns per runtime
+# (N/turns pods each, the remainder spread over the first turns, at least one pod a turn),
+# containerd's CRI first in odd turns and ferrolet-cri first in even ones, and
+# `ferrolet-cri-bench merge` pools each runtime's turns ($OUT/<runtime>-N-turn<k>.json) into one
+# report ($OUT/<runtime>-N.json: samples pooled, p50/p99 recomputed) that `compare` reads. Run one
+# after the other, the machine drifted between the two runs by more than the runtimes differ
+# (a StartContainer ratio of 0.89 in one run, 1.09 in the next); in turns both meet the drift.
+# Runs of 100 pods or more are not split (one turn per runtime, containerd's CRI first): they
+# are there for memory, and the RSS goal (ferrolet-cri <= 30 MiB with 100 pods) needs all N pods
+# running at once, which a turn of N/turns pods is not. Not splitting is simpler than an extra
+# full-N run per runtime for memory alone, and costs no pods; read latency ratios from N = 30.
 #
 # Needs the environment (`scripts/env.sh up`) and release builds of ferrolet-cri and
 # ferrolet-cri-bench (the Makefile target does both). It starts the reference containerd
 # (scripts/containerd-cri.sh) unless it already runs, and a ferrolet-cri of its own on the
 # environment's containerd; it stops what it started, also on error or Ctrl-C.
 #
-#   BENCH_PODS="20 100"  pod counts      BENCH_WARMUP=2  untimed pods first, per runtime
+#   BENCH_PODS="30 100"  pod counts      BENCH_WARMUP=2  untimed pods first, per runtime
+#   BENCH_ALTERNATE=5    turns per runtime for each N below 100 (each runs its share of the pods)
 #   BENCH_AUTHORITY_PODS=100  pods for the :authority rewrite's cost: ferrolet-cri with it
 #                        against ferrolet-cri without it (accept_any_authority = false),
 #                        twice each, alternating; 0 skips it
@@ -20,7 +33,10 @@ ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT_DIR/target/release}
 CRI=$BIN/ferrolet-cri
 BENCH=$BIN/ferrolet-cri-bench
-PODS=${BENCH_PODS:-20 100}
+PODS=${BENCH_PODS:-30 100}
+TURNS=${BENCH_ALTERNATE:-5}
+# Runs of this many pods or more are not split into turns: see the header.
+FULL_PODS=100
 WARMUP=${BENCH_WARMUP:-2}
 AUTHORITY_PODS=${BENCH_AUTHORITY_PODS:-100}
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
@@ -38,12 +54,17 @@ OUT=$ROOT_DIR/target/bench-cri/$(date +%Y%m%d-%H%M%S)
 log() { printf '[bench-cri] %s\n' "$*" >&2; }
 die() { printf '[bench-cri] error: %s\n' "$*" >&2; exit 1; }
 
+[[ "$TURNS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ALTERNATE must be a whole number >= 1"
+for n in $PODS; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PODS must be whole numbers >= 1, not $n"
+done
 [ "$(id -u)" = 0 ] || die "run as root (containerd, netns and bridges need it)"
 for b in "$CRI" "$BENCH"; do
-  [ -x "$b" ] || die "$b is missing: cargo build --release -p ferrolet-cri -p ferrolet-integration"
+  [ -x "$b" ] || die "$b is missing: cargo build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration"
 done
-[ -f "$PID_DIR/containerd.pid" ] && kill -0 "$(cat "$PID_DIR/containerd.pid")" 2>/dev/null ||
+if ! { [ -f "$PID_DIR/containerd.pid" ] && kill -0 "$(cat "$PID_DIR/containerd.pid")" 2>/dev/null; }; then
   die "the environment's containerd is not running: make env"
+fi
 
 if [ -s "$CRI_STATE/pid" ] && kill -0 "$(cat "$CRI_STATE/pid")" 2>/dev/null; then
   die "another bench-cri's ferrolet-cri runs (pid $(cat "$CRI_STATE/pid")); stop it first"
@@ -51,6 +72,7 @@ fi
 
 started_ref=0
 cri_pid=
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -96,6 +118,7 @@ accept_any_authority = $1
 TOML
   rm -f "$CRI_STATE/pid"
   cri_pid=
+  # shellcheck disable=SC2016 # $$ and "$@" are the inner shell's
   setsid bash -c 'echo $$ >"$0"; exec "$@"' "$CRI_STATE/pid" \
     "$CRI" --config "$CRI_STATE/ferrolet-cri.toml" </dev/null >>"$2" 2>&1 &
   for _ in $(seq 1 600); do
@@ -146,15 +169,54 @@ if [ "$WARMUP" -gt 0 ]; then
   bench ferrolet-cri "unix://$CRI_SOCK" "$WARMUP" /dev/null "$OUT/warmup-ferrolet-cri.log" --settle-ms 0
 fi
 
+# turn LABEL N TURN PODS: turn TURN of LABEL's runtime in the run of N pods, PODS of them, its
+# report in $OUT/LABEL-N-turnTURN.json.
+turn() {
+  local label=$1 pods=$4 out=$OUT/$1-$2-turn$3.json
+  case $label in
+    containerd-cri) bench "$label" "unix://$REF_SOCK" "$pods" "$out" - --json --pid "$ref_pid" ;;
+    ferrolet-cri) bench "$label" "unix://$CRI_SOCK" "$pods" "$out" - --json --pid "$cri_pid" \
+      --backend-pid "$ctrd_pid" ;;
+  esac
+}
+
+# merge LABEL N TURNS: LABEL's turns pooled into $OUT/LABEL-N.json (when every turn has a report).
+merge() {
+  local label=$1 n=$2 turns=$3 reports=() t
+  for t in $(seq 1 "$turns"); do
+    [ -s "$OUT/$label-$n-turn$t.json" ] || return 0
+    reports+=("$OUT/$label-$n-turn$t.json")
+  done
+  "$BENCH" merge "${reports[@]}" >"$OUT/$label-$n.json" || { rm -f "$OUT/$label-$n.json"; status=1; }
+}
+
 for n in $PODS; do
+  turns=$TURNS
+  [ "$n" -ge "$FULL_PODS" ] && turns=1
+  [ "$turns" -gt "$n" ] && turns=$n
+  if [ "$turns" = 1 ]; then
+    log "$n pods: one run per runtime, containerd's CRI first"
+  else
+    log "$n pods: $turns turns per runtime, the order flipped every turn"
+  fi
+  for t in $(seq 1 "$turns"); do
+    # N/turns pods a turn, one more in the first N%turns turns.
+    pods=$(( n / turns + (t <= n % turns ? 1 : 0) ))
+    if [ $((t % 2)) = 1 ]; then
+      turn containerd-cri "$n" "$t" "$pods"
+      turn ferrolet-cri "$n" "$t" "$pods"
+    else
+      turn ferrolet-cri "$n" "$t" "$pods"
+      turn containerd-cri "$n" "$t" "$pods"
+    fi
+  done
+  merge containerd-cri "$n" "$turns"
+  merge ferrolet-cri "$n" "$turns"
   ref=$OUT/containerd-cri-$n.json
   ours=$OUT/ferrolet-cri-$n.json
-  bench containerd-cri "unix://$REF_SOCK" "$n" "$ref" - --json --pid "$ref_pid"
-  bench ferrolet-cri "unix://$CRI_SOCK" "$n" "$ours" - --json --pid "$cri_pid" \
-    --backend-pid "$ctrd_pid"
   if [ -s "$ref" ] && [ -s "$ours" ]; then
     limit=()
-    [ "$n" -ge 100 ] && limit=(--max-rss-mib 30)
+    [ "$n" -ge "$FULL_PODS" ] && limit=(--max-rss-mib 30)
     "$BENCH" compare "$ours" "$ref" "${limit[@]}" | tee "$OUT/compare-$n.txt"
   fi
 done

@@ -2,8 +2,10 @@
 //! CRI plugin, ...). It runs N sandboxes with one container each (RunPodSandbox → CreateContainer →
 //! StartContainer), samples the runtime's RSS with all N running, then tears them down
 //! (StopContainer → RemoveContainer → StopPodSandbox → RemovePodSandbox), and reports p50/p99 per
-//! RPC, wall time and memory. `compare A.json B.json` puts two runs side by side; `clean` removes
-//! what an interrupted run might have left.
+//! RPC, wall time and memory. `compare A.json B.json` puts two runs side by side; `merge` pools
+//! the reports of several short runs of one runtime (turns taken with another runtime, so that
+//! both meet the same drift of the machine); `clean` removes what an interrupted run might have
+//! left.
 //!
 //! Everything a run creates carries the label `ferrolet.bench/run=<run id>`, so it is removed
 //! even after an error or Ctrl-C (a second Ctrl-C exits at once, without cleaning up).
@@ -16,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
 use ferrolet_integration::bench::{
     deadline, ensure_image, install_signal_thread, parse_stat_ticks, percentile, run_id,
@@ -108,6 +110,13 @@ enum Command {
         /// Also check A's RSS with all pods running against this limit, MiB.
         #[arg(long)]
         max_rss_mib: Option<f64>,
+    },
+    /// Print one `--json` report made of the reports of several runs of one runtime: samples
+    /// pooled, figures recomputed (the pooled table goes to stderr).
+    Merge {
+        /// The runs' reports, in order (the first gives the label, endpoint and idle RSS).
+        #[arg(required = true)]
+        reports: Vec<PathBuf>,
     },
     /// Stop and remove the sandboxes and containers benchmark runs left behind.
     ///
@@ -221,6 +230,10 @@ struct Report {
     endpoint: String,
     runtime: String,
     pods: u32,
+    /// Only in a merged report, whose pods ran in turns: the most pods that ran at once (its
+    /// largest turn's), so that its RSS figures are not read as sampled with all `pods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    running_pods: Option<u32>,
     concurrency: u32,
     image: String,
     rpcs: Vec<RpcStats>,
@@ -241,6 +254,16 @@ fn main() -> Result<()> {
             let a = read_report(&a)?;
             let b = read_report(&b)?;
             print!("{}", render_compare(&a, &b, max_rss_mib));
+            Ok(())
+        }
+        Some(Command::Merge { reports }) => {
+            let reports = reports
+                .iter()
+                .map(|p| read_report(p))
+                .collect::<Result<Vec<_>>>()?;
+            let merged = merge_reports(reports)?;
+            eprint!("{}", render_table(&merged));
+            println!("{}", serde_json::to_string_pretty(&merged)?);
             Ok(())
         }
         Some(Command::Clean(args)) => runtime()?.block_on(clean(args)),
@@ -270,6 +293,98 @@ fn read_report(path: &Path) -> Result<Report> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// Pools several runs of one runtime into one report that stands for all their pods, as if
+/// they had been one run whose pods ran in turns:
+/// - per RPC, the samples of every run, p50/p99/mean/max recomputed from them (nearest rank,
+///   as for a run: the p50 of the pooled samples, not an average of the runs' p50s);
+/// - pods, wall, setup and teardown time summed, like the samples;
+/// - memory (the runtime's and the backend's): the largest running RSS, since a peak is what
+///   a memory limit has to hold; the first run's idle RSS, since a later run's "idle" still
+///   holds what the earlier runs' pods made the process allocate; CPU time summed, the work
+///   for all the pods, like the summed wall time; the pids of all runs. A run without a
+///   sample leaves the others' figures as they are;
+/// - shims summed: each run sampled its own pods' shims, so the sum covers every pod;
+/// - the CNI checks' distinct verdicts joined;
+/// - `running_pods`: the largest run's pods, as the RSS was sampled with at most that many.
+///
+/// Runs of different labels, runtimes, images or concurrency are refused: pooling them would
+/// mix what a comparison is meant to set apart. A single report comes back as it is.
+fn merge_reports(reports: Vec<Report>) -> Result<Report> {
+    let mut reports = reports.into_iter();
+    let mut merged = reports
+        .next()
+        .ok_or_else(|| anyhow!("no report to merge"))?;
+    let mut largest_run = merged.running_pods.unwrap_or(merged.pods);
+    for (i, r) in reports.enumerate() {
+        let what = |r: &Report| {
+            format!(
+                "{} ({}, image {}, concurrency {})",
+                r.label, r.runtime, r.image, r.concurrency
+            )
+        };
+        if (&r.label, &r.runtime, &r.image, r.concurrency)
+            != (
+                &merged.label,
+                &merged.runtime,
+                &merged.image,
+                merged.concurrency,
+            )
+        {
+            bail!(
+                "report {} is of {}, the first of {}: only runs of one runtime merge",
+                i + 2,
+                what(&r),
+                what(&merged)
+            );
+        }
+        for x in r.rpcs {
+            match merged.rpcs.iter_mut().find(|m| m.rpc == x.rpc) {
+                Some(m) => {
+                    let mut samples = std::mem::take(&mut m.samples_ms);
+                    samples.extend(x.samples_ms);
+                    *m = RpcStats::from_ms(&x.rpc, samples);
+                }
+                None => merged.rpcs.push(x),
+            }
+        }
+        largest_run = largest_run.max(r.running_pods.unwrap_or(r.pods));
+        merged.running_pods = Some(largest_run);
+        merged.pods = merged.pods.saturating_add(r.pods);
+        merged.wall_s += r.wall_s;
+        merged.setup_s += r.setup_s;
+        merged.teardown_s += r.teardown_s;
+        merged.runtime_memory = merge_memory(merged.runtime_memory.take(), r.runtime_memory);
+        merged.backend_memory = merge_memory(merged.backend_memory.take(), r.backend_memory);
+        merged.shims = match (merged.shims.take(), r.shims) {
+            (Some(a), Some(b)) => Some(Shims {
+                count: a.count + b.count,
+                total_mib: a.total_mib + b.total_mib,
+            }),
+            (a, b) => a.or(b),
+        };
+        merged.cni_check = match (merged.cni_check.take(), r.cni_check) {
+            (Some(a), Some(b)) if !a.split("; ").any(|x| x == b) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(merged)
+}
+
+/// One process set's memory over two runs, as `merge_reports` describes.
+fn merge_memory(first: Option<Memory>, next: Option<Memory>) -> Option<Memory> {
+    match (first, next) {
+        (Some(mut a), Some(b)) => {
+            a.running_mib = a.running_mib.max(b.running_mib);
+            a.cpu_s += b.cpu_s;
+            a.pids.extend(b.pids);
+            a.pids.sort_unstable();
+            a.pids.dedup();
+            Some(a)
+        }
+        (a, b) => a.or(b),
+    }
 }
 
 /// The run was interrupted by a signal.
@@ -799,6 +914,7 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         endpoint: args.endpoint.clone(),
         runtime,
         pods: args.pods,
+        running_pods: None,
         concurrency: args.concurrency,
         image: args.image.clone(),
         rpcs,
@@ -913,7 +1029,12 @@ async fn measure(bench: &Bench, args: &RunArgs, pids: &[u32], backend: &[u32]) -
 
 impl RpcStats {
     fn new(rpc: &str, samples: &[Duration]) -> Self {
-        let ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        Self::from_ms(rpc, samples.iter().map(|d| d.as_secs_f64() * 1e3).collect())
+    }
+
+    /// The summary of `ms` (latencies in milliseconds, kept in the order given): `new` for
+    /// one run's timings, `merge` for the samples several runs' reports pooled.
+    fn from_ms(rpc: &str, ms: Vec<f64>) -> Self {
         let mut sorted = ms.clone();
         sorted.sort_by(f64::total_cmp);
         let mean = if ms.is_empty() {
@@ -1085,8 +1206,13 @@ fn render_table(r: &Report) -> String {
         Some(m) => {
             let _ = writeln!(
                 s,
-                "RSS {} (pids {:?}): {:.1} MiB with {} pods running ({:.1} MiB idle); CPU {:.2} s",
-                r.label, m.pids, m.running_mib, r.pods, m.idle_mib, m.cpu_s
+                "RSS {} (pids {:?}): {:.1} MiB with {} running ({:.1} MiB idle); CPU {:.2} s",
+                r.label,
+                m.pids,
+                m.running_mib,
+                r.pods_running(),
+                m.idle_mib,
+                m.cpu_s
             );
         }
         None => {
@@ -1096,8 +1222,12 @@ fn render_table(r: &Report) -> String {
     if let Some(m) = &r.backend_memory {
         let _ = writeln!(
             s,
-            "RSS backend (pids {:?}): {:.1} MiB with {} pods running ({:.1} MiB idle); CPU {:.2} s",
-            m.pids, m.running_mib, r.pods, m.idle_mib, m.cpu_s
+            "RSS backend (pids {:?}): {:.1} MiB with {} running ({:.1} MiB idle); CPU {:.2} s",
+            m.pids,
+            m.running_mib,
+            r.pods_running(),
+            m.idle_mib,
+            m.cpu_s
         );
     }
     if let Some(sh) = &r.shims {
@@ -1199,11 +1329,23 @@ fn render_compare(a: &Report, b: &Report, max_rss_mib: Option<f64>) -> String {
         };
         let _ = writeln!(
             s,
-            "goal RSS {} <= {limit} MiB with {} pods: {verdict}",
-            a.label, a.pods
+            "goal RSS {} <= {limit} MiB with {}: {verdict}",
+            a.label,
+            a.pods_running()
         );
     }
     s
+}
+
+impl Report {
+    /// The pods the RSS figures were sampled with: all of them, or for a merged report only
+    /// its largest run's.
+    fn pods_running(&self) -> String {
+        match self.running_pods {
+            Some(k) if k < self.pods => format!("up to {k} of {} pods", self.pods),
+            _ => format!("{} pods", self.pods),
+        }
+    }
 }
 
 fn short(label: &str) -> String {
@@ -1293,6 +1435,7 @@ mod tests {
             endpoint: "unix:///x.sock".into(),
             runtime: "rt 1.0".into(),
             pods: 2,
+            running_pods: None,
             concurrency: 1,
             image: "img".into(),
             rpcs: Rpc::ALL
@@ -1361,6 +1504,107 @@ mod tests {
         let t = render_compare(&a, &report("containerd", 20), Some(16.0));
         assert!(t.contains("NOT met (CreateContainer)"), "{t}");
         assert!(t.contains("16 MiB with 2 pods: NOT met (20.0 MiB)"), "{t}");
+    }
+
+    /// `report("ferrolet-cri", 10)` with this many pods and these StartContainer samples (ms).
+    fn turn(pods: u32, start_ms: &[u64]) -> Report {
+        let mut r = report("ferrolet-cri", 10);
+        r.pods = pods;
+        r.rpcs[2] = RpcStats::new(Rpc::StartContainer.name(), &ms(start_ms));
+        r
+    }
+
+    #[test]
+    fn merged_p50_is_the_p50_of_the_pooled_samples() {
+        let turns = vec![turn(2, &[10, 20]), turn(3, &[30, 40, 50]), turn(1, &[1])];
+        let m = merge_reports(turns.clone()).unwrap();
+        let pooled: Vec<f64> = turns
+            .iter()
+            .flat_map(|t| t.rpcs[2].samples_ms.clone())
+            .collect();
+        assert_eq!(pooled, vec![10.0, 20.0, 30.0, 40.0, 50.0, 1.0]);
+        let start = &m.rpcs[2];
+        assert_eq!(start, &RpcStats::from_ms("StartContainer", pooled));
+        // Nearest rank of [1, 10, 20, 30, 40, 50]: not the median of the turns' p50s (10).
+        assert_eq!(
+            (start.n, start.p50_ms, start.p99_ms, start.max_ms),
+            (6, 20.0, 50.0, 50.0)
+        );
+        assert_eq!(start.mean_ms, 151.0 / 6.0);
+        // The other RPCs pooled too: each turn gave [10, 20].
+        assert_eq!(m.rpcs[0].samples_ms, [10.0, 20.0].repeat(3));
+        assert_eq!((m.rpcs[0].n, m.rpcs[0].p50_ms), (6, 10.0));
+        assert_eq!(m.rpcs.len(), Rpc::ALL.len());
+    }
+
+    #[test]
+    fn a_single_report_merges_to_itself() {
+        let r = turn(3, &[30, 10, 20]);
+        assert_eq!(merge_reports(vec![r.clone()]).unwrap(), r);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(!json.contains("running_pods"), "{json}");
+        assert!(merge_reports(Vec::new()).is_err());
+    }
+
+    #[test]
+    fn merged_totals_sum_and_memory_keeps_the_peak() {
+        let mut a = turn(3, &[10]);
+        let mut b = turn(2, &[20]);
+        b.wall_s = 0.5;
+        b.runtime_memory = Some(Memory {
+            pids: vec![1, 7],
+            idle_mib: 15.0,
+            running_mib: 25.0,
+            cpu_s: 0.5,
+        });
+        b.shims = Some(Shims {
+            count: 3,
+            total_mib: 24.0,
+        });
+        a.cni_check = Some("3 distinct IPs, all answer ping".into());
+        b.cni_check = Some("2 distinct IPs, all answer ping".into());
+        let mut c = turn(3, &[30]);
+        c.runtime_memory = None;
+        c.cni_check = a.cni_check.clone();
+        let m = merge_reports(vec![a, b, c]).unwrap();
+        assert_eq!((m.pods, m.running_pods), (8, Some(3)));
+        assert_eq!((m.wall_s, m.setup_s, m.teardown_s), (3.5, 3.0, 1.5));
+        let mem = m.runtime_memory.as_ref().unwrap();
+        assert_eq!(mem.pids, vec![1, 7]);
+        assert_eq!(
+            (mem.idle_mib, mem.running_mib, mem.cpu_s),
+            (10.0, 25.0, 0.75)
+        );
+        assert_eq!(
+            m.shims,
+            Some(Shims {
+                count: 7,
+                total_mib: 56.0
+            })
+        );
+        assert_eq!(
+            m.cni_check.as_deref(),
+            Some("3 distinct IPs, all answer ping; 2 distinct IPs, all answer ping")
+        );
+        let t = render_table(&m);
+        assert!(t.contains("25.0 MiB with up to 3 of 8 pods running"), "{t}");
+        let c = render_compare(&m, &report("containerd", 20), Some(30.0));
+        assert!(c.contains("<= 30 MiB with up to 3 of 8 pods: met"), "{c}");
+        // Merging merged reports keeps the largest run.
+        let again = merge_reports(vec![m.clone(), turn(2, &[5])]).unwrap();
+        assert_eq!((again.pods, again.running_pods), (10, Some(3)));
+    }
+
+    #[test]
+    fn merge_refuses_another_runtime() {
+        let err = merge_reports(vec![turn(2, &[10]), report("containerd", 10)]).unwrap_err();
+        assert!(
+            err.to_string().contains("report 2 is of containerd"),
+            "{err}"
+        );
+        let mut other_image = turn(2, &[10]);
+        other_image.image = "other".into();
+        assert!(merge_reports(vec![turn(2, &[10]), other_image]).is_err());
     }
 
     #[test]
