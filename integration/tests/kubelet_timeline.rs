@@ -202,9 +202,12 @@ async fn a_pods_start_timeline_has_every_phase_in_order_and_restarts_append_star
     let uid = pod_uid(&running).to_string();
     let name = node.pod_name("timeline");
 
-    // The first start: every phase, in order, once its status is visible.
+    // The first start: every phase, in order, once its status is visible, and ferrolet-cri's
+    // account of its RunPodSandbox (asked for off the start's path).
     let v = wait_timeline(&node, &name, |v| {
-        starts(v).first().is_some_and(|s| s["finished"] == true)
+        starts(v).first().is_some_and(|s| {
+            s["finished"] == true && s.pointer("/sandboxRuntime/cniAddMs").is_some()
+        })
     })
     .await;
     let first = &starts(&v)[0];
@@ -252,6 +255,27 @@ async fn a_pods_start_timeline_has_every_phase_in_order_and_restarts_append_star
     }
     assert_eq!(got.last().map(|m| m.0.as_str()), Some("status_visible"));
     assert_adds_up(first);
+    let sandbox = &first["sandboxRuntime"];
+    for part in ["filesMs", "netnsMs", "cniAddMs", "pauseMs"] {
+        let ms = sandbox[part].as_f64().unwrap_or(-1.0);
+        assert!(ms > 0.0, "{part}: {sandbox}");
+    }
+    // The CNI ADD and the pause container overlap, both inside the sandbox phase.
+    let sandbox_phase = first["marks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["phase"] == "sandbox_ready")
+        .and_then(|m| m["durationMs"].as_f64())
+        .unwrap();
+    let longest = sandbox["cniAddMs"]
+        .as_f64()
+        .unwrap()
+        .max(sandbox["pauseMs"].as_f64().unwrap());
+    assert!(
+        longest < sandbox_phase,
+        "{sandbox} in a {sandbox_phase} ms phase"
+    );
 
     // The secure port serves the same.
     let path = format!("/debug/pods/{POD_NAMESPACE}/{name}/timeline");

@@ -189,6 +189,26 @@ impl Cri {
             .map(|r| r.status.unwrap_or_default())
     }
 
+    /// The runtime's account of a sandbox's start: `startTimings` in the `info` of its verbose
+    /// PodSandboxStatus, which ferrolet-cri gives; None from a runtime that gives none.
+    pub async fn sandbox_start_timings(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::timeline::SandboxTimings>, CriError> {
+        let req = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: id.to_string(),
+            verbose: true,
+        };
+        let resp = call!(self, runtime, pod_sandbox_status, "PodSandboxStatus", req)?;
+        let timings = resp
+            .info
+            .get("info")
+            .and_then(|info| serde_json::from_str::<serde_json::Value>(info).ok())
+            .and_then(|mut info| info.get_mut("startTimings").map(serde_json::Value::take))
+            .and_then(|t| serde_json::from_value(t).ok());
+        Ok(timings)
+    }
+
     /// CreateContainer; returns the container id.
     pub async fn create_container(
         &self,

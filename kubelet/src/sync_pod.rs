@@ -217,6 +217,7 @@ impl Kubelet {
         let id = match self.cri.run_pod_sandbox(sandbox_config.clone()).await {
             Ok(id) => {
                 self.timeline_mark(pod, Phase::SandboxReady, None);
+                self.timeline_sandbox_runtime(pod, &id);
                 id
             }
             Err(e) => {

@@ -25,6 +25,39 @@ impl Kubelet {
             .admitted(PodId::of(pod), containers, seen, admitted);
     }
 
+    /// Asks the runtime, off the start's path, where the RunPodSandbox of `pod`'s current start
+    /// went (ferrolet-cri tells its CNI ADD and pause container times), and keeps that with
+    /// the start.
+    pub(crate) fn timeline_sandbox_runtime(&self, pod: &Pod, sandbox_id: &str) {
+        let id = PodId::of(pod);
+        let (uid, namespace, name) = (
+            id.uid.to_string(),
+            id.namespace.to_string(),
+            id.name.to_string(),
+        );
+        let (cri, timeline, sandbox_id) = (
+            self.cri.clone(),
+            self.timeline.clone(),
+            sandbox_id.to_string(),
+        );
+        tokio::spawn(async move {
+            match cri.sandbox_start_timings(&sandbox_id).await {
+                Ok(Some(timings)) => {
+                    let id = PodId {
+                        uid: &uid,
+                        namespace: &namespace,
+                        name: &name,
+                    };
+                    timeline.sandbox_timings(id, timings);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::debug!(sandbox = %sandbox_id, error = %e, "the sandbox's start timings")
+                }
+            }
+        });
+    }
+
     /// Marks `phase` (of `container`) now in `pod`'s current start.
     pub(crate) fn timeline_mark(&self, pod: &Pod, phase: Phase, container: Option<&str>) {
         self.timeline

@@ -139,6 +139,26 @@ pub struct Mark {
     pub at: i64,
 }
 
+/// The runtime's own account of a RunPodSandbox it served, milliseconds (ferrolet-cri's
+/// verbose PodSandboxStatus `startTimings`; the network and the pause container are set up at
+/// once, so those two overlap).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxTimings {
+    /// The sandbox's files (hostname, hosts, resolv.conf, shm).
+    #[serde(default)]
+    pub files_ms: f64,
+    /// Making the network namespace.
+    #[serde(default)]
+    pub netns_ms: f64,
+    /// Loopback up and the CNI ADD of the plugin chain.
+    #[serde(default)]
+    pub cni_add_ms: f64,
+    /// The pause container: snapshot, record, task created and started.
+    #[serde(default)]
+    pub pause_ms: f64,
+}
+
 /// One start of a pod.
 #[derive(Clone, Debug)]
 pub struct Start {
@@ -158,6 +178,8 @@ pub struct Start {
     pub dropped: u32,
     /// Its status was visible with every container running: later marks go to a new start.
     pub finished: bool,
+    /// What the runtime reported of the sandbox this start made.
+    pub sandbox: Option<SandboxTimings>,
 }
 
 impl Start {
@@ -177,6 +199,7 @@ impl Start {
             marks: Vec::with_capacity(12),
             dropped: 0,
             finished: false,
+            sandbox: None,
         }
     }
 
@@ -478,6 +501,20 @@ impl Timeline {
             None => None,
         };
         start.add(phase, index, at)
+    }
+
+    /// Keeps the runtime's account of the sandbox made by `id`'s current start (finished or
+    /// not: it arrives after the sandbox, off the start's path); false when that start made
+    /// no sandbox or is gone.
+    pub fn sandbox_timings(&self, id: PodId<'_>, timings: SandboxTimings) -> bool {
+        let mut inner = self.lock();
+        match inner.current(&id).filter(|s| s.made_sandbox()) {
+            Some(start) => {
+                start.sandbox = Some(timings);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Marks the status showing every container running as visible, which finishes the

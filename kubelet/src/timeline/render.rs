@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Phase, Start, Trigger};
+use super::{Phase, SandboxTimings, Start, Trigger};
 
 /// A pod's kept starts, oldest first.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,6 +36,9 @@ pub struct StartView {
     /// Marks it had no room for.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dropped_marks: u32,
+    /// Where the runtime's RunPodSandbox went, when it says (ferrolet-cri does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_runtime: Option<SandboxTimings>,
     /// Its marks, in time order.
     pub marks: Vec<MarkView>,
 }
@@ -110,6 +113,7 @@ fn start_view(start: &Start) -> StartView {
         started_at: rfc3339_nanos(first),
         total_ms: ms(last - first),
         dropped_marks: start.dropped,
+        sandbox_runtime: start.sandbox,
         marks,
     }
 }
@@ -152,6 +156,13 @@ pub fn table(timeline: &PodTimeline) -> String {
                 m.offset_ms,
                 m.duration_ms
             );
+            if let (Phase::SandboxReady, Some(t)) = (m.phase, &s.sandbox_runtime) {
+                let _ = writeln!(
+                    out,
+                    "  in the runtime: files {:.1} ms, netns {:.1} ms, then at once CNI ADD {:.1} ms and pause container {:.1} ms",
+                    t.files_ms, t.netns_ms, t.cni_add_ms, t.pause_ms
+                );
+            }
         }
         let _ = writeln!(
             out,

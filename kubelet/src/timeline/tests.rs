@@ -238,6 +238,15 @@ fn a_start_keeps_at_most_its_share_of_marks() {
 fn the_view_has_durations_that_add_up_and_the_table_shows_them() {
     let t = Timeline::new(Limits::default());
     full_start(&t, "u1", "web", 1_700_000_000_000 * MS);
+    let sandbox = SandboxTimings {
+        files_ms: 0.5,
+        netns_ms: 1.25,
+        cni_add_ms: 86.5,
+        pause_ms: 90.0,
+    };
+    // Kept with the start that made the sandbox, even once it finished; not for another UID.
+    assert!(!t.sandbox_timings(id("u2", "web"), sandbox));
+    assert!(t.sandbox_timings(id("u1", "web"), sandbox));
     let v = view("default", "web", &t.starts("default", "web").unwrap());
     let s = &v.starts[0];
     assert_eq!(s.started_at, "2023-11-14T22:13:20.000000000Z");
@@ -251,6 +260,7 @@ fn the_view_has_durations_that_add_up_and_the_table_shows_them() {
     assert!(json["starts"][0]["marks"][0].get("container").is_none());
     assert_eq!(json["starts"][0]["marks"][5]["container"], "setup");
     assert_eq!(json["starts"][0]["marks"][1]["offsetMs"], 1.0);
+    assert_eq!(json["starts"][0]["sandboxRuntime"]["cniAddMs"], 86.5);
     let back: render::PodTimeline = serde_json::from_value(json).unwrap();
     assert_eq!(back, v);
     let text = table(&v);
@@ -269,6 +279,10 @@ fn the_view_has_durations_that_add_up_and_the_table_shows_them() {
         "{text}"
     );
     assert!(rows.contains(&vec!["total", "18.000"]), "{text}");
+    assert!(
+        text.contains("in the runtime: files 0.5 ms, netns 1.2 ms, then at once CNI ADD 86.5 ms and pause container 90.0 ms"),
+        "{text}"
+    );
 }
 
 #[test]

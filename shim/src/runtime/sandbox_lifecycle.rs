@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use ferrolet_proto::cri::{self, ContainerEventType, NamespaceMode};
 use tonic::Code;
@@ -17,7 +18,7 @@ use crate::image::store::Image;
 use crate::oci::{self, SandboxSpecInput};
 use crate::sandbox::files::{self, SandboxFiles};
 use crate::sandbox::{
-    Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, record_path,
+    Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, StartTimings, record_path,
 };
 use crate::store::{self, KIND_LABEL, KIND_SANDBOX, Lookup};
 use crate::task::{self, TaskIo};
@@ -176,61 +177,86 @@ impl RuntimeInner {
         spec: oci::Spec,
     ) -> Result<SandboxStatus> {
         let id = meta.id.as_str();
+        let ms = |since: Instant| since.elapsed().as_secs_f64() * 1000.0;
+        let mut timings = StartTimings::default();
         // Debug-level phase spans (each closes with its time): where a pod's start goes.
+        let t = Instant::now();
         files::create(&meta.files, &meta.config)
             .instrument(tracing::debug_span!("sandbox_files"))
             .await?;
+        timings.files_ms = ms(t);
         if meta.netns.is_some() {
+            let t = Instant::now();
             self.network
                 .create_netns(id)
                 .instrument(tracing::debug_span!("netns_create"))
                 .await?;
+            timings.netns_ms = ms(t);
         }
         let network = async {
-            match &meta.netns {
-                Some(ns) => {
-                    self.network.loopback_up(id, ns).await?;
-                    self.network.setup(id, ns, &meta.config).await.map(Some)
-                }
+            let t = Instant::now();
+            let ips = match &meta.netns {
+                Some(ns) => match self.network.loopback_up(id, ns).await {
+                    Ok(()) => self.network.setup(id, ns, &meta.config).await.map(Some),
+                    Err(e) => Err(e),
+                },
                 None => Ok(None),
-            }
+            };
+            (ips, ms(t))
         }
         .instrument(tracing::debug_span!("cni_add"));
         let pause = async {
-            let snapshot =
-                task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id)
-                    .instrument(tracing::debug_span!("snapshot_prepare"))
-                    .await?;
-            let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
-            let record = task::container_record(
-                id,
-                &meta.image,
-                &self.opts.snapshotter,
-                labels,
-                oci::to_any(&spec)?,
-                store::metadata_any(meta),
-            );
-            let mounts = snapshot
-                .commit(&self.cd, record)
-                .instrument(tracing::debug_span!("pause_record"))
-                .await?;
-            task::create_task(&self.cd, id, mounts, TaskIo::default())
-                .instrument(tracing::debug_span!("pause_task_create"))
-                .await?;
-            let pid = task::start_task(&self.cd, id)
-                .instrument(tracing::debug_span!("pause_task_start"))
-                .await?;
-            Ok::<_, RuntimeError>(pid)
+            let t = Instant::now();
+            let pid = self.start_pause(id, meta, image, spec).await;
+            (pid, ms(t))
         };
-        let (ips, pid) = tokio::join!(network, pause);
+        let ((ips, cni_add_ms), (pid, pause_ms)) = tokio::join!(network, pause);
         let (ips, pid) = (ips?, pid?);
+        timings.cni_add_ms = cni_add_ms;
+        timings.pause_ms = pause_ms;
         Ok(SandboxStatus {
             state: SandboxState::Ready,
             pid,
             network_up: ips.is_some(),
             ips: ips.unwrap_or_default(),
             stopped: false,
+            start_timings: Some(timings),
         })
+    }
+
+    /// The pause container of a sandbox: its snapshot and record, its task created and
+    /// started; returns the pause process's pid.
+    async fn start_pause(
+        &self,
+        id: &str,
+        meta: &SandboxMeta,
+        image: &Image,
+        spec: oci::Spec,
+    ) -> Result<u32> {
+        let snapshot =
+            task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id)
+                .instrument(tracing::debug_span!("snapshot_prepare"))
+                .await?;
+        let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
+        let record = task::container_record(
+            id,
+            &meta.image,
+            &self.opts.snapshotter,
+            labels,
+            oci::to_any(&spec)?,
+            store::metadata_any(meta),
+        );
+        let mounts = snapshot
+            .commit(&self.cd, record)
+            .instrument(tracing::debug_span!("pause_record"))
+            .await?;
+        task::create_task(&self.cd, id, mounts, TaskIo::default())
+            .instrument(tracing::debug_span!("pause_task_create"))
+            .await?;
+        let pid = task::start_task(&self.cd, id)
+            .instrument(tracing::debug_span!("pause_task_start"))
+            .await?;
+        Ok(pid)
     }
 
     /// Removes everything a sandbox may have: task, record, snapshot, network, netns, files.

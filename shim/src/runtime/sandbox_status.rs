@@ -73,6 +73,7 @@ impl Sandbox {
             "cgroupsPath": self.meta.cgroups_path,
             "files": self.meta.files,
             "ips": s.ips,
+            "startTimings": s.start_timings,
         });
         HashMap::from([("info".to_string(), info.to_string())])
     }

@@ -62,6 +62,25 @@ pub struct SandboxStatus {
     pub network_up: bool,
     /// StopPodSandbox finished (idempotent stops skip the work).
     pub stopped: bool,
+    /// Where its RunPodSandbox went (served in the verbose PodSandboxStatus, for the
+    /// kubelet's start timeline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timings: Option<StartTimings>,
+}
+
+/// How long the parts of a RunPodSandbox took, milliseconds. The network and the pause
+/// container are set up at the same time, so they overlap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartTimings {
+    /// The sandbox's files (hostname, hosts, resolv.conf, shm).
+    pub files_ms: f64,
+    /// Making the network namespace.
+    pub netns_ms: f64,
+    /// Loopback up and the CNI ADD of the plugin chain.
+    pub cni_add_ms: f64,
+    /// The pause container: snapshot, record, task created and started.
+    pub pause_ms: f64,
 }
 
 /// The record on disk: `<root>/sandboxes/<id>/sandbox.json`.
