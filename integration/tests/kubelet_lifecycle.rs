@@ -203,6 +203,58 @@ async fn an_edited_manifest_recreates_the_pod_and_a_removed_one_stops_it() {
     node.teardown().await;
 }
 
+/// A static pod's manifest put back while the pod is being stopped (the same content, so the
+/// same UID): once the stop is done the pod runs again, in a new container, and stays running
+/// (it was lost before: the stop's clean-up dropped the pod the source had just added back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_put_back_while_its_pod_stops_starts_it_again() {
+    let node = KubeletNode::start("comeback").await;
+    // SIGTERM takes it 2 s to act on, so the manifest comes back during the stop.
+    let manifest = busybox_pod(
+        "comeback",
+        30,
+        "trap 'sleep 2; exit 0' TERM; echo ready; while true; do sleep 1 & wait; done",
+    );
+    node.write_manifest("comeback.yaml", &manifest);
+    let first = node.wait_running("comeback").await;
+    node.wait_log_line("comeback", "main", "ready").await;
+    let uid = pod_uid(&first).to_string();
+    let first_id = container_id(container_status(&first, "main").unwrap()).to_string();
+
+    node.remove_manifest("comeback.yaml");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    node.write_manifest("comeback.yaml", &manifest);
+
+    let again = node
+        .wait_pod(
+            "comeback",
+            |p| {
+                p["status"]["phase"] == "Running"
+                    && container_status(p, "main")
+                        .is_some_and(|c| is_running(c) && container_id(c) != first_id)
+            },
+            LONG,
+        )
+        .await;
+    assert_eq!(pod_uid(&again), uid, "the same pod, started again");
+    let second_id = container_id(container_status(&again, "main").unwrap()).to_string();
+    // It stays: housekeeping does not take it for a stray, no late kill stops it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let later = node.wait_running("comeback").await;
+    assert_eq!(
+        container_id(container_status(&later, "main").unwrap()),
+        second_id,
+        "{later}"
+    );
+    let (sandboxes, containers) = node.runtime_objects(&uid).await;
+    assert!(
+        containers.iter().any(|c| c.id == second_id),
+        "{containers:?}"
+    );
+    assert!(!sandboxes.is_empty());
+    node.teardown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_of_ferrolet_and_ferrolet_cri_leave_running_pods_alone() {
     let mut node = KubeletNode::start("restart").await;

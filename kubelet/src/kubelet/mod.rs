@@ -598,7 +598,7 @@ impl Kubelet {
             Work::Kill(pod, grace) => {
                 let span = tracing::info_span!("kill_pod", pod = %pod_name(&pod), uid);
                 tracing::Instrument::instrument(self.kill_pod(uid, grace), span).await;
-                let deleted = {
+                let (deleted, readded) = {
                     let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
                     match pods.get_mut(uid) {
                         // Deleted in the API: kept (and not killed again) until the object is
@@ -606,14 +606,22 @@ impl Kubelet {
                         Some(state) if state.pod.metadata.deletion_timestamp.is_some() => {
                             state.terminated = true;
                             state.status = crate::status::terminated_status(&state.status);
-                            Some((state.pod.clone(), state.status.clone()))
+                            (Some((state.pod.clone(), state.status.clone())), false)
                         }
+                        // Added again (the same UID: a static pod's manifest put back) while
+                        // it was being killed: it stays, and the sync queued behind this kill
+                        // starts it again (its status then comes from what the kill left).
+                        Some(state) if !state.terminating => (None, true),
                         _ => {
                             pods.remove(uid);
-                            None
+                            (None, false)
                         }
                     }
                 };
+                if readded {
+                    tracing::info!(pod = %pod_name(&pod), "added again while it was stopped; starting it again");
+                    return None;
+                }
                 // Nothing of it runs any more: as Go's SyncTerminatedPod, stop watching its
                 // objects and drop its tokens (a pod deleted in the API keeps its state, not
                 // its references, until the object is gone).
