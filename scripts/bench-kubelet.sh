@@ -125,6 +125,18 @@ YAML
 }
 
 status=0
+# judge RC WHAT OUTFILE LOGFILE: a Ctrl-C (exit 130) ends the script; another failure is
+# logged, its output removed and the run's status set.
+judge() {
+  local rc=$1 what=$2 out=$3 logfile=$4
+  [ "$rc" = 130 ] && exit 130
+  if [ "$rc" != 0 ]; then
+    log "$what: failed (exit $rc); see $logfile"
+    rm -f "$out"
+    status=1
+  fi
+}
+
 # bench LABEL ENDPOINT CONTAINERD NAMESPACE: one full run of the benchmark through a fresh
 # ferrolet; the runtime keeps its containers in NAMESPACE of the containerd at CONTAINERD, whose
 # /tasks/start events time the app containers' tasks.
@@ -135,12 +147,7 @@ bench() {
     --containerd "$containerd" --containerd-namespace "$namespace" \
     --pid "$kubelet_pid" --pods "$PODS" --idle-s "$IDLE_S" --label "$label" --json \
     >"$OUT/$label.json" || rc=$?
-  [ "$rc" = 130 ] && exit 130
-  if [ "$rc" != 0 ]; then
-    log "$label: failed (exit $rc); see $OUT/ferrolet-$label.log"
-    rm -f "$OUT/$label.json"
-    status=1
-  fi
+  judge "$rc" "$label" "$OUT/$label.json" "$OUT/ferrolet-$label.log"
   stop_kubelet
 }
 
@@ -164,12 +171,7 @@ direct_cri() {
     log "direct CRI: $n pods, $k at once"
     "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 \
       --label "direct-$name" --json >"$OUT/direct-$name.json" 2>>"$OUT/direct.log" || rc=$?
-    [ "$rc" = 130 ] && exit 130
-    if [ "$rc" != 0 ]; then
-      log "direct CRI ($n pods): failed (exit $rc); see $OUT/direct.log"
-      rm -f "$OUT/direct-$name.json"
-      status=1
-    fi
+    judge "$rc" "direct CRI ($n pods)" "$OUT/direct-$name.json" "$OUT/direct.log"
   done
 }
 
@@ -181,12 +183,7 @@ bench_probes() {
   "$BENCH" --manifest-dir "$LIB/manifests" --read-only "127.0.0.1:$PORT" --endpoint "$endpoint" \
     --pid "$kubelet_pid" --pods "$pods" --idle-s "$IDLE_S" --probes "$mode" \
     --label "probes-$mode" --json >"$OUT/probes-$mode.json" || rc=$?
-  [ "$rc" = 130 ] && exit 130
-  if [ "$rc" != 0 ]; then
-    log "probes-$mode: failed (exit $rc); see $OUT/ferrolet-probes-$mode.log"
-    rm -f "$OUT/probes-$mode.json"
-    status=1
-  fi
+  judge "$rc" "probes-$mode" "$OUT/probes-$mode.json" "$OUT/ferrolet-probes-$mode.log"
   stop_kubelet
 }
 

@@ -355,19 +355,19 @@ mod tests {
         std::fs::rename(&tmp, dir.join(name)).unwrap();
     }
 
+    /// A running source on `dir` with a long period, so every update comes from inotify: its
+    /// problems, its updates and its task.
+    fn watched(dir: &Path) -> (Problems, mpsc::Receiver<PodUpdate>, JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(16);
+        let source = FileSource::new(dir.into(), "node".into(), Duration::from_secs(3600), tx);
+        let problems = source.problems();
+        (problems, rx, source.spawn())
+    }
+
     #[tokio::test]
     async fn write_edit_delete() {
         let dir = tempfile::tempdir().unwrap();
-        let (tx, mut rx) = mpsc::channel(16);
-        // A long period: every update below must come from inotify.
-        let source = FileSource::new(
-            dir.path().into(),
-            "node".into(),
-            Duration::from_secs(3600),
-            tx,
-        );
-        let problems = source.problems();
-        let task = source.spawn();
+        let (problems, mut rx, task) = watched(dir.path());
 
         assert!(
             next(&mut rx).await.pods.is_empty(),
@@ -521,15 +521,7 @@ mod tests {
     async fn a_manifest_still_being_written_is_read_once_closed() {
         use std::io::Write as _;
         let dir = tempfile::tempdir().unwrap();
-        let (tx, mut rx) = mpsc::channel(16);
-        let source = FileSource::new(
-            dir.path().into(),
-            "node".into(),
-            Duration::from_secs(3600),
-            tx,
-        );
-        let problems = source.problems();
-        let task = source.spawn();
+        let (problems, mut rx, task) = watched(dir.path());
         assert!(next(&mut rx).await.pods.is_empty());
 
         // Half a manifest, written straight into place and left open: no re-list reads it
