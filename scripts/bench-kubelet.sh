@@ -13,6 +13,7 @@
 # Ctrl-C, after removing every pod it made (netns and veths go with the sandboxes).
 #
 # On ferrolet-cri, the same pods are also started directly through CRI by ferrolet-cri-bench
+# (with the runtime's default seccomp profile on the sandbox, as every kubelet asks)
 # (issue #20): half of the single starts sequentially before ferrolet's run and half after (so
 # drift falls on both), then each larger N at once; `ferrolet-kubelet-bench direct` puts them
 # beside ferrolet's figures: N=1 manifest → task running against the sum of the three CRI
@@ -169,7 +170,7 @@ direct_cri() {
     IFS=: read -r n k name <<<"$run"
     rc=0
     log "direct CRI: $n pods, $k at once"
-    "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 \
+    "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 --sandbox-seccomp \
       --label "direct-$name" --json >"$OUT/direct-$name.json" 2>>"$OUT/direct.log" || rc=$?
     judge "$rc" "direct CRI ($n pods)" "$OUT/direct-$name.json" "$OUT/direct.log"
   done

@@ -32,7 +32,7 @@ root = "$LIB/cri"
 state = "$STATE/cri"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
-log_level = "info"
+log_level = "${BENCH_CRI_LOG:-info}"
 [registry.hosts."127.0.0.1:5000"]
 plain_http = true
 TOML
