@@ -908,37 +908,34 @@ fn probe_runs_in(text: &str) -> Option<(f64, f64)> {
     Some((total, failed))
 }
 
-/// Indexes of this run's pods whose phase is `Running` in a `/pods` PodList.
-fn running_indexes(pods: &Value, run_id: &str) -> Vec<u32> {
-    let Some(items) = pods.get("items").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .filter(|p| p.pointer("/status/phase").and_then(Value::as_str) == Some("Running"))
-        .filter_map(|p| {
-            let labels = p.pointer("/metadata/labels")?;
-            if labels.get(RUN_LABEL)?.as_str()? != run_id {
-                return None;
-            }
-            labels.get(INDEX_LABEL)?.as_str()?.parse().ok()
-        })
-        .collect()
-}
-
-/// (index, namespace, name) of this run's pods in a `/pods` PodList.
-fn run_pods(pods: &Value, run_id: &str) -> Vec<(u32, String, String)> {
-    let Some(items) = pods.get("items").and_then(Value::as_array) else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .filter_map(|p| {
+/// This run's pods in a `/pods` PodList, each with its index (from the run and index labels).
+fn run_items<'a>(pods: &'a Value, run_id: &'a str) -> impl Iterator<Item = (u32, &'a Value)> {
+    pods.get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(move |p| {
             let labels = p.pointer("/metadata/labels")?;
             if labels.get(RUN_LABEL)?.as_str()? != run_id {
                 return None;
             }
             let index = labels.get(INDEX_LABEL)?.as_str()?.parse().ok()?;
+            Some((index, p))
+        })
+}
+
+/// Indexes of this run's pods whose phase is `Running` in a `/pods` PodList.
+fn running_indexes(pods: &Value, run_id: &str) -> Vec<u32> {
+    run_items(pods, run_id)
+        .filter(|(_, p)| p.pointer("/status/phase").and_then(Value::as_str) == Some("Running"))
+        .map(|(index, _)| index)
+        .collect()
+}
+
+/// (index, namespace, name) of this run's pods in a `/pods` PodList.
+fn run_pods(pods: &Value, run_id: &str) -> Vec<(u32, String, String)> {
+    run_items(pods, run_id)
+        .filter_map(|(index, p)| {
             let namespace = p.pointer("/metadata/namespace")?.as_str()?.to_string();
             let name = p.pointer("/metadata/name")?.as_str()?.to_string();
             Some((index, namespace, name))
@@ -995,14 +992,14 @@ fn phase_medians(pods: &[Vec<(String, f64)>]) -> Vec<PhaseP50> {
     order
         .iter()
         .map(|(phase, _)| {
-            let mut values: Vec<f64> = pods
+            let values = pods
                 .iter()
                 .filter_map(|p| p.iter().find(|(q, _)| q == phase).map(|(_, v)| *v))
                 .collect();
-            values.sort_by(f64::total_cmp);
             PhaseP50 {
                 phase: phase.clone(),
-                p50_ms: percentile(&values, 50.0),
+                // Never empty: `order` itself has the phase.
+                p50_ms: median(values).unwrap_or_default(),
             }
         })
         .collect()
