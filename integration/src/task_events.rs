@@ -9,7 +9,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::events::TaskStart;
-use ferrolet_proto::containerd::services::v1::{PublishRequest, SubscribeRequest};
 use ferrolet_proto::prost::Message;
 
 /// The topic this watcher publishes to itself: containerd answers a subscription only with
@@ -50,39 +49,14 @@ impl TaskStarts {
                 endpoint: endpoint.to_string(),
                 message: e.to_string(),
             })?;
-        let filters = ["/tasks/start", MARKER_TOPIC]
-            .iter()
-            .map(|topic| format!("namespace=={namespace},topic==\"{topic}\""))
-            .collect();
-        let mut events = cd.events();
-        let call = events.subscribe(SubscribeRequest { filters });
-        let poke = async {
-            loop {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let marker = ferrolet_proto::prost_types::Any {
-                    type_url: "types.googleapis.com/google.protobuf.Empty".into(),
-                    value: Vec::new(),
-                };
-                let _ = cd
-                    .events()
-                    .publish(PublishRequest {
-                        topic: MARKER_TOPIC.into(),
-                        event: Some(marker),
-                    })
-                    .await;
-            }
-        };
-        let confirmed = tokio::time::timeout(Duration::from_secs(10), async {
-            tokio::select! {
-                r = call => r,
-                () = poke => unreachable!("the poke loop never ends"),
-            }
-        })
+        let confirmed = tokio::time::timeout(
+            Duration::from_secs(10),
+            cd.subscribe_confirmed(&["/tasks/start"], MARKER_TOPIC, |_| {}),
+        )
         .await
         .map_err(|_| TaskEventsError::Subscribe("not confirmed within 10 s".into()))?;
-        let mut stream = confirmed
-            .map_err(|s| TaskEventsError::Subscribe(s.message().to_string()))?
-            .into_inner();
+        let mut stream =
+            confirmed.map_err(|s| TaskEventsError::Subscribe(s.message().to_string()))?;
         let starts = Arc::new(Mutex::new(HashMap::new()));
         let sink = Arc::clone(&starts);
         let collector = tokio::spawn(async move {

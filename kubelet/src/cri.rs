@@ -13,6 +13,10 @@ use tonic::transport::Channel;
 
 use crate::types::{RuntimeContainer, RuntimePod, RuntimeSandbox, labels};
 
+/// The runtime name (in Version) of the runtime that tells its sandboxes' start timings:
+/// ferrolet-cri.
+pub const TIMING_RUNTIME: &str = "ferrolet";
+
 /// A CRI call that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
@@ -189,7 +193,7 @@ impl Cri {
             .map(|r| r.status.unwrap_or_default())
     }
 
-    /// The runtime's account of a sandbox's start: `startTimings` in the `info` of its verbose
+    /// The runtime's account of a sandbox's start (ask only [`TIMING_RUNTIME`]): `startTimings` in the `info` of its verbose
     /// PodSandboxStatus, which ferrolet-cri gives; None from a runtime that gives none.
     pub async fn sandbox_start_timings(
         &self,

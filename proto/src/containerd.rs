@@ -125,6 +125,50 @@ impl Containerd {
         })
     }
 
+    /// Subscribes to `topics` in this namespace and returns once containerd holds the
+    /// subscription, so nothing published afterwards is missed. containerd answers a
+    /// subscription only with its first event, so an empty event is published to
+    /// `marker_topic` (which the subscription also takes: callers skip it) every 20 ms until
+    /// the answer comes; a failed publish is handed to `publish_failed` and retried in 500 ms.
+    pub async fn subscribe_confirmed(
+        &self,
+        topics: &[&str],
+        marker_topic: &str,
+        publish_failed: impl Fn(&Status),
+    ) -> Result<tonic::Streaming<types::Envelope>, Status> {
+        let filters = topics
+            .iter()
+            .chain([&marker_topic])
+            .map(|topic| format!("namespace=={},topic==\"{topic}\"", self.namespace))
+            .collect();
+        let mut events = self.events();
+        let call = events.subscribe(services::v1::SubscribeRequest { filters });
+        let poke = async {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                let marker = prost_types::Any {
+                    type_url: "types.googleapis.com/google.protobuf.Empty".into(),
+                    value: Vec::new(),
+                };
+                let published = self
+                    .events()
+                    .publish(services::v1::PublishRequest {
+                        topic: marker_topic.into(),
+                        event: Some(marker),
+                    })
+                    .await;
+                if let Err(status) = published {
+                    publish_failed(&status);
+                    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                }
+            }
+        };
+        tokio::select! {
+            r = call => r.map(tonic::Response::into_inner),
+            () = poke => unreachable!("the poke loop never ends"),
+        }
+    }
+
     /// The underlying channel, unscoped.
     pub fn channel(&self) -> Channel {
         self.channel.clone()

@@ -27,8 +27,12 @@ impl Kubelet {
 
     /// Asks the runtime, off the start's path, where the RunPodSandbox of `pod`'s current start
     /// went (ferrolet-cri tells its CNI ADD and pause container times), and keeps that with
-    /// the start.
+    /// the start. Other runtimes are not asked: containerd's CRI would answer with the whole
+    /// sandbox spec and no timings.
     pub(crate) fn timeline_sandbox_runtime(&self, pod: &Pod, sandbox_id: &str) {
+        if self.runtime_name != crate::cri::TIMING_RUNTIME {
+            return;
+        }
         let id = PodId::of(pod);
         let (uid, namespace, name) = (
             id.uid.to_string(),

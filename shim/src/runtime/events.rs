@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ferrolet_proto::containerd::events::{TaskExit, TaskOom};
-use ferrolet_proto::containerd::services::v1::{PublishRequest, SubscribeRequest};
 use ferrolet_proto::containerd::types::Envelope;
 use ferrolet_proto::cri::{self, ContainerEventType};
 use ferrolet_proto::prost::Message;
@@ -27,38 +26,17 @@ const SUBSCRIBED_TOPIC: &str = "/ferrolet/cri/subscribed";
 /// Subscribes to task exits and OOM kills in our namespace; returns once containerd has the
 /// subscription, so nothing that happens afterwards is missed.
 pub async fn subscribe(inner: &RuntimeInner) -> Result<ExitStream> {
-    let ns = inner.cd.namespace();
-    let filters = ["/tasks/exit", "/tasks/oom", SUBSCRIBED_TOPIC]
-        .iter()
-        .map(|topic| format!("namespace=={ns},topic==\"{topic}\""))
-        .collect();
-    let mut events = inner.cd.events();
-    let call = events.subscribe(SubscribeRequest { filters });
-    let poke = async {
-        loop {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            let published = inner
-                .cd
-                .events()
-                .publish(PublishRequest {
-                    topic: SUBSCRIBED_TOPIC.into(),
-                    event: Some(ferrolet_proto::prost_types::Any {
-                        type_url: "types.googleapis.com/google.protobuf.Empty".into(),
-                        value: Vec::new(),
-                    }),
-                })
-                .await;
-            if let Err(e) = published {
-                tracing::warn!(error = %e, "publishing the subscription marker");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }
-    };
-    let stream = tokio::select! {
-        r = call => r.map_err(RuntimeError::containerd("subscribing to containerd task events"))?,
-        () = poke => unreachable!("the poke loop never ends"),
-    };
-    Ok(stream.into_inner())
+    inner
+        .cd
+        .subscribe_confirmed(
+            &["/tasks/exit", "/tasks/oom"],
+            SUBSCRIBED_TOPIC,
+            |e| tracing::warn!(error = %e, "publishing the subscription marker"),
+        )
+        .await
+        .map_err(RuntimeError::containerd(
+            "subscribing to containerd task events",
+        ))
 }
 
 /// Applies events until the process ends; when the stream breaks (containerd restarted) it
