@@ -492,9 +492,12 @@ impl Bench {
             }
             let mut written = Vec::with_capacity(files.len());
             for (path, tmp, _) in &files {
+                // Stamped before the rename that makes the manifest appear: stamped after it, a
+                // writer preempted in between saw ferrolet's `seen` come first (file_source −2 ms).
+                let at = (Instant::now(), SystemTime::now());
                 std::fs::rename(tmp, path)
                     .with_context(|| format!("renaming to {}", path.display()))?;
-                written.push((Instant::now(), SystemTime::now()));
+                written.push(at);
             }
             Ok(written)
         })
