@@ -193,8 +193,9 @@ impl Cri {
             .map(|r| r.status.unwrap_or_default())
     }
 
-    /// The runtime's account of a sandbox's start (ask only [`TIMING_RUNTIME`]): `startTimings` in the `info` of its verbose
-    /// PodSandboxStatus, which ferrolet-cri gives; None from a runtime that gives none.
+    /// The runtime's account of a sandbox's start: `startTimings` in the `info` of its verbose
+    /// PodSandboxStatus, which ferrolet-cri gives (ask only [`TIMING_RUNTIME`]); None from a
+    /// runtime that gives none.
     pub async fn sandbox_start_timings(
         &self,
         id: &str,

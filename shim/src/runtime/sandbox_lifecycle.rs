@@ -195,13 +195,14 @@ impl RuntimeInner {
         }
         let network = async {
             let t = Instant::now();
-            let ips = match &meta.netns {
-                Some(ns) => match self.network.loopback_up(id, ns).await {
-                    Ok(()) => self.network.setup(id, ns, &meta.config).await.map(Some),
-                    Err(e) => Err(e),
-                },
-                None => Ok(None),
-            };
+            let ips = async {
+                let Some(ns) = &meta.netns else {
+                    return Ok(None);
+                };
+                self.network.loopback_up(id, ns).await?;
+                self.network.setup(id, ns, &meta.config).await.map(Some)
+            }
+            .await;
             (ips, ms(t))
         }
         .instrument(tracing::debug_span!("cni_add"));
