@@ -13,7 +13,9 @@
 # Ctrl-C, after removing every pod it made (netns and veths go with the sandboxes).
 #
 # On ferrolet-cri, the same pods are also started directly through CRI by ferrolet-cri-bench
-# (with the runtime's default seccomp profile on the sandbox, as every kubelet asks)
+# (with the runtime's default seccomp profile on the sandbox and a PID namespace per container,
+# as every kubelet asks for a pod without shareProcessNamespace: ferrolet-cri then runs it
+# without a pause process, for ferrolet's pods and the direct ones alike)
 # (issue #20): half of the single starts sequentially before ferrolet's run and half after (so
 # drift falls on both), then each larger N at once; `ferrolet-kubelet-bench direct` puts them
 # beside ferrolet's figures: N=1 manifest → task running against the sum of the three CRI
@@ -170,7 +172,7 @@ direct_cri() {
     IFS=: read -r n k name <<<"$run"
     rc=0
     log "direct CRI: $n pods, $k at once"
-    "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 --sandbox-seccomp \
+    "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 --sandbox-seccomp --kubelet-namespaces \
       --label "direct-$name" --json >"$OUT/direct-$name.json" 2>>"$OUT/direct.log" || rc=$?
     judge "$rc" "direct CRI ($n pods)" "$OUT/direct-$name.json" "$OUT/direct.log"
   done

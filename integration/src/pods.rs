@@ -621,6 +621,23 @@ impl PodBuilder {
         self
     }
 
+    /// Sets the pod's PID namespace mode (the builder's default: one per container).
+    pub fn pid_namespace(mut self, mode: NamespaceMode) -> Self {
+        let linux = self.config.linux.get_or_insert_with(Default::default);
+        let sc = linux.security_context.get_or_insert_with(Default::default);
+        sc.namespace_options
+            .get_or_insert_with(Default::default)
+            .pid = mode as i32;
+        self
+    }
+
+    /// Adds a sysctl.
+    pub fn sysctl(mut self, key: &str, value: &str) -> Self {
+        let linux = self.config.linux.get_or_insert_with(Default::default);
+        linux.sysctls.insert(key.into(), value.into());
+        self
+    }
+
     /// The config.
     pub fn build(self) -> PodSandboxConfig {
         self.config

@@ -1140,3 +1140,122 @@ async fn stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing() {
     }
     node.teardown().await;
 }
+
+/// The verbose PodSandboxStatus's info object.
+async fn sandbox_info(api: &ferrolet_integration::cri::RuntimeApi, id: &str) -> serde_json::Value {
+    let status = api.pod_status(id).await.unwrap();
+    serde_json::from_str(status.info.get("info").expect("verbose info")).unwrap()
+}
+
+/// Whether `path` is a mount point in this (the host's) mount namespace.
+fn mounted(path: &str) -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(path))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_shares_no_pid_namespace_runs_without_a_pause_process() {
+    use ferrolet_proto::cri::NamespaceMode;
+    let mut node = CriNode::start("no-pause").await;
+    let api = node.api().await;
+    let busybox = node.pull("busybox").await;
+    // The kubelet's default pod: PID per container, network and IPC shared.
+    let pod = node.pod("np").hostname("pinned-host").build();
+    let pod_id = api.run_pod(&pod).await.unwrap();
+    let info = sandbox_info(&api, &pod_id).await;
+    assert_eq!(info["pid"], 0, "{info}");
+    assert_eq!(info["pauseProcess"], false, "{info}");
+    let pinned: Vec<String> = ["ipc", "uts"]
+        .iter()
+        .map(|k| info["pinnedNamespaces"][k].as_str().unwrap().to_string())
+        .collect();
+    for p in &pinned {
+        assert!(mounted(p), "{p} is not pinned");
+    }
+
+    let run = |name: &str, k: u32| {
+        let marker = node.marker(k).to_string();
+        let config = ContainerBuilder::new(name, &busybox.reference)
+            .command(&["sleep", &marker])
+            .build();
+        let (api, pod, pod_id) = (api.clone(), pod.clone(), pod_id.clone());
+        async move { api.run_container(&pod_id, &pod, &config).await.unwrap() }
+    };
+    let (a, b) = (run("a", 0).await, run("b", 1).await);
+    let ns = |id: String, kind: &'static str| {
+        let api = api.clone();
+        async move {
+            api.exec_ok(&id, &["readlink", &format!("/proc/self/ns/{kind}")])
+                .await
+        }
+    };
+    let host = |kind: &str| {
+        std::fs::read_link(format!("/proc/self/ns/{kind}"))
+            .unwrap()
+            .display()
+            .to_string()
+            + "\n"
+    };
+    for kind in ["ipc", "uts", "net"] {
+        let (in_a, in_b) = (ns(a.clone(), kind).await, ns(b.clone(), kind).await);
+        assert_eq!(in_a, in_b, "{kind}: the pod's containers share it");
+        assert_ne!(in_a, host(kind), "{kind}: not the node's");
+    }
+    assert_ne!(ns(a.clone(), "pid").await, ns(b.clone(), "pid").await);
+    assert_eq!(api.exec_ok(&a, &["hostname"]).await, "pinned-host\n");
+    // The pod's /dev/shm is one too.
+    api.exec_ok(&a, &["sh", "-c", "echo shared > /dev/shm/note"])
+        .await;
+    assert_eq!(api.exec_ok(&b, &["cat", "/dev/shm/note"]).await, "shared\n");
+
+    // A restarted ferrolet-cri finds the sandbox ready, and a new container joins it.
+    node.cri.respawn();
+    let api = node.api().await;
+    let status = api.pod_status(&pod_id).await.unwrap().status.unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    let c = {
+        let marker = node.marker(2).to_string();
+        let config = ContainerBuilder::new("c", &busybox.reference)
+            .command(&["sleep", &marker])
+            .build();
+        api.run_container(&pod_id, &pod, &config).await.unwrap()
+    };
+    assert_eq!(ns(c.clone(), "ipc").await, ns(a.clone(), "ipc").await);
+    assert_eq!(api.exec_ok(&c, &["hostname"]).await, "pinned-host\n");
+
+    // A shared PID namespace, or sysctls, still get a pause process.
+    let shared = node
+        .pod("shared-pid")
+        .pid_namespace(NamespaceMode::Pod)
+        .build();
+    let shared_id = api.run_pod(&shared).await.unwrap();
+    let with_sysctl = node
+        .pod("sysctl")
+        .sysctl("net.ipv4.ip_unprivileged_port_start", "80")
+        .build();
+    let sysctl_id = api.run_pod(&with_sysctl).await.unwrap();
+    for id in [&shared_id, &sysctl_id] {
+        let info = sandbox_info(&api, id).await;
+        assert!(info["pid"].as_u64().unwrap() > 0, "{info}");
+        assert_eq!(info["pauseProcess"], true, "{info}");
+    }
+
+    // Stop unpins the namespaces; stop and remove are idempotent.
+    for _ in 0..2 {
+        api.stop_pod(&pod_id).await.unwrap();
+    }
+    let status = api.pod_status(&pod_id).await.unwrap().status.unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxNotready as i32);
+    for p in &pinned {
+        assert!(!mounted(p), "{p} is still pinned after StopPodSandbox");
+    }
+    for id in [&pod_id, &shared_id, &sysctl_id] {
+        api.stop_pod(id).await.unwrap();
+        api.remove_pod(id).await.unwrap();
+        api.remove_pod(id).await.unwrap();
+    }
+    node.assert_no_pod_leaks().await;
+    node.teardown().await;
+}

@@ -452,7 +452,8 @@ impl HealthServer {
 }
 
 /// The network namespace of the pod's ready sandbox, by the sandbox process's pid as
-/// PodSandboxStatus (verbose) reports it.
+/// PodSandboxStatus (verbose) reports it, or for a sandbox without a pause process, the netns
+/// file it names.
 async fn pod_netns(node: &KubeletNode, pod: &Value) -> PathBuf {
     let (sandboxes, _) = node.runtime_objects(pod_uid(pod)).await;
     let sandbox = sandboxes
@@ -461,8 +462,10 @@ async fn pod_netns(node: &KubeletNode, pod: &Value) -> PathBuf {
         .expect("a ready sandbox");
     let status = node.node.api().await.pod_status(&sandbox.id).await.unwrap();
     let info: Value = serde_json::from_str(status.info.get("info").expect("verbose info")).unwrap();
-    let pid = info["pid"].as_u64().expect("the sandbox's pid");
-    PathBuf::from(format!("/proc/{pid}/ns/net"))
+    match info["pid"].as_u64().expect("the sandbox's pid") {
+        0 => PathBuf::from(info["netns"].as_str().expect("the sandbox's netns")),
+        pid => PathBuf::from(format!("/proc/{pid}/ns/net")),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

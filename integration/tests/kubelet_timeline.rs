@@ -256,11 +256,13 @@ async fn a_pods_start_timeline_has_every_phase_in_order_and_restarts_append_star
     assert_eq!(got.last().map(|m| m.0.as_str()), Some("status_visible"));
     assert_adds_up(first);
     let sandbox = &first["sandboxRuntime"];
-    for part in ["filesMs", "netnsMs", "cniAddMs", "pauseMs"] {
+    for part in ["filesMs", "netnsMs", "cniAddMs"] {
         let ms = sandbox[part].as_f64().unwrap_or(-1.0);
         assert!(ms > 0.0, "{part}: {sandbox}");
     }
-    // The CNI ADD and the pause container overlap, both inside the sandbox phase.
+    // The pod shares no PID namespace, so ferrolet-cri runs it without a pause process.
+    assert!(sandbox.get("pauseMs").is_none(), "{sandbox}");
+    // The CNI ADD is inside the sandbox phase.
     let sandbox_phase = first["marks"]
         .as_array()
         .unwrap()
@@ -268,10 +270,7 @@ async fn a_pods_start_timeline_has_every_phase_in_order_and_restarts_append_star
         .find(|m| m["phase"] == "sandbox_ready")
         .and_then(|m| m["durationMs"].as_f64())
         .unwrap();
-    let longest = sandbox["cniAddMs"]
-        .as_f64()
-        .unwrap()
-        .max(sandbox["pauseMs"].as_f64().unwrap());
+    let longest = sandbox["cniAddMs"].as_f64().unwrap();
     assert!(
         longest < sandbox_phase,
         "{sandbox} in a {sandbox_phase} ms phase"

@@ -39,8 +39,14 @@ pub struct Config {
     pub runtime_handlers: Vec<String>,
     /// Snapshotter images are unpacked into.
     pub snapshotter: String,
-    /// Image every pod sandbox runs; the built-in one needs no registry.
+    /// Image a pod sandbox's pause process runs; the built-in one needs no registry.
     pub sandbox_image: String,
+    /// Run a pod sandbox without a pause process when nothing needs one: the pod shares no
+    /// PID namespace, sets no sysctls and uses the default runtime handler. Its IPC and UTS
+    /// namespaces are then pinned on files, as CRI-O's `drop_infra_ctr` does; the pod starts
+    /// without a `runc create` + `start` of its own. `false`: every sandbox has a pause
+    /// process, as with containerd.
+    pub drop_infra_container: bool,
     /// Layers downloaded at once per pull.
     pub max_concurrent_downloads: usize,
     /// Seconds between pull progress lines in the log.
@@ -115,6 +121,7 @@ impl Default for Config {
             runtime_handlers: Vec::new(),
             snapshotter: "overlayfs".into(),
             sandbox_image: BUILTIN_PAUSE_IMAGE.into(),
+            drop_infra_container: true,
             max_concurrent_downloads: 3,
             pull_progress_interval_secs: 5,
             shutdown_timeout_secs: 10,

@@ -184,6 +184,23 @@ pub fn container_record(
     }
 }
 
+/// Creates a container record that has no root filesystem (a sandbox without a pause
+/// process: the record is what recovery finds it by).
+pub async fn create_record(cd: &Containerd, mut record: Container) -> Result<()> {
+    record.snapshotter.clear();
+    record.snapshot_key.clear();
+    let id = record.id.clone();
+    cd.containers()
+        .create(CreateContainerRequest {
+            container: Some(record),
+        })
+        .await
+        .map_err(TaskError::containerd(format!(
+            "creating containerd container {id}"
+        )))?;
+    Ok(())
+}
+
 /// Removes a snapshot; failures are logged (containerd's GC collects an orphan later).
 pub async fn remove_snapshot(cd: &Containerd, snapshotter: &str, key: &str) {
     match cd

@@ -26,8 +26,9 @@ use ferrolet_integration::bench::{
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
     ContainerConfig, ContainerFilter, ContainerMetadata, ContainerState, ContainerStateValue,
-    ContainerStatusRequest, CreateContainerRequest, ImageSpec, LinuxPodSandboxConfig,
-    LinuxSandboxSecurityContext, ListContainersRequest, ListPodSandboxRequest, PodSandboxConfig,
+    ContainerStatusRequest, CreateContainerRequest, ImageSpec, LinuxContainerConfig,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
+    ListContainersRequest, ListPodSandboxRequest, NamespaceMode, NamespaceOption, PodSandboxConfig,
     PodSandboxMetadata, PodSandboxStatusRequest, RemoveContainerRequest, RemovePodSandboxRequest,
     RunPodSandboxRequest, SecurityProfile, StartContainerRequest, StopContainerRequest,
     StopPodSandboxRequest, VersionRequest, security_profile::ProfileType,
@@ -178,6 +179,13 @@ struct RunArgs {
     /// start, so kubelet-driven starts are timed against the same requests.
     #[arg(long)]
     sandbox_seccomp: bool,
+    /// Give each pod the namespace options the Go kubelet (and ferrolet) sends for a pod
+    /// without shareProcessNamespace: a PID namespace per container, network and IPC shared
+    /// (the sandbox's and the container's options). Without it the options are left unset,
+    /// which CRI reads as everything shared by the pod, as crictl's examples do. ferrolet-cri
+    /// runs such pods without a pause process; containerd's CRI runs one for every pod.
+    #[arg(long)]
+    kubelet_namespaces: bool,
 }
 
 /// Flags of `clean`.
@@ -417,6 +425,8 @@ struct Bench {
     log_dir: PathBuf,
     /// `--sandbox-seccomp`.
     sandbox_seccomp: bool,
+    /// `--kubelet-namespaces`.
+    kubelet_namespaces: bool,
     cancel: Arc<AtomicBool>,
     timings: Mutex<BTreeMap<Rpc, Vec<Duration>>>,
     created: Mutex<Created>,
@@ -470,17 +480,30 @@ impl Bench {
             labels: run_labels(&self.run_id),
             // cgroup_parent unset: each runtime puts the pod where it puts pods by default.
             linux: Some(LinuxPodSandboxConfig {
-                security_context: self.sandbox_seccomp.then(|| LinuxSandboxSecurityContext {
-                    seccomp: Some(SecurityProfile {
-                        profile_type: ProfileType::RuntimeDefault as i32,
-                        localhost_ref: String::new(),
-                    }),
-                    ..Default::default()
+                security_context: (self.sandbox_seccomp || self.kubelet_namespaces).then(|| {
+                    LinuxSandboxSecurityContext {
+                        seccomp: self.sandbox_seccomp.then(|| SecurityProfile {
+                            profile_type: ProfileType::RuntimeDefault as i32,
+                            localhost_ref: String::new(),
+                        }),
+                        namespace_options: self.namespace_options(),
+                        ..Default::default()
+                    }
                 }),
                 ..Default::default()
             }),
             ..Default::default()
         }
+    }
+
+    /// `--kubelet-namespaces`' options, else none.
+    fn namespace_options(&self) -> Option<NamespaceOption> {
+        self.kubelet_namespaces.then(|| NamespaceOption {
+            network: NamespaceMode::Pod as i32,
+            pid: NamespaceMode::Container as i32,
+            ipc: NamespaceMode::Pod as i32,
+            ..Default::default()
+        })
     }
 
     fn container_config(&self) -> ContainerConfig {
@@ -498,6 +521,13 @@ impl Bench {
             command: vec!["sh".into(), "-c".into(), self.command.clone()],
             log_path: "bench.log".into(),
             labels: run_labels(&self.run_id),
+            linux: self.kubelet_namespaces.then(|| LinuxContainerConfig {
+                security_context: Some(LinuxContainerSecurityContext {
+                    namespace_options: self.namespace_options(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -886,6 +916,7 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         rpc_timeout: t,
         log_dir: log_dir.path().to_path_buf(),
         sandbox_seccomp: args.sandbox_seccomp,
+        kubelet_namespaces: args.kubelet_namespaces,
         cancel,
         timings: Mutex::new(BTreeMap::new()),
         created: Mutex::new(Created::default()),
@@ -1645,6 +1676,7 @@ mod tests {
             rpc_timeout: Duration::from_secs(1),
             log_dir: PathBuf::from("/tmp/logs"),
             sandbox_seccomp: false,
+            kubelet_namespaces: true,
             cancel: Arc::new(AtomicBool::new(false)),
             timings: Mutex::new(BTreeMap::new()),
             created: Mutex::new(Created::default()),
@@ -1656,8 +1688,15 @@ mod tests {
         assert_ne!(ma.uid, mb.uid);
         assert_eq!(a.log_directory, "/tmp/logs/0");
         assert_eq!(a.labels.get(RUN_LABEL).map(String::as_str), Some("abcd"));
-        assert!(a.linux.unwrap().cgroup_parent.is_empty());
+        let linux = a.linux.unwrap();
+        assert!(linux.cgroup_parent.is_empty());
+        // --kubelet-namespaces: a PID namespace per container, in the pod and each container.
+        let pid = |o: Option<NamespaceOption>| o.unwrap().pid;
+        let own = NamespaceMode::Container as i32;
+        assert_eq!(pid(linux.security_context.unwrap().namespace_options), own);
         let c = bench.container_config();
+        let sc = c.linux.clone().unwrap().security_context.unwrap();
+        assert_eq!(pid(sc.namespace_options), own);
         assert_eq!(c.image.unwrap().image, "sha256:1");
         assert_eq!(c.command[..2], ["sh".to_string(), "-c".to_string()]);
         assert!(bench.check().is_ok());

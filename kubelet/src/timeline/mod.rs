@@ -141,22 +141,23 @@ pub struct Mark {
 
 /// The runtime's own account of a RunPodSandbox it served, milliseconds (ferrolet-cri's
 /// verbose PodSandboxStatus `startTimings`; the network and the pause container are set up at
-/// once, so those two overlap).
+/// once, so those two overlap; a sandbox without a pause process has no pause time).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxTimings {
     /// The sandbox's files (hostname, hosts, resolv.conf, shm).
     #[serde(default)]
     pub files_ms: f64,
-    /// Making the network namespace.
+    /// Making the network namespace (and, without a pause, the pinned IPC and UTS ones).
     #[serde(default)]
     pub netns_ms: f64,
     /// Loopback up and the CNI ADD of the plugin chain.
     #[serde(default)]
     pub cni_add_ms: f64,
-    /// The pause container: snapshot, record, task created and started.
-    #[serde(default)]
-    pub pause_ms: f64,
+    /// The pause container: snapshot, record, task created and started; `None` for a
+    /// sandbox without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<f64>,
 }
 
 /// One start of a pod.

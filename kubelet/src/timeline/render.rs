@@ -157,11 +157,18 @@ pub fn table(timeline: &PodTimeline) -> String {
                 m.duration_ms
             );
             if let (Phase::SandboxReady, Some(t)) = (m.phase, &s.sandbox_runtime) {
-                let _ = writeln!(
-                    out,
-                    "  in the runtime: files {:.1} ms, netns {:.1} ms, then at once CNI ADD {:.1} ms and pause container {:.1} ms",
-                    t.files_ms, t.netns_ms, t.cni_add_ms, t.pause_ms
-                );
+                let _ = match t.pause_ms {
+                    Some(pause) => writeln!(
+                        out,
+                        "  in the runtime: files {:.1} ms, netns {:.1} ms, then at once CNI ADD {:.1} ms and pause container {pause:.1} ms",
+                        t.files_ms, t.netns_ms, t.cni_add_ms
+                    ),
+                    None => writeln!(
+                        out,
+                        "  in the runtime: files {:.1} ms, namespaces {:.1} ms, CNI ADD {:.1} ms (no pause container)",
+                        t.files_ms, t.netns_ms, t.cni_add_ms
+                    ),
+                };
             }
         }
         let _ = writeln!(

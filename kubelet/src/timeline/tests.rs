@@ -242,7 +242,7 @@ fn the_view_has_durations_that_add_up_and_the_table_shows_them() {
         files_ms: 0.5,
         netns_ms: 1.25,
         cni_add_ms: 86.5,
-        pause_ms: 90.0,
+        pause_ms: Some(90.0),
     };
     // Kept with the start that made the sandbox, even once it finished; not for another UID.
     assert!(!t.sandbox_timings(id("u2", "web"), sandbox));
@@ -281,6 +281,25 @@ fn the_view_has_durations_that_add_up_and_the_table_shows_them() {
     assert!(rows.contains(&vec!["total", "18.000"]), "{text}");
     assert!(
         text.contains("in the runtime: files 0.5 ms, netns 1.2 ms, then at once CNI ADD 86.5 ms and pause container 90.0 ms"),
+        "{text}"
+    );
+
+    // A sandbox without a pause process: no pause time in the JSON, none in the table.
+    let t = Timeline::new(Limits::default());
+    full_start(&t, "u3", "lean", 1_700_000_000_000 * MS);
+    let lean = SandboxTimings {
+        pause_ms: None,
+        ..sandbox
+    };
+    assert!(t.sandbox_timings(id("u3", "lean"), lean));
+    let v = view("default", "lean", &t.starts("default", "lean").unwrap());
+    let json = serde_json::to_value(&v).unwrap();
+    assert!(json["starts"][0]["sandboxRuntime"].get("pauseMs").is_none());
+    let text = table(&v);
+    assert!(
+        text.contains(
+            "in the runtime: files 0.5 ms, namespaces 1.2 ms, CNI ADD 86.5 ms (no pause container)"
+        ),
         "{text}"
     );
 }

@@ -12,7 +12,8 @@ use super::resources::{check_resource_classes, clamp_oom_score_adj, update_resou
 use super::sandbox::{namespace_options, pod_annotations};
 use super::user::{self, UserRequest};
 use super::{
-    ContainerSpecInput, OciError, SandboxFiles, devices, mounts, node_hostname, seccomp, security,
+    ContainerSpecInput, OciError, PodNamespaces, SandboxFiles, devices, mounts, node_hostname,
+    seccomp, security,
 };
 use crate::image_config::ContainerDefaults;
 
@@ -106,16 +107,23 @@ fn set_namespaces(
     namespaces::check_userns(Some(&own), &format!("{SC}.namespace_options"))?;
     let pod = namespace_options(input.sandbox_config);
     let pod_ipc = namespaces::mode(pod.ipc, "sandbox namespace_options.ipc")?;
+    let pod_pid = namespaces::mode(pod.pid, "sandbox namespace_options.pid")?;
     let pid_mode = namespaces::mode(own.pid, &format!("{SC}.namespace_options.pid"))?;
 
-    let pid = input.sandbox_pid;
-    let join = |kind: &str| {
-        if pid == 0 {
-            Err(OciError::Internal(
-                "the sandbox has no running pause process to join".into(),
-            ))
-        } else {
-            Ok(Ns::Join(proc_ns(pid, kind)))
+    let join = |kind: &str| match input.pod_namespaces {
+        PodNamespaces::Pause(0) => Err(OciError::Internal(
+            "the sandbox has no running pause process to join".into(),
+        )),
+        PodNamespaces::Pause(pid) => Ok(Ns::Join(proc_ns(pid, kind))),
+        PodNamespaces::Pinned(pinned) => {
+            let path = match kind {
+                "ipc" => pinned.ipc.as_ref(),
+                "uts" => pinned.uts.as_ref(),
+                _ => None,
+            };
+            path.map(|p| Ns::Join(p.clone())).ok_or_else(|| {
+                OciError::Internal(format!("the pod sandbox has no {kind} namespace to join"))
+            })
         }
     };
     let (net, uts) = match input.netns_path {
@@ -126,11 +134,25 @@ fn set_namespaces(
         NamespaceMode::Node => Ns::Host,
         _ => join("ipc")?,
     };
-    // TARGET would name another container's pid; we join the pod's, which the pause owns.
     let pid_ns = match pid_mode {
         NamespaceMode::Node => Ns::Host,
         NamespaceMode::Container => Ns::New,
-        NamespaceMode::Pod | NamespaceMode::Target => join("pid")?,
+        NamespaceMode::Pod => match (input.pod_namespaces, pod_pid) {
+            (PodNamespaces::Pause(_), _) => join("pid")?,
+            // No pause: the pod has no PID namespace to share, and its own mode says where
+            // its containers' go (a client that leaves the container's options unset asks
+            // for POD).
+            (PodNamespaces::Pinned(_), NamespaceMode::Node) => Ns::Host,
+            (PodNamespaces::Pinned(_), _) => Ns::New,
+        },
+        NamespaceMode::Target if input.target_pid > 0 => Ns::Join(proc_ns(input.target_pid, "pid")),
+        NamespaceMode::Target => {
+            return Err(OciError::invalid(
+                format!("{SC}.namespace_options.target_id"),
+                own.target_id.as_str(),
+                "names no running container of this pod",
+            ));
+        }
     };
     namespaces::set(spec, LinuxNamespaceType::Network, net);
     namespaces::set(spec, LinuxNamespaceType::Uts, uts);
@@ -473,7 +495,8 @@ mod tests {
             sandbox_config: &f.sandbox,
             image: &f.image,
             etc: &f.etc,
-            sandbox_pid: 4242,
+            pod_namespaces: PodNamespaces::Pause(4242),
+            target_pid: 0,
             netns_path: netns,
             files: &f.files,
             cgroups_path: "/kubepods/c1",
@@ -596,16 +619,40 @@ mod tests {
         assert_eq!(ns_map(&spec)["pid"], None);
         let spec = build(&f, &with_sc(sc(NamespaceMode::Node)), Some(Path::new("/n"))).unwrap();
         assert!(!ns_map(&spec).contains_key("pid"));
-        let spec = build(
-            &f,
-            &with_sc(sc(NamespaceMode::Target)),
-            Some(Path::new("/n")),
-        )
-        .unwrap();
+        // TARGET joins the target container's, not the pause's; no running target is refused.
+        let mut target = with_sc(sc(NamespaceMode::Target));
+        target
+            .linux
+            .as_mut()
+            .unwrap()
+            .security_context
+            .as_mut()
+            .unwrap()
+            .namespace_options
+            .as_mut()
+            .unwrap()
+            .target_id = "c0".into();
+        let input = |target_pid| ContainerSpecInput {
+            id: "c1",
+            config: &target,
+            sandbox_config: &f.sandbox,
+            image: &f.image,
+            etc: &f.etc,
+            pod_namespaces: PodNamespaces::Pause(4242),
+            target_pid,
+            netns_path: Some(Path::new("/n")),
+            files: &f.files,
+            cgroups_path: "",
+            min_oom_score_adj: 0,
+            cgroups: &f.cgroups,
+        };
+        let spec = container_spec(&input(4343)).unwrap();
         assert_eq!(
             ns_map(&spec)["pid"],
-            Some(PathBuf::from("/proc/4242/ns/pid"))
+            Some(PathBuf::from("/proc/4343/ns/pid"))
         );
+        let err = container_spec(&input(0)).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument, "{err}");
 
         // Host network: no net or uts entry; host IPC follows the sandbox's mode.
         let mut f = fixture();
@@ -637,6 +684,36 @@ mod tests {
     }
 
     #[test]
+    fn without_a_pause_the_pinned_namespaces_are_joined() {
+        use crate::sandbox::namespaces::PinnedNamespaces;
+        let f = fixture();
+        let pinned = PinnedNamespaces::paths(Path::new("/s/sb1"), true, true);
+        let build = |config: &cri::ContainerConfig| {
+            container_spec(&ContainerSpecInput {
+                id: "c1",
+                config,
+                sandbox_config: &f.sandbox,
+                image: &f.image,
+                etc: &f.etc,
+                pod_namespaces: PodNamespaces::Pinned(&pinned),
+                target_pid: 0,
+                netns_path: Some(Path::new("/n")),
+                files: &f.files,
+                cgroups_path: "",
+                min_oom_score_adj: 0,
+                cgroups: &f.cgroups,
+            })
+            .unwrap()
+        };
+        // Options left unset ask for POD: with no pod PID namespace, a new one.
+        let ns = ns_map(&build(&with_sc(Default::default())));
+        assert_eq!(ns["ipc"], Some(PathBuf::from("/s/sb1/ipc")));
+        assert_eq!(ns["uts"], Some(PathBuf::from("/s/sb1/uts")));
+        assert_eq!(ns["net"], Some(PathBuf::from("/n")));
+        assert_eq!(ns["pid"], None);
+    }
+
+    #[test]
     fn joining_needs_a_pause_process() {
         let f = fixture();
         let config = with_sc(Default::default());
@@ -646,7 +723,8 @@ mod tests {
             sandbox_config: &f.sandbox,
             image: &f.image,
             etc: &f.etc,
-            sandbox_pid: 0,
+            pod_namespaces: PodNamespaces::Pause(0),
+            target_pid: 0,
             netns_path: Some(Path::new("/n")),
             files: &f.files,
             cgroups_path: "",

@@ -268,6 +268,16 @@ pub struct SandboxSpecInput<'a> {
     pub min_oom_score_adj: i32,
 }
 
+/// Where a container finds its pod's IPC, UTS and PID namespaces.
+#[derive(Clone, Copy, Debug)]
+pub enum PodNamespaces<'a> {
+    /// The pause process's, `/proc/<pid>/ns/*` (0: it does not run).
+    Pause(u32),
+    /// Pinned on files: a sandbox without a pause process, which has no PID namespace to
+    /// share.
+    Pinned(&'a crate::sandbox::namespaces::PinnedNamespaces),
+}
+
 /// An application container's inputs.
 pub struct ContainerSpecInput<'a> {
     /// Container id.
@@ -280,8 +290,10 @@ pub struct ContainerSpecInput<'a> {
     pub image: &'a crate::image_config::ImageConfig,
     /// The image rootfs's /etc/passwd and /etc/group (empty strings if absent).
     pub etc: &'a EtcFiles,
-    /// Pause process pid: join /proc/<pid>/ns/{ipc,uts,pid}.
-    pub sandbox_pid: u32,
+    /// Where the pod's IPC, UTS and PID namespaces are.
+    pub pod_namespaces: PodNamespaces<'a>,
+    /// For `namespace_options.pid` TARGET: the target container's process (0: none runs).
+    pub target_pid: u32,
     /// The sandbox netns (None = host network).
     pub netns_path: Option<&'a Path>,
     /// The sandbox's shared files.

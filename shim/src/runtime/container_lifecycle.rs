@@ -115,6 +115,24 @@ impl RuntimeInner {
         created.map(|()| cri::CreateContainerResponse { container_id: id })
     }
 
+    /// For a container asking for `namespace_options.pid` TARGET: the process of the target
+    /// container (of the same pod), 0 when that does not run.
+    fn target_pid(&self, sb: &crate::sandbox::Sandbox, config: &cri::ContainerConfig) -> u32 {
+        let Some(ns) = config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .filter(|n| n.pid == cri::NamespaceMode::Target as i32)
+        else {
+            return 0;
+        };
+        self.container(&ns.target_id)
+            .ok()
+            .filter(|c| c.meta.sandbox_id == sb.meta.id)
+            .map_or(0, |c| c.status().pid)
+    }
+
     async fn create_reserved(
         &self,
         id: &str,
@@ -153,6 +171,11 @@ impl RuntimeInner {
         let built = async {
             let etc = crate::mount::read_etc(&snapshot.mounts).await?;
             let sandbox_pid = sb.status().pid;
+            let pod_namespaces = match &sb.meta.pinned {
+                Some(pinned) => oci::PodNamespaces::Pinned(pinned),
+                None => oci::PodNamespaces::Pause(sandbox_pid),
+            };
+            let target_pid = self.target_pid(sb, &config);
             // The builder stats devices and creates missing bind-mount sources.
             let spec = tokio::task::block_in_place(|| {
                 oci::container_spec(&ContainerSpecInput {
@@ -161,7 +184,8 @@ impl RuntimeInner {
                     sandbox_config: &sb.meta.config,
                     image: &image.config,
                     etc: &etc,
-                    sandbox_pid,
+                    pod_namespaces,
+                    target_pid,
                     netns_path: sb.meta.netns.as_deref(),
                     files: &sb.meta.files,
                     cgroups_path: &cgroups_path,

@@ -66,6 +66,8 @@ pub struct RuntimeOptions {
     pub snapshotter: String,
     /// The pause image.
     pub sandbox_image: String,
+    /// Sandboxes that need no pause process run without one.
+    pub drop_infra_container: bool,
     /// Runtime handlers accepted besides "" and "runc".
     pub runtime_handlers: Vec<String>,
 }
@@ -78,6 +80,7 @@ impl RuntimeOptions {
             state: c.state.clone(),
             snapshotter: c.snapshotter.clone(),
             sandbox_image: c.sandbox_image.clone(),
+            drop_infra_container: c.drop_infra_container,
             runtime_handlers: c.runtime_handlers.clone(),
         }
     }

@@ -69,6 +69,24 @@ async fn recover_sandbox(inner: &RuntimeInner, r: &Record) -> Result<()> {
         },
     };
     let mut status = record.status;
+    if let Some(pinned) = &record.meta.pinned {
+        // No pause process: it is up if its RunPodSandbox finished (the record says Ready)
+        // and its namespaces are still there (a reboot takes them).
+        let netns_live = record
+            .meta
+            .netns
+            .as_deref()
+            .is_none_or(ferrolet_cni::netns::is_netns);
+        let up =
+            status.state == SandboxState::Ready && !status.stopped && netns_live && pinned.live();
+        status.state = if up {
+            SandboxState::Ready
+        } else {
+            SandboxState::NotReady
+        };
+        status.pid = 0;
+        return index_sandbox(inner, record.meta, status).await;
+    }
     match task::task_state(&inner.cd, &r.id).await? {
         Some(TaskState::Running { pid }) => {
             status.state = SandboxState::Ready;
@@ -84,7 +102,15 @@ async fn recover_sandbox(inner: &RuntimeInner, r: &Record) -> Result<()> {
             status.pid = 0;
         }
     }
-    let sb = Arc::new(Sandbox::new(record.meta, status));
+    index_sandbox(inner, record.meta, status).await
+}
+
+async fn index_sandbox(
+    inner: &RuntimeInner,
+    meta: crate::sandbox::SandboxMeta,
+    status: crate::sandbox::SandboxStatus,
+) -> Result<()> {
+    let sb = Arc::new(Sandbox::new(meta, status));
     // Best effort: a failed write only costs the next recovery a re-read of the task.
     let _ = sb.persist(&inner.opts.root).await;
     let _ = inner.sandboxes.reserve(&sb.meta.name, &sb.meta.id);

@@ -4,6 +4,10 @@
 //! cleaned up at the next start; it then runs CNI ADD and the pause container's creation at
 //! the same time (the pause process does not need the network, only the netns to exist), and
 //! on any failure tears down everything it may have made.
+//!
+//! A pod that shares no PID namespace and sets no sysctls needs no pause process (with
+//! `drop_infra_container`, the default): its IPC and UTS namespaces are pinned on files
+//! beside the netns, its containerd record has no task, and it is ready once CNI ADD is done.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use super::{Result, RuntimeError, RuntimeInner};
 use crate::image::store::Image;
 use crate::oci::{self, SandboxSpecInput};
 use crate::sandbox::files::{self, SandboxFiles};
+use crate::sandbox::namespaces::PinnedNamespaces;
 use crate::sandbox::{
     Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, StartTimings, record_path,
 };
@@ -123,11 +128,19 @@ impl RuntimeInner {
             .as_ref()
             .map(|l| l.cgroup_parent.as_str())
             .unwrap_or("");
+        let pinned = self.needs_no_pause(&config, &runtime_handler).then(|| {
+            PinnedNamespaces::paths(
+                &self.opts.state.join("sandboxes").join(id),
+                ns_opts.ipc != NamespaceMode::Node as i32,
+                !host_network,
+            )
+        });
         let meta = SandboxMeta {
             id: id.to_string(),
             name: name.to_string(),
             files: SandboxFiles::paths(&self.opts.root, &self.opts.state, id, &config),
             cgroups_path: oci::cgroups_path(parent, self.cd.namespace(), id),
+            pinned,
             config,
             runtime_handler,
             netns,
@@ -169,7 +182,23 @@ impl RuntimeInner {
         }
     }
 
-    /// Makes the sandbox's files, netns, network and pause task.
+    /// Whether a sandbox can do without a pause process: nothing joins its PID namespace
+    /// (the pause would be its init) and no sysctl needs setting in its namespaces (runc
+    /// sets them in the pause container); other runtime handlers may need a sandbox process.
+    fn needs_no_pause(&self, config: &cri::PodSandboxConfig, runtime_handler: &str) -> bool {
+        let linux = config.linux.as_ref();
+        let pid = linux
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|s| s.namespace_options.as_ref())
+            .map_or(NamespaceMode::Pod as i32, |n| n.pid);
+        self.opts.drop_infra_container
+            && DEFAULT_HANDLERS.contains(&runtime_handler)
+            && (pid == NamespaceMode::Container as i32 || pid == NamespaceMode::Node as i32)
+            && linux.is_none_or(|l| l.sysctls.is_empty())
+    }
+
+    /// Makes the sandbox's files, namespaces, network and pause task (or, without a pause,
+    /// its containerd record).
     async fn make_sandbox(
         &self,
         meta: &SandboxMeta,
@@ -193,6 +222,15 @@ impl RuntimeInner {
                 .await?;
             timings.netns_ms = ms(t);
         }
+        if let Some(pinned) = &meta.pinned {
+            let t = Instant::now();
+            pinned
+                .create(&meta.config.hostname)
+                .instrument(tracing::debug_span!("namespaces_pin"))
+                .await
+                .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+            timings.netns_ms += ms(t);
+        }
         let network = async {
             let t = Instant::now();
             let ips = async {
@@ -207,9 +245,15 @@ impl RuntimeInner {
         }
         .instrument(tracing::debug_span!("cni_add"));
         let pause = async {
+            if meta.pinned.is_some() {
+                return (
+                    self.create_pauseless_record(meta, spec).await.map(|()| 0),
+                    None,
+                );
+            }
             let t = Instant::now();
             let pid = self.start_pause(id, meta, image, spec).await;
-            (pid, ms(t))
+            (pid, Some(ms(t)))
         };
         let ((ips, cni_add_ms), (pid, pause_ms)) = tokio::join!(network, pause);
         let (ips, pid) = (ips?, pid?);
@@ -260,6 +304,24 @@ impl RuntimeInner {
         Ok(pid)
     }
 
+    /// The containerd record of a sandbox without a pause process: no snapshot, no task; the
+    /// spec is kept for what reads it (and validated the request).
+    async fn create_pauseless_record(&self, meta: &SandboxMeta, spec: oci::Spec) -> Result<()> {
+        let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
+        let record = task::container_record(
+            &meta.id,
+            "",
+            "",
+            labels,
+            oci::to_any(&spec)?,
+            store::metadata_any(meta),
+        );
+        task::create_record(&self.cd, record)
+            .instrument(tracing::debug_span!("sandbox_record"))
+            .await?;
+        Ok(())
+    }
+
     /// Removes everything a sandbox may have: task, record, snapshot, network, netns, files.
     /// Each step tolerates what is already gone; failures are logged and the rest goes on.
     pub(crate) async fn destroy_sandbox(&self, meta: &SandboxMeta, network_up: bool) {
@@ -285,6 +347,11 @@ impl RuntimeInner {
             }
         };
         let files = async {
+            if let Some(pinned) = &meta.pinned
+                && let Err(e) = pinned.remove().await
+            {
+                tracing::warn!(id, error = %e, "unpinning the pod's namespaces");
+            }
             if let Err(e) = files::remove(&meta.files).await {
                 tracing::warn!(id, error = %e, "removing sandbox files");
             }
@@ -374,6 +441,12 @@ impl RuntimeInner {
         let (network, pause) = tokio::join!(network, self.stop_pause(id));
         network?;
         pause?;
+        if let Some(pinned) = &sb.meta.pinned {
+            pinned
+                .remove()
+                .await
+                .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+        }
         if let Some(shm) = &sb.meta.files.shm {
             crate::mount::unmount(shm).await?;
         }

@@ -66,8 +66,12 @@ impl Sandbox {
             "processStatus": match s.state { SandboxState::Ready => "running", SandboxState::NotReady => "stopped" },
             "netNamespaceClosed": !s.network_up,
             "netns": self.meta.netns,
-            "image": self.meta.image,
-            "snapshotKey": self.meta.id,
+            // Without a pause process there is no image, snapshot or pid, but pinned
+            // namespaces.
+            "pauseProcess": self.meta.pinned.is_none(),
+            "pinnedNamespaces": self.meta.pinned,
+            "image": if self.meta.pinned.is_none() { self.meta.image.as_str() } else { "" },
+            "snapshotKey": self.meta.pinned.is_none().then_some(&self.meta.id),
             "runtimeHandler": self.meta.runtime_handler,
             "runtimeType": super::RUNC_SHIM,
             "cgroupsPath": self.meta.cgroups_path,

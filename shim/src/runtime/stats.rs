@@ -130,13 +130,22 @@ impl RuntimeInner {
         };
         let sample = pod_sample.as_ref().or_else(|| samples.get(id));
         let nano_cores = sample.and_then(|s| self.cpu.nano_cores(id, s));
-        let pid = sb.status().pid;
+        let containers = self.containers_of(id);
+        // Any process in the pod's netns reads its counters: the pause, or without one, a
+        // running container.
+        let pid = match sb.status().pid {
+            0 => containers
+                .iter()
+                .map(|c| c.status().pid)
+                .find(|&p| p > 0)
+                .unwrap_or(0),
+            pid => pid,
+        };
         let network = if pid > 0 && sb.meta.netns.is_some() {
             stats::network_usage(pid, now_ns()).await
         } else {
             None
         };
-        let containers = self.containers_of(id);
         let container_stats = futures::future::join_all(
             containers
                 .iter()

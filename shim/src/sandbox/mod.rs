@@ -1,8 +1,10 @@
 //! Pod sandboxes: what one is ([`Sandbox`]), the files it shares with its containers
-//! ([`files`]) and its network ([`network`]). The CRI calls on sandboxes are in
+//! ([`files`]), its network ([`network`]) and, when it runs without a pause process, its
+//! pinned IPC and UTS namespaces ([`namespaces`]). The CRI calls on sandboxes are in
 //! `runtime::sandbox_lifecycle` and `runtime::sandbox_status`.
 
 pub mod files;
+pub mod namespaces;
 pub mod network;
 
 use std::path::PathBuf;
@@ -12,6 +14,7 @@ use ferrolet_proto::cri;
 use serde::{Deserialize, Serialize};
 
 use self::files::SandboxFiles;
+use self::namespaces::PinnedNamespaces;
 use self::network::PodIps;
 use crate::store::{Named, proto_b64};
 
@@ -33,19 +36,23 @@ pub struct SandboxMeta {
     pub files: SandboxFiles,
     /// The pause container's cgroup.
     pub cgroups_path: String,
+    /// Set when the sandbox runs without a pause process: its IPC and UTS namespaces, pinned
+    /// on files. `None`: a pause process holds them (records older than this field too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<PinnedNamespaces>,
     /// The sandbox image, as configured.
     pub image: String,
     /// Nanoseconds since the epoch.
     pub created_at: i64,
 }
 
-/// Whether the pause process runs.
+/// Whether the sandbox is up.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SandboxState {
     /// Being created, or stopped.
     #[default]
     NotReady,
-    /// The pause process runs.
+    /// Its namespaces and network are up (and its pause process runs, when it has one).
     Ready,
 }
 
@@ -54,7 +61,7 @@ pub enum SandboxState {
 pub struct SandboxStatus {
     /// Ready or not.
     pub state: SandboxState,
-    /// The pause process, while it runs.
+    /// The pause process, while it runs; 0 without one.
     pub pid: u32,
     /// Addresses from CNI.
     pub ips: PodIps,
@@ -75,12 +82,14 @@ pub struct SandboxStatus {
 pub struct StartTimings {
     /// The sandbox's files (hostname, hosts, resolv.conf, shm).
     pub files_ms: f64,
-    /// Making the network namespace.
+    /// Making the network namespace (and the pinned IPC and UTS ones, without a pause).
     pub netns_ms: f64,
     /// Loopback up and the CNI ADD of the plugin chain.
     pub cni_add_ms: f64,
-    /// The pause container: snapshot, record, task created and started.
-    pub pause_ms: f64,
+    /// The pause container: snapshot, record, task created and started; absent when the
+    /// sandbox has no pause process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_ms: Option<f64>,
 }
 
 /// The record on disk: `<root>/sandboxes/<id>/sandbox.json`.
