@@ -5,6 +5,7 @@
 //!
 //! Top:
 //! - [`server`]: the gRPC server on a unix socket, graceful shutdown.
+//! - [`deadline`]: clients' `grpc-timeout` deadlines answered `DEADLINE_EXCEEDED`.
 //! - [`cli`]: the command line, and how flags, the config file and defaults combine.
 //! - [`logging`]: text or JSON logs with per-call spans.
 //!
@@ -43,6 +44,7 @@ pub mod cli;
 pub mod config;
 pub mod container;
 pub mod content;
+pub mod deadline;
 pub mod image;
 pub mod image_config;
 pub mod lease;

@@ -24,8 +24,9 @@ pub enum ServeError {
 }
 
 /// Serves CRI on `endpoint` until `shutdown` resolves, then gives in-flight calls `grace` to
-/// finish. The socket file is removed on the way out, unless another server has replaced it. Clients may send any `:authority` unless
-/// `accept_any_authority` is false.
+/// finish. The socket file is removed on the way out, unless another server has replaced it.
+/// Clients may send any `:authority` unless `accept_any_authority` is false. A call that
+/// outlives its client's deadline is answered `DEADLINE_EXCEEDED` ([`crate::deadline`]).
 pub async fn serve(
     endpoint: &str,
     mode: u32,
@@ -44,6 +45,7 @@ pub async fn serve(
     );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
+        .layer(crate::deadline::DeadlineLayer)
         .add_service(RuntimeServiceServer::new(runtime))
         .add_service(ImageServiceServer::new(images))
         .serve_with_incoming_shutdown(transport::incoming(listener, accept_any_authority), async {
