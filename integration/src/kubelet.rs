@@ -19,7 +19,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ferrolet_proto::cri::{Container, ContainerFilter, PodSandbox, PodSandboxFilter};
+use ferrolet_proto::cri::{
+    Container, ContainerFilter, PodSandbox, PodSandboxFilter, PodSandboxState,
+};
 use serde_json::Value;
 
 use crate::containerd_cri::ContainerdCriNode;
@@ -518,6 +520,27 @@ impl<N: RuntimeNode> KubeletNode<N> {
             );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// The verbose PodSandboxStatus `info` of the ready sandbox of `pod` (a /pods item):
+    /// `pid` is the pause process's (0 for a ferrolet-cri sandbox without one, which names
+    /// its `netns` file instead).
+    pub async fn ready_sandbox_info(&self, pod: &Value) -> Value {
+        let uid = pod_uid(pod);
+        let (sandboxes, _) = self.runtime_objects(uid).await;
+        let Some(sandbox) = sandboxes
+            .iter()
+            .find(|s| s.state == PodSandboxState::SandboxReady as i32)
+        else {
+            panic!("pod {uid} has no ready sandbox: {sandboxes:?}");
+        };
+        let status = self.node.api().await.pod_status(&sandbox.id).await;
+        let status = status.unwrap_or_else(|e| panic!("PodSandboxStatus {}: {e}", sandbox.id));
+        let Some(info) = status.info.get("info") else {
+            panic!("sandbox {}: no verbose info: {:?}", sandbox.id, status.info);
+        };
+        serde_json::from_str(info)
+            .unwrap_or_else(|e| panic!("sandbox {}: info is not JSON ({e}): {info}", sandbox.id))
     }
 
     /// What ferrolet-cri runs for the pod with `uid` (sandboxes and containers, any state),

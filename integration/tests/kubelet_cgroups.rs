@@ -21,7 +21,6 @@ use ferrolet_integration::kubelet::{
     pod_phase, pod_uid, resources_pod, sh, terminated,
 };
 use ferrolet_integration::pods::{LONG, cgroup_of, pids_with_cmdline};
-use ferrolet_proto::cri::PodSandboxState;
 use serde_json::Value;
 
 const CONFIG: &str = "podPidsLimit: 64
@@ -611,15 +610,8 @@ async fn oom_scenario<N: RuntimeNode>(node: KubeletNode<N>, idle: &str) {
 }
 
 /// 1 if the pod's ready sandbox has a pause process (containerd's CRI always runs one;
-/// ferrolet-cri only for pods that share a PID namespace or set sysctls), else 0: its pid in
-/// PodSandboxStatus (verbose).
+/// ferrolet-cri only for pods that share a PID namespace or set sysctls), else 0.
 async fn pause_processes<N: RuntimeNode>(node: &KubeletNode<N>, pod: &Value) -> usize {
-    let (sandboxes, _) = node.runtime_objects(pod_uid(pod)).await;
-    let sandbox = sandboxes
-        .iter()
-        .find(|s| s.state == PodSandboxState::SandboxReady as i32)
-        .expect("a ready sandbox");
-    let status = node.node.api().await.pod_status(&sandbox.id).await.unwrap();
-    let info: Value = serde_json::from_str(status.info.get("info").expect("verbose info")).unwrap();
+    let info = node.ready_sandbox_info(pod).await;
     usize::from(info["pid"].as_u64().expect("the sandbox's pid") > 0)
 }

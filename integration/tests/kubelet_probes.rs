@@ -23,10 +23,9 @@ use std::time::Duration;
 
 use ferrolet_integration::kubelet::{
     IDLE, KubeletNode, container_id, container_status, image, is_ready, is_running,
-    last_terminated, pod_condition, pod_phase, pod_uid, restart_count, sh, terminated,
+    last_terminated, pod_condition, pod_phase, restart_count, sh, terminated,
 };
 use ferrolet_integration::pods::LONG;
-use ferrolet_proto::cri::PodSandboxState;
 use serde_json::Value;
 use tonic::codegen::http;
 
@@ -455,13 +454,7 @@ impl HealthServer {
 /// PodSandboxStatus (verbose) reports it, or for a sandbox without a pause process, the netns
 /// file it names.
 async fn pod_netns(node: &KubeletNode, pod: &Value) -> PathBuf {
-    let (sandboxes, _) = node.runtime_objects(pod_uid(pod)).await;
-    let sandbox = sandboxes
-        .iter()
-        .find(|s| s.state == PodSandboxState::SandboxReady as i32)
-        .expect("a ready sandbox");
-    let status = node.node.api().await.pod_status(&sandbox.id).await.unwrap();
-    let info: Value = serde_json::from_str(status.info.get("info").expect("verbose info")).unwrap();
+    let info = node.ready_sandbox_info(pod).await;
     match info["pid"].as_u64().expect("the sandbox's pid") {
         0 => PathBuf::from(info["netns"].as_str().expect("the sandbox's netns")),
         pid => PathBuf::from(format!("/proc/{pid}/ns/net")),

@@ -110,7 +110,7 @@ const FERROLET_CRI: Rule = Rule {
             ],
         ),
         ("services", &["runtime", "image", "streaming"]),
-        ("process", &["server", "cli", "logging"]),
+        ("process", &["server", "deadline", "cli", "logging"]),
     ],
 };
 

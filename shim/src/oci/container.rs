@@ -484,25 +484,35 @@ mod tests {
         }
     }
 
-    fn build(
-        f: &Fixture,
-        config: &cri::ContainerConfig,
-        netns: Option<&Path>,
-    ) -> Result<Spec, OciError> {
-        container_spec(&ContainerSpecInput {
+    /// The fixture's inputs for `config` in a pod whose namespaces are `pod_namespaces`.
+    fn input<'a>(
+        f: &'a Fixture,
+        config: &'a cri::ContainerConfig,
+        pod_namespaces: PodNamespaces<'a>,
+        netns: Option<&'a Path>,
+    ) -> ContainerSpecInput<'a> {
+        ContainerSpecInput {
             id: "c1",
             config,
             sandbox_config: &f.sandbox,
             image: &f.image,
             etc: &f.etc,
-            pod_namespaces: PodNamespaces::Pause(4242),
+            pod_namespaces,
             target_pid: 0,
             netns_path: netns,
             files: &f.files,
             cgroups_path: "/kubepods/c1",
             min_oom_score_adj: -500,
             cgroups: &f.cgroups,
-        })
+        }
+    }
+
+    fn build(
+        f: &Fixture,
+        config: &cri::ContainerConfig,
+        netns: Option<&Path>,
+    ) -> Result<Spec, OciError> {
+        container_spec(&input(f, config, PodNamespaces::Pause(4242), netns))
     }
 
     fn ns_map(spec: &Spec) -> HashMap<String, Option<PathBuf>> {
@@ -633,18 +643,13 @@ mod tests {
             .unwrap()
             .target_id = "c0".into();
         let input = |target_pid| ContainerSpecInput {
-            id: "c1",
-            config: &target,
-            sandbox_config: &f.sandbox,
-            image: &f.image,
-            etc: &f.etc,
-            pod_namespaces: PodNamespaces::Pause(4242),
             target_pid,
-            netns_path: Some(Path::new("/n")),
-            files: &f.files,
-            cgroups_path: "",
-            min_oom_score_adj: 0,
-            cgroups: &f.cgroups,
+            ..input(
+                &f,
+                &target,
+                PodNamespaces::Pause(4242),
+                Some(Path::new("/n")),
+            )
         };
         let spec = container_spec(&input(4343)).unwrap();
         assert_eq!(
@@ -688,25 +693,10 @@ mod tests {
         use crate::sandbox::namespaces::PinnedNamespaces;
         let f = fixture();
         let pinned = PinnedNamespaces::paths(Path::new("/s/sb1"), true, true);
-        let build = |config: &cri::ContainerConfig| {
-            container_spec(&ContainerSpecInput {
-                id: "c1",
-                config,
-                sandbox_config: &f.sandbox,
-                image: &f.image,
-                etc: &f.etc,
-                pod_namespaces: PodNamespaces::Pinned(&pinned),
-                target_pid: 0,
-                netns_path: Some(Path::new("/n")),
-                files: &f.files,
-                cgroups_path: "",
-                min_oom_score_adj: 0,
-                cgroups: &f.cgroups,
-            })
-            .unwrap()
-        };
         // Options left unset ask for POD: with no pod PID namespace, a new one.
-        let ns = ns_map(&build(&with_sc(Default::default())));
+        let config = with_sc(Default::default());
+        let pod = PodNamespaces::Pinned(&pinned);
+        let ns = ns_map(&container_spec(&input(&f, &config, pod, Some(Path::new("/n")))).unwrap());
         assert_eq!(ns["ipc"], Some(PathBuf::from("/s/sb1/ipc")));
         assert_eq!(ns["uts"], Some(PathBuf::from("/s/sb1/uts")));
         assert_eq!(ns["net"], Some(PathBuf::from("/n")));
@@ -717,21 +707,8 @@ mod tests {
     fn joining_needs_a_pause_process() {
         let f = fixture();
         let config = with_sc(Default::default());
-        let err = container_spec(&ContainerSpecInput {
-            id: "c1",
-            config: &config,
-            sandbox_config: &f.sandbox,
-            image: &f.image,
-            etc: &f.etc,
-            pod_namespaces: PodNamespaces::Pause(0),
-            target_pid: 0,
-            netns_path: Some(Path::new("/n")),
-            files: &f.files,
-            cgroups_path: "",
-            min_oom_score_adj: 0,
-            cgroups: &f.cgroups,
-        })
-        .unwrap_err();
+        let pod = PodNamespaces::Pause(0);
+        let err = container_spec(&input(&f, &config, pod, Some(Path::new("/n")))).unwrap_err();
         assert_eq!(err.code(), tonic::Code::Internal);
     }
 
