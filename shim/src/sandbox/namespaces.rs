@@ -12,8 +12,7 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::mount::{MsFlags, mount};
 use nix::sched::{CloneFlags, unshare};
 use nix::sys::statfs::{NSFS_MAGIC, statfs};
 use serde::{Deserialize, Serialize};
@@ -161,17 +160,15 @@ impl PinnedNamespaces {
     }
 }
 
-/// Unmounts and removes one namespace file; absent or already unmounted is fine.
+/// Unmounts and removes one namespace file; absent or already unmounted is fine. The netns
+/// helper does exactly this for any namespace file.
 fn unpin(path: &Path) -> Result<(), PinError> {
-    match umount2(path, MntFlags::MNT_DETACH) {
-        Ok(()) | Err(Errno::EINVAL) | Err(Errno::ENOENT) => {}
-        Err(e) => return Err(pin_err(format!("unmounting {}", path.display()), e)),
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(pin_err(format!("removing {}", path.display()), e)),
-    }
+    ferrolet_cni::netns::delete_blocking(path).map_err(|e| {
+        pin_err(
+            format!("unpinning {}", path.display()),
+            std::io::Error::other(e),
+        )
+    })
 }
 
 #[cfg(test)]
