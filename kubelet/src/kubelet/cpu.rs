@@ -6,7 +6,7 @@
 //! only locked in blocking tasks.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ferrolet_proto::cri::{ContainerState, LinuxContainerResources};
@@ -71,58 +71,126 @@ fn running_containers(active: &[Arc<Pod>], runtime: &[RuntimePod]) -> Vec<Runnin
     running
 }
 
-impl Kubelet {
-    /// The pods whose containers keep their CPUs (Go's `GetActivePods`): admitted and not
-    /// yet terminated; a finished one only while it is still being killed.
-    fn cpu_active_pods(&self) -> Vec<Arc<Pod>> {
-        self.pods
-            .read()
+/// What the CPU manager's stale check counts as active besides the admitted pods: the pods
+/// between their allocation and their entry in `pods` (Go adds a pod to its pod manager
+/// before admitting it), and the allocations made, so a pass that read the active pods
+/// before an allocation does not drop the CPUs it gave.
+#[derive(Debug, Default)]
+pub(crate) struct CpuAdmissions {
+    admitting: Mutex<Vec<Arc<Pod>>>,
+    allocations: AtomicU64,
+}
+
+/// The active pods as one pass read them, and the allocations made before that.
+struct ActivePods {
+    pods: Vec<Arc<Pod>>,
+    allocations: u64,
+}
+
+impl CpuAdmissions {
+    /// The active pods: `listed` (the admitted ones) and those being admitted. The count is
+    /// read first and `admitting` before `listed`: a pod leaves `admitting` only once it is
+    /// listed, so every allocation counted belongs to a pod in the result.
+    fn read(&self, listed: impl FnOnce() -> Vec<Arc<Pod>>) -> ActivePods {
+        let allocations = self.allocations.load(Ordering::SeqCst);
+        let mut pods = self
+            .admitting
+            .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .filter(|s| !s.rejected && !s.terminated)
-            .filter(|s| {
-                s.terminating
-                    || !s
-                        .status
-                        .phase
-                        .as_deref()
-                        .is_some_and(crate::status::phase::is_terminal)
-            })
-            .map(|s| s.pod.clone())
-            .collect()
+            .clone();
+        let listed = listed();
+        pods.retain(|a| !listed.iter().any(|p| Arc::ptr_eq(p, a)));
+        pods.extend(listed);
+        ActivePods { pods, allocations }
     }
 
-    /// The active pods and the one being admitted when every source has been seen, else
-    /// None: before that a live pod may just not be listed yet and must not lose its CPUs
-    /// (Go's `removeStaleState`).
-    fn cpu_stale_check(&self, admitting: &Arc<Pod>) -> Option<Vec<Arc<Pod>>> {
-        if !self.sources_ready.load(Ordering::Relaxed) {
-            return None;
+    /// `pod` counts as active from now until [`CpuAdmissions::done`].
+    fn begin(&self, pod: &Arc<Pod>) {
+        self.admitting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(pod.clone());
+    }
+
+    /// Pod `uid`, admitted or rejected, is in `pods` now.
+    fn done(&self, uid: &str) {
+        self.admitting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|p| uid_of(p) != uid);
+    }
+
+    /// Allocates the CPUs of `pod`'s init and then app containers; `m` is locked by the
+    /// caller, as it is for [`CpuAdmissions::remove_stale_state`].
+    fn allocate(&self, m: &mut CpuManager, pod: &Pod) -> Result<(), CpuManagerError> {
+        self.allocations.fetch_add(1, Ordering::SeqCst);
+        for c in pod.spec.iter().flat_map(init_and_app_containers) {
+            m.allocate(pod, c)?;
         }
-        let mut active = self.cpu_active_pods();
-        if !active.iter().any(|p| Arc::ptr_eq(p, admitting)) {
-            active.push(admitting.clone());
+        Ok(())
+    }
+
+    /// Drops the state of the pods not in `active` unless an allocation was made since it
+    /// was read: that pod is not in it, and the next pass checks again. Whether it checked.
+    fn remove_stale_state(&self, m: &mut CpuManager, active: &ActivePods) -> bool {
+        if self.allocations.load(Ordering::SeqCst) != active.allocations {
+            return false;
         }
-        Some(active)
+        m.remove_stale_state(active.pods.iter().map(AsRef::as_ref));
+        true
+    }
+}
+
+impl Kubelet {
+    /// The pods whose containers keep their CPUs (Go's `GetActivePods`): admitted and not
+    /// yet terminated (a finished one only while it is still being killed), and those being
+    /// admitted.
+    fn cpu_active_pods(&self) -> ActivePods {
+        self.cpu_admissions.read(|| {
+            self.pods
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .filter(|s| !s.rejected && !s.terminated)
+                .filter(|s| {
+                    s.terminating
+                        || !s
+                            .status
+                            .phase
+                            .as_deref()
+                            .is_some_and(crate::status::phase::is_terminal)
+                })
+                .map(|s| s.pod.clone())
+                .collect()
+        })
+    }
+
+    /// A pod admitted (or rejected) is in `pods` now.
+    pub(super) fn cpu_admission_done(&self, uid: &str) {
+        self.cpu_admissions.done(uid);
     }
 
     /// Admission's CPU allocation (Go's topology manager admit handler with the `none`
     /// topology policy, calling the CPU manager's `Allocate` for each init and then app
-    /// container); a failure rejects the pod with Go's `UnexpectedAdmissionError`.
+    /// container); a failure rejects the pod with Go's `UnexpectedAdmissionError`. Stale
+    /// state is dropped first once every source has been seen: before that a live pod may
+    /// just not be listed yet and must not lose its CPUs (Go's `removeStaleState`).
     pub(super) async fn allocate_cpus(&self, pod: &Arc<Pod>) -> Result<(), Rejection> {
         let Some(cpu) = &self.cpu else {
             return Ok(());
         };
-        let active = self.cpu_stale_check(pod);
-        let pod = pod.clone();
+        // Active from now until it is in `pods`, so no reconcile pass drops what it gets.
+        self.cpu_admissions.begin(pod);
+        let active = self
+            .sources_ready
+            .load(Ordering::Relaxed)
+            .then(|| self.cpu_active_pods());
+        let (admissions, pod) = (self.cpu_admissions.clone(), pod.clone());
         let allocated = with_manager(cpu, move |m| {
             if let Some(active) = &active {
-                m.remove_stale_state(active.iter().map(AsRef::as_ref));
+                admissions.remove_stale_state(m, active);
             }
-            for c in pod.spec.iter().flat_map(init_and_app_containers) {
-                m.allocate(&pod, c)?;
-            }
-            Ok::<(), CpuManagerError>(())
+            admissions.allocate(m, &pod)
         })
         .await;
         match allocated {
@@ -180,12 +248,13 @@ impl Kubelet {
     /// last given; a failed update is retried next pass.
     async fn reconcile_cpus(&self, cpu: &Shared) {
         let active = self.cpu_active_pods();
-        let running = running_containers(&active, &self.pleg.all());
+        let running = running_containers(&active.pods, &self.pleg.all());
         // Before every source has been seen a live pod may not be listed yet.
         let stale_check = self.sources_ready.load(Ordering::Relaxed).then_some(active);
+        let admissions = self.cpu_admissions.clone();
         let targets = with_manager(cpu, move |m| {
             if let Some(active) = &stale_check {
-                m.remove_stale_state(active.iter().map(AsRef::as_ref));
+                admissions.remove_stale_state(m, active);
             }
             m.reconcile_targets(&running)
         })
@@ -280,5 +349,58 @@ mod tests {
             .collect();
         assert_eq!(ids, [("main", "main-2")]);
         assert!(running.iter().all(|r| r.pod_uid == "a"));
+    }
+
+    /// The race a reconcile pass and an admission ran: the pass read the active pods, the
+    /// pod was allocated, then the pass dropped "stale" state; the pod's container was then
+    /// created on the shared pool and never moved.
+    #[test]
+    fn a_pass_that_read_the_active_pods_before_an_allocation_keeps_its_cpus() {
+        use crate::cm::cpu_manager::reservation::CpuReservation;
+        use crate::cm::cpu_manager::static_policy::tests::fx_pod;
+        use crate::cm::cpu_manager::topology::testutil::t2;
+        use crate::cm::settings::CpuManagerPolicy;
+
+        let dir = tempfile::tempdir().unwrap();
+        let reserved = CpuReservation {
+            milli_cpu: 1000,
+            ..Default::default()
+        };
+        let mut m = CpuManager::new(CpuManagerPolicy::Static, t2(), &reserved, dir.path()).unwrap();
+        let cpuset = |m: &CpuManager| m.container_cpuset("g", "main").unwrap().to_string();
+        let admissions = CpuAdmissions::default();
+        let pod = Arc::new(fx_pod("g", &[], &["main=1"]));
+
+        let read_before = admissions.read(Vec::new);
+        admissions.begin(&pod);
+        admissions.allocate(&mut m, &pod).unwrap();
+        assert_eq!(cpuset(&m), "1");
+        let read_while_admitting = admissions.read(Vec::new);
+
+        assert!(!admissions.remove_stale_state(&mut m, &read_before));
+        assert_eq!(cpuset(&m), "1", "an allocation newer than the read is kept");
+        assert!(admissions.remove_stale_state(&mut m, &read_while_admitting));
+        assert_eq!(cpuset(&m), "1", "a pod being admitted is active");
+
+        admissions.done("g");
+        let listed = admissions.read(|| vec![pod.clone()]);
+        assert_eq!(listed.pods.len(), 1);
+        assert!(admissions.remove_stale_state(&mut m, &listed));
+        assert_eq!(cpuset(&m), "1", "an admitted pod is active");
+
+        let gone = admissions.read(Vec::new);
+        assert!(admissions.remove_stale_state(&mut m, &gone));
+        assert_eq!(cpuset(&m), "0-1", "a pod gone gives its CPUs back");
+    }
+
+    #[test]
+    fn a_pod_admitting_and_listed_is_counted_once() {
+        let admissions = CpuAdmissions::default();
+        let p = pod("a", &["main"]);
+        admissions.begin(&p);
+        let active = admissions.read(|| vec![p.clone(), pod("b", &["main"])]);
+        assert_eq!(active.pods.len(), 2);
+        admissions.done("a");
+        assert!(admissions.read(Vec::new).pods.is_empty());
     }
 }

@@ -140,6 +140,8 @@ pub struct Kubelet {
     /// them has been handled (Go's `sourcesReady`): housekeeping and the CPU manager drop
     /// what belongs to pods they do not see only from then on.
     pub(crate) sources_ready: AtomicBool,
+    /// The pods being admitted and the allocations made, for the CPU manager's stale check.
+    pub(crate) cpu_admissions: Arc<cpu::CpuAdmissions>,
 }
 
 impl Kubelet {
@@ -209,6 +211,7 @@ impl Kubelet {
             cm,
             cpu: cpu.map(|m| Arc::new(Mutex::new(m))),
             sources_ready: AtomicBool::new(false),
+            cpu_admissions: Arc::default(),
             config,
             node,
             cri,
@@ -477,6 +480,7 @@ impl Kubelet {
                         state.terminating = false;
                         (known, state.rejected)
                     };
+                    self.cpu_admission_done(&uid);
                     if known {
                         self.status_sink.pod_seen(&pod);
                     }
@@ -540,8 +544,7 @@ impl Kubelet {
         );
         let pod = pod.clone();
         self.status_sink.set_pod_status(&pod, &status);
-        let mut pods = self.pods.write().unwrap_or_else(|p| p.into_inner());
-        pods.insert(
+        self.pods.write().unwrap_or_else(|p| p.into_inner()).insert(
             uid.to_string(),
             PodState {
                 pod,
@@ -550,6 +553,7 @@ impl Kubelet {
                 ..Default::default()
             },
         );
+        self.cpu_admission_done(uid);
         false
     }
 
