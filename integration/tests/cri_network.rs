@@ -1,10 +1,12 @@
 //! Pod networking failures through ferrolet-cri: a failing CNI plugin rolls RunPodSandbox back
-//! completely, and Status reports NetworkReady only with a valid CNI config.
+//! completely, a crash in the middle of CNI ADD leaves nothing once the pod is stopped and
+//! removed, and Status reports NetworkReady only with a valid CNI config.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::network::TestNetwork;
 use ferrolet_integration::pods::{CriNode, LONG, NodeOptions};
+use ferrolet_proto::containerd::services::v1::ListContainersRequest;
 use ferrolet_proto::cri::PodSandboxState;
 use serde_json::json;
 
@@ -49,6 +51,88 @@ async fn a_failing_cni_plugin_fails_run_pod_sandbox_and_leaves_nothing() {
         let rules = TestNetwork::iptables_lines(&format!("\"{}\"", node.net.name));
         assert!(rules.is_empty(), "portmap rules left: {rules:?}");
     }
+    node.teardown().await;
+}
+
+/// A chained plugin whose ADD writes its pid to `$STALL_MARKER` and then hangs (the test
+/// crashes ferrolet-cri meanwhile and kills it); DEL passes.
+const STALLING_PLUGIN: &str = "#!/bin/sh\ncat >/dev/null\n[ \"$CNI_COMMAND\" = ADD ] || exit 0\n\
+echo $$ > \"$(dirname \"$0\")/stalled\"\nexec sleep 600\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_during_cni_add_leaves_nothing_once_the_pod_is_stopped_and_removed() {
+    let mut node = CriNode::start_with(
+        "cnicrash",
+        NodeOptions {
+            plugins: Some(Box::new(|net: &TestNetwork| {
+                net.fake_plugin("stalling", STALLING_PLUGIN);
+                // bridge has reserved an IP and made a veth by the time the chain stalls.
+                vec![net.bridge_plugin(), json!({"type": "stalling"})]
+            })),
+            ..Default::default()
+        },
+    )
+    .await;
+    let marker = node.net.fake_bin_dir.join("stalled");
+    let api = node.api().await;
+    let pod = node.pod("cnicrash").build();
+    let run = tokio::spawn(async move { api.run_pod(&pod).await });
+    let plugin_pid: i32 = poll("the CNI chain to stall", LONG, || {
+        let marker = marker.clone();
+        async move {
+            let text = tokio::fs::read_to_string(&marker)
+                .await
+                .map_err(|e| e.to_string())?;
+            text.trim().parse::<i32>().map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    // The sandbox's containerd record is made beside CNI ADD: wait for it, so the crash comes
+    // after ferrolet-cri has recorded a sandbox it will recover.
+    let client = node.ns.client.clone();
+    poll("the sandbox's containerd record", LONG, || {
+        let client = client.clone();
+        async move {
+            let listed = client
+                .containers()
+                .list(ListContainersRequest::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            if listed.into_inner().containers.is_empty() {
+                return Err("none yet".to_string());
+            }
+            Ok(())
+        }
+    })
+    .await;
+    node.cri.kill();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(plugin_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(run.await.unwrap().is_err(), "the interrupted call failed");
+    let reserved = std::fs::read_dir(node.net.ipam_dir.join(&node.net.name))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("10.199."))
+        .count();
+    assert_eq!(reserved, 1, "bridge's ADD had reserved an address");
+
+    node.cri.respawn();
+    let api = node.api().await;
+    let pods = api.list_pods(None).await.unwrap();
+    assert_eq!(
+        pods.len(),
+        1,
+        "the half-made sandbox is recovered: {pods:?}"
+    );
+    assert_eq!(pods[0].state, PodSandboxState::SandboxNotready as i32);
+    for _ in 0..2 {
+        api.stop_pod(&pods[0].id).await.unwrap();
+        api.remove_pod(&pods[0].id).await.unwrap();
+    }
+    // The address, the veth, the netns and the records all went.
+    node.assert_no_pod_leaks().await;
     node.teardown().await;
 }
 

@@ -162,7 +162,7 @@ impl RuntimeInner {
         })?;
         let record = SandboxRecord {
             meta: meta.clone(),
-            status: SandboxStatus::default(),
+            status: SandboxStatus::starting(&meta),
         };
         store::write_record(&record_path(&self.opts.root, id), &record).await?;
         match self.make_sandbox(&meta, &image, spec).await {

@@ -65,7 +65,8 @@ pub struct SandboxStatus {
     pub pid: u32,
     /// Addresses from CNI.
     pub ips: PodIps,
-    /// CNI ADD succeeded and no DEL has yet.
+    /// CNI ADD may have run and no DEL has since: true from the record written before the
+    /// ADD starts, so a stop after a crash mid-start still releases what it reserved.
     pub network_up: bool,
     /// StopPodSandbox finished (idempotent stops skip the work).
     pub stopped: bool,
@@ -73,6 +74,18 @@ pub struct SandboxStatus {
     /// kubelet's start timeline).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_timings: Option<StartTimings>,
+}
+
+impl SandboxStatus {
+    /// The status recorded before a sandbox is made: not ready, and with its network to tear
+    /// down when it has a netns of its own (CNI DEL is idempotent; an IP reserved by an ADD
+    /// that a crash cut short would otherwise stay reserved).
+    pub fn starting(meta: &SandboxMeta) -> Self {
+        Self {
+            network_up: meta.netns.is_some(),
+            ..Self::default()
+        }
+    }
 }
 
 /// How long the parts of a RunPodSandbox took, milliseconds. The network and the pause
