@@ -434,12 +434,38 @@ impl Cri {
     /// Every sandbox and container the kubelet made, grouped by pod UID (from the labels the
     /// kubelet puts on them).
     pub async fn runtime_pods(&self) -> Result<Vec<RuntimePod>, CriError> {
+        self.runtime_pods_matching(None).await
+    }
+
+    /// The sandboxes and containers of pod `uid` (none, or one pod): the runtime filters by
+    /// the UID label, so this costs the same however many pods the node runs.
+    pub async fn runtime_pod(&self, uid: &str) -> Result<Vec<RuntimePod>, CriError> {
+        self.runtime_pods_matching(Some(uid)).await
+    }
+
+    async fn runtime_pods_matching(&self, uid: Option<&str>) -> Result<Vec<RuntimePod>, CriError> {
+        let selector = || {
+            uid.map(|u| {
+                std::collections::HashMap::from([(labels::POD_UID.to_string(), u.to_string())])
+            })
+            .unwrap_or_default()
+        };
+        let sandbox_filter = uid.map(|_| cri::PodSandboxFilter {
+            label_selector: selector(),
+            ..Default::default()
+        });
+        let container_filter = uid.map(|_| cri::ContainerFilter {
+            label_selector: selector(),
+            ..Default::default()
+        });
         let sandboxes = call!(
             self,
             runtime,
             list_pod_sandbox,
             "ListPodSandbox",
-            cri::ListPodSandboxRequest::default()
+            cri::ListPodSandboxRequest {
+                filter: sandbox_filter
+            }
         )?
         .items;
         let containers = call!(
@@ -447,7 +473,9 @@ impl Cri {
             runtime,
             list_containers,
             "ListContainers",
-            cri::ListContainersRequest::default()
+            cri::ListContainersRequest {
+                filter: container_filter
+            }
         )?
         .containers;
         let mut pods: BTreeMap<String, RuntimePod> = BTreeMap::new();

@@ -7,14 +7,16 @@
 //!   per-object calls know (IPs, times, exit codes); a relist asks for the status of a
 //!   container or sandbox only when it is new or its listed state changed, so a quiet node
 //!   costs two list calls per relist however many pods it runs;
-//! - [`Pleg::spawn`] relists every period and, when the runtime serves GetContainerEvents, at
-//!   once on each burst of runtime events; [`Pleg::refresh`] gives the sync loop a view at
-//!   least as new as its own changes.
+//! - [`Pleg::spawn`] relists every period and, when the runtime serves GetContainerEvents,
+//!   relists at once the pods a burst of runtime events names; [`Pleg::refresh`] gives the
+//!   sync loop a view of one pod at least as new as its own changes. Those two list one pod
+//!   (the runtime filters by its UID label): during a burst of N pod starts, relisting every
+//!   pod on each event or sync costed ferrolet and the runtime O(N²) decoding.
 
 mod events;
 mod source;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,8 @@ struct Record {
     listed: Listed,
     /// When the runtime last confirmed it.
     read_at: Instant,
+    /// When the list call that confirmed it started.
+    listed_at: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -79,6 +83,9 @@ pub struct Pleg {
     relist_lock: tokio::sync::Mutex<()>,
     /// Where events go once [`Pleg::spawn`] ran.
     tx: Mutex<Option<mpsc::Sender<PodLifecycleEvent>>>,
+    /// Pods runtime events named since the relist loop last looked; `None` in the set's
+    /// place asks for a full relist (an event naming no pod, a new subscription).
+    named: Mutex<Option<BTreeSet<String>>>,
     /// Told what a relist saw of pods whose containers started or exited.
     timeline: Option<Arc<crate::timeline::Timeline>>,
 }
@@ -104,6 +111,7 @@ impl Pleg {
             state: Mutex::new(State::default()),
             relist_lock: tokio::sync::Mutex::new(()),
             tx: Mutex::new(None),
+            named: Mutex::new(Some(BTreeSet::new())),
             timeline: None,
         }
     }
@@ -169,16 +177,29 @@ impl Pleg {
     /// sends the others to the channel given to [`Pleg::spawn`], if any.
     pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
         let _one = self.relist_lock.lock().await;
-        self.relist_locked().await
+        self.relist_locked(None).await
     }
 
-    /// Forces a relist (after the sync loop changed something) and waits for it; a relist
-    /// that started after the call does as well, so concurrent callers share one.
+    /// Relists pod `uid` alone: its events, sent as a relist's are.
+    pub async fn relist_pod(&self, uid: &str) -> Result<Vec<PodLifecycleEvent>, CriError> {
+        let _one = self.relist_lock.lock().await;
+        self.relist_locked(Some(uid)).await
+    }
+
+    /// Forces a relist of pod `uid` (after the sync loop changed something) and waits for it;
+    /// any relist of it that started after the call does as well, so concurrent callers
+    /// share one.
     pub async fn refresh(&self, uid: &str) -> Result<Option<RuntimePod>, CriError> {
         let asked = Instant::now();
         let _one = self.relist_lock.lock().await;
-        if self.last_relist().is_none_or(|at| at < asked) {
-            self.relist_locked().await?;
+        let fresh = self.last_relist().is_some_and(|at| at >= asked)
+            || self
+                .state()
+                .records
+                .get(uid)
+                .is_some_and(|r| r.listed_at >= asked);
+        if !fresh {
+            self.relist_locked(Some(uid)).await?;
         }
         Ok(self.get(uid))
     }
@@ -198,17 +219,47 @@ impl Pleg {
             let mut tick = tokio::time::interval(period.max(Duration::from_millis(10)));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = wake.notified() => {}
+                let full = tokio::select! {
+                    _ = tick.tick() => true,
+                    () = wake.notified() => false,
                     () = tx.closed() => break,
-                }
-                if let Err(e) = self.relist().await {
+                };
+                let named = self.take_named();
+                let result = match named {
+                    Some(uids) if !full => self.relist_pods(&uids).await,
+                    _ => self.relist().await.map(drop),
+                };
+                if let Err(e) = result {
                     tracing::warn!(error = %e, "PLEG: relist failed");
                 }
             }
             watcher.abort();
         })
+    }
+
+    /// Relists each of `uids` alone, in turn.
+    async fn relist_pods(&self, uids: &BTreeSet<String>) -> Result<(), CriError> {
+        for uid in uids {
+            self.relist_pod(uid).await?;
+        }
+        Ok(())
+    }
+
+    /// Notes that a runtime event named pod `uid` (None: no pod, or possibly any).
+    fn name_pod(&self, uid: Option<String>) {
+        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+        match (named.as_mut(), uid) {
+            (Some(set), Some(uid)) => {
+                set.insert(uid);
+            }
+            _ => *named = None,
+        }
+    }
+
+    /// The pods named since the last call (None: relist them all), starting a new set.
+    fn take_named(&self) -> Option<BTreeSet<String>> {
+        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+        named.replace(BTreeSet::new())
     }
 
     /// Follows the runtime's container events, waking the relist loop on each; gives up for
@@ -222,11 +273,15 @@ impl Pleg {
                     self.set_evented(true);
                     delay = Duration::from_secs(1);
                     // Anything may have happened while not subscribed.
+                    self.name_pod(None);
                     wake.notify_one();
                     while let Some(item) = stream.next().await {
-                        if let Err(e) = item {
-                            tracing::warn!(error = %e, "PLEG: container event stream broke");
-                            break;
+                        match item {
+                            Ok(uid) => self.name_pod(uid),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "PLEG: container event stream broke");
+                                break;
+                            }
                         }
                         wake.notify_one();
                     }
@@ -249,9 +304,14 @@ impl Pleg {
         self.state().stats.evented = on;
     }
 
-    async fn relist_locked(&self) -> Result<Vec<PodLifecycleEvent>, CriError> {
+    /// A relist of every pod, or of pod `only` (which leaves the others and the relist
+    /// statistics as they are).
+    async fn relist_locked(&self, only: Option<&str>) -> Result<Vec<PodLifecycleEvent>, CriError> {
         let started = Instant::now();
-        let pods = self.source.list().await?;
+        let pods = match only {
+            None => self.source.list().await?,
+            Some(uid) => self.source.list_pod(uid.to_string()).await?,
+        };
 
         // Plan under the lock: events, and which pods need status calls.
         let mut events: BTreeMap<String, Vec<PodLifecycleEvent>> = BTreeMap::new();
@@ -263,7 +323,7 @@ impl Pleg {
             let state = self.state();
             let listed_uids: HashSet<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
             for uid in state.records.keys() {
-                if !listed_uids.contains(uid.as_str()) {
+                if only.is_none_or(|o| o == uid) && !listed_uids.contains(uid.as_str()) {
                     gone.push(uid.clone());
                 }
             }
@@ -354,6 +414,7 @@ impl Pleg {
             for uid in unchanged {
                 if let Some(r) = state.records.get_mut(&uid) {
                     r.read_at = now;
+                    r.listed_at = started;
                 }
             }
             for (uid, (pod, listed)) in candidates {
@@ -382,8 +443,14 @@ impl Pleg {
                         pod,
                         listed,
                         read_at: now,
+                        listed_at: started,
                     },
                 );
+            }
+            if only.is_some() {
+                drop(state);
+                self.send(&out);
+                return Ok(out);
             }
             let stats = &mut state.stats;
             stats.last_interval = stats

@@ -17,14 +17,23 @@ use crate::types::{RuntimeContainer, RuntimePod, labels};
 
 /// A boxed future, as the trait's methods return.
 pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-/// The runtime's container events: one item per event (its content is not needed, a relist
-/// follows), ending when the stream breaks.
-pub type EventStream = Pin<Box<dyn Stream<Item = Result<(), CriError>> + Send>>;
+/// The runtime's container events: one item per event, the UID of the pod it is about when
+/// it names one (that pod is relisted; the statuses it carries are not needed), ending when
+/// the stream breaks.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<Option<String>, CriError>> + Send>>;
 
 /// The runtime calls the PLEG makes.
 pub trait RuntimeSource: Send + Sync + 'static {
     /// Every sandbox and container, grouped by pod (`Cri::runtime_pods`).
     fn list(&self) -> BoxFut<'_, Result<Vec<RuntimePod>, CriError>>;
+    /// Those of pod `uid` only (`Cri::runtime_pod`): none, or that one pod.
+    fn list_pod(&self, uid: String) -> BoxFut<'_, Result<Vec<RuntimePod>, CriError>> {
+        Box::pin(async move {
+            let mut pods = self.list().await?;
+            pods.retain(|p| p.uid == uid);
+            Ok(pods)
+        })
+    }
     /// PodSandboxStatus.
     fn sandbox_status(&self, id: String) -> BoxFut<'_, Result<cri::PodSandboxStatus, CriError>>;
     /// ContainerStatus.
@@ -39,6 +48,10 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(30);
 impl RuntimeSource for Cri {
     fn list(&self) -> BoxFut<'_, Result<Vec<RuntimePod>, CriError>> {
         Box::pin(self.runtime_pods())
+    }
+
+    fn list_pod(&self, uid: String) -> BoxFut<'_, Result<Vec<RuntimePod>, CriError>> {
+        Box::pin(async move { self.runtime_pod(&uid).await })
     }
 
     fn sandbox_status(&self, id: String) -> BoxFut<'_, Result<cri::PodSandboxStatus, CriError>> {
@@ -69,14 +82,27 @@ impl RuntimeSource for Cri {
                 }
             };
             let items = stream.map(|item| {
-                item.map(|_| ()).map_err(|status| CriError::Call {
-                    method: "GetContainerEvents",
-                    status,
-                })
+                item.map(|event| event_pod_uid(&event))
+                    .map_err(|status| CriError::Call {
+                        method: "GetContainerEvents",
+                        status,
+                    })
             });
             Ok(Box::pin(items) as EventStream)
         })
     }
+}
+
+/// The pod a container event is about: its sandbox's UID label (the one the relist groups
+/// by), else the sandbox metadata's UID; None when the event carries no sandbox.
+fn event_pod_uid(event: &cri::ContainerEventResponse) -> Option<String> {
+    let sandbox = event.pod_sandbox_status.as_ref()?;
+    sandbox
+        .labels
+        .get(labels::POD_UID)
+        .cloned()
+        .or_else(|| sandbox.metadata.as_ref().map(|m| m.uid.clone()))
+        .filter(|uid| !uid.is_empty())
 }
 
 /// Container annotation with the termination message policy (the Go kubelet's key).

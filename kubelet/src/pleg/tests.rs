@@ -21,9 +21,11 @@ struct Fake {
     sandboxes: Mutex<HashMap<String, String>>,
     fail_status: Mutex<bool>,
     lists: AtomicUsize,
+    /// Lists of one pod.
+    pod_lists: AtomicUsize,
     status_calls: AtomicUsize,
-    /// Events the runtime serves (None: Unimplemented).
-    events: Mutex<Option<mpsc::UnboundedReceiver<()>>>,
+    /// Events the runtime serves, each naming a pod or not (None: Unimplemented).
+    events: Mutex<Option<mpsc::UnboundedReceiver<Option<String>>>>,
 }
 
 impl Fake {
@@ -54,6 +56,16 @@ impl RuntimeSource for Fake {
         let pods = self.pods.lock().unwrap().clone();
         Box::pin(async move {
             // A real list takes a moment; lets concurrent callers pile up.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok(pods)
+        })
+    }
+
+    fn list_pod(&self, uid: String) -> BoxFut<'_, Result<Vec<RuntimePod>, CriError>> {
+        self.pod_lists.fetch_add(1, Ordering::SeqCst);
+        let mut pods = self.pods.lock().unwrap().clone();
+        pods.retain(|p| p.uid == uid);
+        Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(5)).await;
             Ok(pods)
         })
@@ -131,7 +143,7 @@ impl RuntimeSource for Fake {
                 });
             };
             let stream = futures::stream::unfold(rx, |mut rx| async move {
-                rx.recv().await.map(|()| (Ok(()), rx))
+                rx.recv().await.map(|uid| (Ok(uid), rx))
             });
             Ok(Box::pin(stream) as EventStream)
         })
@@ -350,12 +362,58 @@ async fn concurrent_refreshes_share_relists() {
         let got = t.await.unwrap().unwrap().unwrap();
         assert_eq!(got.containers[0].started_at, 100);
     }
-    let lists = fake.lists.load(Ordering::SeqCst);
+    let lists = fake.pod_lists.load(Ordering::SeqCst);
     assert!(lists <= 2, "{lists} relists for 20 concurrent refreshes");
+    assert_eq!(
+        fake.lists.load(Ordering::SeqCst),
+        0,
+        "refreshes list one pod"
+    );
     // A refresh after the last relist relists again.
     pleg.refresh("u1").await.unwrap();
-    assert_eq!(fake.lists.load(Ordering::SeqCst), lists + 1);
+    assert_eq!(fake.pod_lists.load(Ordering::SeqCst), lists + 1);
     assert!(pleg.refresh("nope").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_pod_relist_leaves_the_other_pods_and_the_relist_statistics() {
+    let (fake, pleg) = setup();
+    let running = |id: &str| container(id, "app", ContainerState::ContainerRunning);
+    fake.set(vec![
+        pod("u1", vec![sandbox("s1", true)], vec![running("c1")]),
+        pod("u2", vec![sandbox("s2", true)], vec![running("c2")]),
+    ]);
+    pleg.relist().await.unwrap();
+    // Both change; only u1 is relisted.
+    fake.set(vec![pod(
+        "u1",
+        vec![sandbox("s1", true)],
+        vec![container("c1", "app", ContainerState::ContainerExited)],
+    )]);
+    let events = pleg.relist_pod("u1").await.unwrap();
+    assert_eq!(kinds(&events), [("u1", ContainerDied, "c1")]);
+    assert_eq!(
+        pleg.stats().relists,
+        1,
+        "a pod relist is no relist of the node"
+    );
+    assert!(
+        pleg.get("u2").is_some(),
+        "u2 is kept until a relist sees it gone"
+    );
+    assert_eq!(
+        pleg.get("u1").unwrap().containers[0].state,
+        ContainerState::ContainerExited
+    );
+    // u1 gone: its relist drops it and says so.
+    fake.set(vec![]);
+    let events = pleg.relist_pod("u1").await.unwrap();
+    assert!(events.iter().all(|e| e.uid == "u1") && !events.is_empty());
+    assert!(pleg.get("u1").is_none());
+    assert!(pleg.get("u2").is_some());
+    let events = pleg.relist().await.unwrap();
+    assert!(events.iter().all(|e| e.uid == "u2") && !events.is_empty());
+    assert!(pleg.all().is_empty());
 }
 
 #[tokio::test]
@@ -380,13 +438,43 @@ async fn runtime_events_trigger_a_relist_at_once() {
         vec![sandbox("s1", true)],
         vec![container("c1", "app", ContainerState::ContainerRunning)],
     )]);
-    events_tx.send(()).unwrap();
+    // The subscription asks for a relist of every pod too: let it run first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let full = pleg.stats().relists;
+    events_tx.send(Some("u1".to_string())).unwrap();
     let e = tokio::time::timeout(Duration::from_secs(5), rx.recv())
         .await
         .unwrap()
         .unwrap();
     assert_eq!(e.uid, "u1");
     assert!(pleg.stats().evented);
+    assert_eq!(
+        pleg.stats().relists,
+        full,
+        "an event naming a pod relists that pod"
+    );
+    assert!(fake.pod_lists.load(Ordering::SeqCst) >= 1);
+    // The rest of u1's events (its container started too).
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(200), rx.recv()).await {
+        assert_eq!(e.uid, "u1");
+    }
+    // An event naming no pod relists them all.
+    fake.set(vec![pod("u2", vec![sandbox("s2", true)], vec![])]);
+    events_tx.send(None).unwrap();
+    let mut seen = BTreeSet::new();
+    while seen.len() < 2 {
+        let e = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        seen.insert(e.uid);
+    }
+    assert_eq!(Vec::from_iter(seen), ["u1", "u2"], "u1 gone, u2 new");
+    assert!(pleg.stats().relists > full);
+    while tokio::time::timeout(Duration::from_millis(100), rx.recv())
+        .await
+        .is_ok_and(|e| e.is_some())
+    {}
     // The stream breaks: no longer evented, periodic relists go on.
     drop(events_tx);
     tokio::time::timeout(Duration::from_secs(5), async {
