@@ -486,10 +486,18 @@ fn unmount_and_remove(dir: &Path) -> Result<(), VolumeError> {
         under.dedup();
         Ok(under)
     };
-    for m in mounted(&dir)? {
-        empty_dir::unmount(&m)?;
+    let found = mounted(&dir)?;
+    for m in &found {
+        empty_dir::unmount(m)?;
     }
-    if let Some(still) = mounted(&dir)?.into_iter().next() {
+    // Read again only when something was unmounted: reading the node's mount table is the
+    // costly part of tearing a pod down (every container's rootfs is in it).
+    let still = if found.is_empty() {
+        None
+    } else {
+        mounted(&dir)?.into_iter().next()
+    };
+    if let Some(still) = still {
         return Err(VolumeError::Mount {
             volume: String::new(),
             op: "still mounted after unmounting",

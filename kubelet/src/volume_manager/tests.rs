@@ -406,6 +406,13 @@ async fn a_changed_object_sets_its_volumes_up_again_at_once() {
         s.objects.reads.load(Ordering::SeqCst) > reads
     })
     .await;
+    // As root the secret is a tmpfs: unmounted here, or it outlives the temp dir.
+    s.manager.remove_pod("u7");
+    assert!(
+        s.manager
+            .wait_for_unmount("u7", Duration::from_secs(5))
+            .await
+    );
 }
 
 #[tokio::test]
