@@ -444,18 +444,17 @@ impl Cri {
     }
 
     async fn runtime_pods_matching(&self, uid: Option<&str>) -> Result<Vec<RuntimePod>, CriError> {
-        let selector = || {
-            uid.map(|u| {
-                std::collections::HashMap::from([(labels::POD_UID.to_string(), u.to_string())])
-            })
-            .unwrap_or_default()
-        };
-        let sandbox_filter = uid.map(|_| cri::PodSandboxFilter {
-            label_selector: selector(),
-            ..Default::default()
+        let selector = uid.map(|u| {
+            std::collections::HashMap::from([(labels::POD_UID.to_string(), u.to_string())])
         });
-        let container_filter = uid.map(|_| cri::ContainerFilter {
-            label_selector: selector(),
+        let sandbox_filter = selector
+            .clone()
+            .map(|label_selector| cri::PodSandboxFilter {
+                label_selector,
+                ..Default::default()
+            });
+        let container_filter = selector.map(|label_selector| cri::ContainerFilter {
+            label_selector,
             ..Default::default()
         });
         let sandboxes = call!(

@@ -447,19 +447,17 @@ impl Pleg {
                     },
                 );
             }
-            if only.is_some() {
-                drop(state);
-                self.send(&out);
-                return Ok(out);
+            // Only a relist of every pod counts for the statistics (PLEG health, metrics).
+            if only.is_none() {
+                let stats = &mut state.stats;
+                stats.last_interval = stats
+                    .last_relist
+                    .map(|prev| started.saturating_duration_since(prev));
+                stats.last_relist = Some(started);
+                stats.last_duration = Some(now.saturating_duration_since(started));
+                stats.relists += 1;
+                crate::metrics::record_relist(state.stats, state.records.values().map(|r| &r.pod));
             }
-            let stats = &mut state.stats;
-            stats.last_interval = stats
-                .last_relist
-                .map(|prev| started.saturating_duration_since(prev));
-            stats.last_relist = Some(started);
-            stats.last_duration = Some(now.saturating_duration_since(started));
-            stats.relists += 1;
-            crate::metrics::record_relist(state.stats, state.records.values().map(|r| &r.pod));
         }
         self.send(&out);
         Ok(out)
