@@ -147,6 +147,9 @@ pub struct Container {
     exited: tokio::sync::watch::Sender<bool>,
     /// containerd reported an OOM kill in its cgroup.
     pub oom_killed: AtomicBool,
+    /// Its exited task was deleted in containerd (the exit was reaped), so removal has no
+    /// task left to delete.
+    pub task_reaped: AtomicBool,
     /// container.json exists under root (written with the first status).
     pub meta_written: AtomicBool,
     /// The log pumps, while the process runs.
@@ -175,6 +178,7 @@ impl Container {
             status: Mutex::new(status),
             exited: tokio::sync::watch::Sender::new(exited),
             oom_killed: AtomicBool::new(false),
+            task_reaped: AtomicBool::new(false),
             meta_written: AtomicBool::new(false),
             log: Mutex::new(None),
             stdin: Mutex::new(None),

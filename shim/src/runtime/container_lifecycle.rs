@@ -447,8 +447,9 @@ impl RuntimeInner {
         c.set_stdin(None);
         // Reap first, as containerd does: once a container reads as exited, RemoveContainer
         // finds no task left to wait for.
-        if let Err(e) = task::delete_task(&self.cd, id).await {
-            tracing::warn!(id, error = %e, "deleting an exited task");
+        match task::delete_task(&self.cd, id).await {
+            Ok(_) => c.task_reaped.store(true, Ordering::Relaxed),
+            Err(e) => tracing::warn!(id, error = %e, "deleting an exited task"),
         }
         let changed = c.update(|s| {
             if s.state == ContainerState::Exited {
@@ -511,7 +512,9 @@ impl RuntimeInner {
         self.destroy_container(c).await;
         *c.removed.lock().await = true;
         let (record_dir, _) = self.container_paths(&c.meta.id);
-        store::remove_dir(&record_dir).await?;
+        store::remove_dir(&record_dir)
+            .instrument(tracing::debug_span!("record_dir_remove"))
+            .await?;
         self.containers.remove(&c.meta.id);
         self.containers.release(&c.meta.name, &c.meta.id);
         self.cpu.forget(&c.meta.id);
@@ -522,9 +525,14 @@ impl RuntimeInner {
     /// Deletes a container's task, record, snapshot and FIFOs; each tolerates being gone.
     async fn destroy_container(&self, c: &Container) {
         let id = c.meta.id.as_str();
-        // containerd refuses to delete a record that still has a task.
-        if let Err(e) = task::delete_task(&self.cd, id).await {
-            tracing::warn!(id, error = %e, "deleting task");
+        // containerd refuses to delete a record that still has a task. An exit we reaped left
+        // none, and asking again would cost a containerd round trip per removal.
+        if !c.task_reaped.load(Ordering::Relaxed) {
+            let delete =
+                task::delete_task(&self.cd, id).instrument(tracing::debug_span!("task_delete"));
+            if let Err(e) = delete.await {
+                tracing::warn!(id, error = %e, "deleting task");
+            }
         }
         c.set_log_handle(None);
         c.set_stdin(None);
@@ -532,7 +540,8 @@ impl RuntimeInner {
             if let Err(e) = task::delete_record(&self.cd, id).await {
                 tracing::warn!(id, error = %e, "deleting containerd container");
             }
-        };
+        }
+        .instrument(tracing::debug_span!("record_delete"));
         let files = async {
             if let Err(e) = io::remove(&c.meta.fifos).await {
                 tracing::warn!(id, error = %e, "removing FIFOs");
@@ -541,10 +550,12 @@ impl RuntimeInner {
             if let Err(e) = store::remove_dir(&state_dir).await {
                 tracing::warn!(id, error = %e, "removing container state dir");
             }
-        };
+        }
+        .instrument(tracing::debug_span!("files_remove"));
         tokio::join!(
             record,
-            task::remove_snapshot(&self.cd, &self.opts.snapshotter, id),
+            task::remove_snapshot(&self.cd, &self.opts.snapshotter, id)
+                .instrument(tracing::debug_span!("snapshot_remove")),
             files
         );
     }
