@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use ferrolet_integration::cri::{poll, reassemble};
 use ferrolet_integration::leak::LeakChecker;
 use ferrolet_integration::pods::{
-    ContainerBuilder, CriNode, LONG, http_get, labels, log_file, now_nanos,
+    ContainerBuilder, CriNode, LONG, NodeOptions, http_get, labels, log_file, now_nanos,
 };
 use ferrolet_proto::cri::{
     ContainerEventType, ContainerFilter, ContainerState, ContainerStateValue, Mount,
@@ -1256,6 +1256,48 @@ async fn a_pod_that_shares_no_pid_namespace_runs_without_a_pause_process() {
         api.remove_pod(id).await.unwrap();
         api.remove_pod(id).await.unwrap();
     }
+    node.assert_no_pod_leaks().await;
+    node.teardown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_without_a_pause_process_does_not_need_the_sandbox_image() {
+    use ferrolet_proto::cri::NamespaceMode;
+    // A sandbox image the node cannot pull: nothing listens on the discard port.
+    let missing = "127.0.0.1:9/ferrolet/pause:missing";
+    let opts = NodeOptions {
+        extra_config: format!("sandbox_image = \"{missing}\""),
+        ..Default::default()
+    };
+    let node = CriNode::start_with("no-pause-image", opts).await;
+    let api = node.api().await;
+    let busybox = node.pull("busybox").await;
+
+    // The kubelet's default pod runs no pause, so it starts without the image.
+    let pod = node.pod("np").build();
+    let pod_id = api.run_pod(&pod).await.unwrap();
+    let info = sandbox_info(&api, &pod_id).await;
+    assert_eq!(info["pauseProcess"], false, "{info}");
+    let marker = node.marker(0).to_string();
+    let config = ContainerBuilder::new("a", &busybox.reference)
+        .command(&["sleep", &marker])
+        .build();
+    let a = api.run_container(&pod_id, &pod, &config).await.unwrap();
+    assert_eq!(api.exec_ok(&a, &["echo", "up"]).await, "up\n");
+
+    // A pod that shares its PID namespace needs the pause, and says which image it lacks.
+    let shared = node
+        .pod("shared-pid")
+        .pid_namespace(NamespaceMode::Pod)
+        .build();
+    let err = api.run_pod(&shared).await.unwrap_err();
+    assert!(err.message().contains(missing), "{err:?}");
+    let status = api.pod_status(&pod_id).await.unwrap().status.unwrap();
+    assert_eq!(status.state, PodSandboxState::SandboxReady as i32);
+    assert_eq!(api.exec_ok(&a, &["echo", "still"]).await, "still\n");
+
+    api.stop_pod(&pod_id).await.unwrap();
+    api.remove_pod(&pod_id).await.unwrap();
     node.assert_no_pod_leaks().await;
     node.teardown().await;
 }

@@ -114,7 +114,6 @@ impl RuntimeInner {
         config: cri::PodSandboxConfig,
         runtime_handler: String,
     ) -> Result<()> {
-        let image = self.sandbox_image().await?;
         let ns_opts = config
             .linux
             .as_ref()
@@ -135,6 +134,22 @@ impl RuntimeInner {
                 !host_network,
             )
         });
+        // A sandbox without a pause runs nothing from the sandbox image: its spec (kept for
+        // what reads it) takes the image's config when the node has it, and the node never
+        // pulls it for such a pod.
+        let image = if pinned.is_some() {
+            self.images.resolve(&self.opts.sandbox_image)
+        } else {
+            Some(self.sandbox_image().await?)
+        };
+        let fallback;
+        let image_config = match &image {
+            Some(image) => &image.config,
+            None => {
+                fallback = pauseless_image_config();
+                &fallback
+            }
+        };
         let meta = SandboxMeta {
             id: id.to_string(),
             name: name.to_string(),
@@ -153,7 +168,7 @@ impl RuntimeInner {
             oci::sandbox_spec(&SandboxSpecInput {
                 id,
                 config: &meta.config,
-                image: &image.config,
+                image: image_config,
                 netns_path: meta.netns.as_deref(),
                 files: &meta.files,
                 cgroups_path: &meta.cgroups_path,
@@ -165,7 +180,7 @@ impl RuntimeInner {
             status: SandboxStatus::starting(&meta),
         };
         store::write_record(&record_path(&self.opts.root, id), &record).await?;
-        match self.make_sandbox(&meta, &image, spec).await {
+        match self.make_sandbox(&meta, image.as_ref(), spec).await {
             Ok(status) => {
                 let sandbox = Arc::new(Sandbox::new(meta, status));
                 sandbox.persist(&self.opts.root).await?;
@@ -202,7 +217,7 @@ impl RuntimeInner {
     async fn make_sandbox(
         &self,
         meta: &SandboxMeta,
-        image: &Image,
+        image: Option<&Image>,
         spec: oci::Spec,
     ) -> Result<SandboxStatus> {
         let id = meta.id.as_str();
@@ -251,6 +266,10 @@ impl RuntimeInner {
                     None,
                 );
             }
+            let Some(image) = image else {
+                let why = format!("sandbox {id}: no sandbox image for its pause container");
+                return (Err(RuntimeError::internal(why)), None);
+            };
             let t = Instant::now();
             let pid = self.start_pause(id, meta, image, spec).await;
             (pid, Some(ms(t)))
@@ -392,11 +411,14 @@ impl RuntimeInner {
         if let Some(image) = self.images.resolve(name) {
             return Ok(image);
         }
-        if name == crate::config::BUILTIN_PAUSE_IMAGE {
-            self.images.ensure_pause_image().await?;
+        let fetched = if name == crate::config::BUILTIN_PAUSE_IMAGE {
+            self.images.ensure_pause_image().await.map(drop)
         } else {
-            self.images.pull(name, None).await?;
-        }
+            self.images.pull(name, None).await.map(drop)
+        };
+        fetched
+            .map_err(RuntimeError::from)
+            .map_err(|e| e.context(format_args!("pulling sandbox image {name}")))?;
         self.images.resolve(name).ok_or_else(|| {
             RuntimeError::not_found(format!(
                 "sandbox image {name:?} is not present after pulling it"
@@ -494,4 +516,14 @@ impl RuntimeInner {
         self.emit_removed_sandbox(&sb);
         Ok(cri::RemovePodSandboxResponse {})
     }
+}
+
+/// The image config of a pause-less sandbox's spec when the node lacks the sandbox image: the
+/// pause image's own entrypoint, so the spec reads as it would with the image.
+fn pauseless_image_config() -> crate::image_config::ImageConfig {
+    let mut defaults = crate::image_config::ContainerDefaults::default();
+    defaults.set_entrypoint(Some(vec!["/pause".into()]));
+    let mut config = crate::image_config::ImageConfig::default();
+    config.set_config(Some(defaults));
+    config
 }
