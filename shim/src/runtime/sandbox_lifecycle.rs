@@ -134,16 +134,15 @@ impl RuntimeInner {
                 !host_network,
             )
         });
-        // A sandbox without a pause runs nothing from the sandbox image: its spec (kept for
-        // what reads it) takes the image's config when the node has it, and the node never
-        // pulls it for such a pod.
-        let image = if pinned.is_some() {
-            self.images.resolve(&self.opts.sandbox_image)
-        } else {
-            Some(self.sandbox_image().await?)
+        // The sandbox image is what the pause runs. A sandbox without a pause runs nothing from
+        // it: its spec (kept for what reads it) takes the image's config when the node has it,
+        // and the node never pulls it for such a pod.
+        let (pause_image, local_image) = match &pinned {
+            None => (Some(self.sandbox_image().await?), None),
+            Some(_) => (None, self.images.resolve(&self.opts.sandbox_image)),
         };
         let fallback;
-        let image_config = match &image {
+        let image_config = match pause_image.as_ref().or(local_image.as_ref()) {
             Some(image) => &image.config,
             None => {
                 fallback = pauseless_image_config();
@@ -180,7 +179,7 @@ impl RuntimeInner {
             status: SandboxStatus::starting(&meta),
         };
         store::write_record(&record_path(&self.opts.root, id), &record).await?;
-        match self.make_sandbox(&meta, image.as_ref(), spec).await {
+        match self.make_sandbox(&meta, pause_image.as_ref(), spec).await {
             Ok(status) => {
                 let sandbox = Arc::new(Sandbox::new(meta, status));
                 sandbox.persist(&self.opts.root).await?;
@@ -212,12 +211,12 @@ impl RuntimeInner {
             && linux.is_none_or(|l| l.sysctls.is_empty())
     }
 
-    /// Makes the sandbox's files, namespaces, network and pause task (or, without a pause,
-    /// its containerd record).
+    /// Makes the sandbox's files, namespaces, network and pause task from `pause_image` (or,
+    /// without one, its containerd record).
     async fn make_sandbox(
         &self,
         meta: &SandboxMeta,
-        image: Option<&Image>,
+        pause_image: Option<&Image>,
         spec: oci::Spec,
     ) -> Result<SandboxStatus> {
         let id = meta.id.as_str();
@@ -260,15 +259,11 @@ impl RuntimeInner {
         }
         .instrument(tracing::debug_span!("cni_add"));
         let pause = async {
-            if meta.pinned.is_some() {
+            let Some(image) = pause_image else {
                 return (
                     self.create_pauseless_record(meta, spec).await.map(|()| 0),
                     None,
                 );
-            }
-            let Some(image) = image else {
-                let why = format!("sandbox {id}: no sandbox image for its pause container");
-                return (Err(RuntimeError::internal(why)), None);
             };
             let t = Instant::now();
             let pid = self.start_pause(id, meta, image, spec).await;
@@ -416,9 +411,9 @@ impl RuntimeInner {
         } else {
             self.images.pull(name, None).await.map(drop)
         };
-        fetched
-            .map_err(RuntimeError::from)
-            .map_err(|e| e.context(format_args!("pulling sandbox image {name}")))?;
+        fetched.map_err(|e| {
+            RuntimeError::from(e).context(format_args!("pulling sandbox image {name}"))
+        })?;
         self.images.resolve(name).ok_or_else(|| {
             RuntimeError::not_found(format!(
                 "sandbox image {name:?} is not present after pulling it"
