@@ -21,7 +21,7 @@ pub const SNAPSHOTTER: &str = "overlayfs";
 pub struct TestContainerd {
     dir: PathBuf,
     socket: PathBuf,
-    pid: u32,
+    pid: AtomicU32,
 }
 
 static DAEMON: OnceLock<Result<TestContainerd, String>> = OnceLock::new();
@@ -51,28 +51,65 @@ impl TestContainerd {
         let config = dir.join("config.toml");
         std::fs::write(&config, config_toml(&dir, &socket))
             .map_err(|e| format!("writing {}: {e}", config.display()))?;
-        let log = std::fs::File::create(dir.join("containerd.log"))
-            .map_err(|e| format!("creating containerd.log: {e}"))?;
+        let daemon = Self {
+            dir,
+            socket,
+            pid: AtomicU32::new(0),
+        };
+        daemon.spawn()?;
+        // Stop it however the test binary ends (a failed test exits through exit(3) too).
+        // SAFETY: `stop_at_exit` is a plain `extern "C" fn` that never unwinds.
+        unsafe { libc::atexit(stop_at_exit) };
+        daemon.wait_ready(Duration::from_secs(30))?;
+        Ok(daemon)
+    }
+
+    fn spawn(&self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("containerd.log"))
+            .map_err(|e| format!("opening containerd.log: {e}"))?;
         let err_log = log.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new("containerd")
             .arg("--config")
-            .arg(&config)
+            .arg(self.dir.join("config.toml"))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err_log)
             .spawn()
             .map_err(|e| format!("spawning containerd (is it installed? run `make env`): {e}"))?;
-        let pid = child.id();
-        leak::register_daemon(pid);
+        self.pid.store(child.id(), Ordering::Relaxed);
+        leak::register_daemon(child.id());
         if let Ok(mut slot) = CHILD.lock() {
             *slot = Some(child);
         }
-        // Stop it however the test binary ends (a failed test exits through exit(3) too).
-        // SAFETY: `stop_at_exit` is a plain `extern "C" fn` that never unwinds.
-        unsafe { libc::atexit(stop_at_exit) };
-        let daemon = Self { dir, socket, pid };
-        daemon.wait_ready(Duration::from_secs(30))?;
-        Ok(daemon)
+        Ok(())
+    }
+
+    /// Kills containerd with SIGKILL (a crash: its shims and their containers live on) and
+    /// leaves it down until [`TestContainerd::start_again`]. The test binary's other tests
+    /// lose it meanwhile: a test that kills containerd has its binary to itself.
+    pub fn kill(&self) {
+        if let Ok(mut slot) = CHILD.lock()
+            && let Some(mut child) = slot.take()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts containerd again after [`TestContainerd::kill`]; returns once it answers.
+    ///
+    /// # Panics
+    /// If it does not come back.
+    pub fn start_again(&self) {
+        if let Err(e) = self
+            .spawn()
+            .and_then(|()| self.wait_ready(Duration::from_secs(30)))
+        {
+            panic!("restarting the test containerd: {e}");
+        }
     }
 
     fn wait_ready(&self, limit: Duration) -> Result<(), String> {
@@ -122,7 +159,7 @@ impl TestContainerd {
 
     /// containerd's pid.
     pub fn pid(&self) -> u32 {
-        self.pid
+        self.pid.load(Ordering::Relaxed)
     }
 
     /// Connects to the daemon, scoped to `namespace`. Connect per test: a channel lives on the
@@ -202,7 +239,7 @@ impl TestContainerd {
         if let Ok(mut slot) = CHILD.lock()
             && let Some(mut child) = slot.take()
         {
-            let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+            let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
             let deadline = Instant::now() + Duration::from_secs(10);
             while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {

@@ -87,6 +87,7 @@ const FERROLET_CRI: Rule = Rule {
         (
             "foundations",
             &[
+                "completion",
                 "task",
                 "content",
                 "lease",

@@ -53,6 +53,9 @@ pub struct Config {
     pub pull_progress_interval_secs: u64,
     /// How long in-flight calls may take to finish after SIGTERM.
     pub shutdown_timeout_secs: u64,
+    /// Seconds between sweeps for what no sandbox or container owns any more (left by a
+    /// crash, or by a teardown step that failed); a failed teardown asks for one at once.
+    pub sweep_interval_secs: u64,
     /// Accept any `:authority` a gRPC client sends (the socket path, percent-encoded or empty,
     /// as grpc-go ≤ 1.58, grpc-java and grpcio do). Off only to measure what that costs: then
     /// such clients are refused.
@@ -125,6 +128,7 @@ impl Default for Config {
             max_concurrent_downloads: 3,
             pull_progress_interval_secs: 5,
             shutdown_timeout_secs: 10,
+            sweep_interval_secs: 60,
             accept_any_authority: true,
             log_level: "info".into(),
             log_format: LogFormat::Text,
@@ -244,6 +248,12 @@ impl Config {
         if self.max_concurrent_downloads == 0 {
             return Err(ConfigError::Invalid {
                 field: "max_concurrent_downloads",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.sweep_interval_secs == 0 {
+            return Err(ConfigError::Invalid {
+                field: "sweep_interval_secs",
                 reason: "must be at least 1".into(),
             });
         }

@@ -1,6 +1,7 @@
 //! containerd leases that hold content and snapshots while a pull, import or create is under way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ferrolet_proto::containerd::Containerd;
@@ -13,6 +14,32 @@ use tonic::Code;
 const LEASE_EXPIRE: &str = "containerd.io/gc.expire";
 /// How long a lease outlives a caller that never deletes it.
 const LEASE_LIFETIME: Duration = Duration::from_secs(3600);
+
+/// Prefix of every lease id we make.
+const LEASE_PREFIX: &str = "ferrolet-";
+
+/// Leases this process made and has not deleted yet: what a call in flight still holds.
+static LIVE: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
+
+fn live() -> std::sync::MutexGuard<'static, HashSet<String>> {
+    LIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Whether lease `id` is one of ours that nobody holds any more: made by a process that is
+/// gone (a crash mid-call), or by this one and not in flight. Such a lease would pin its
+/// content and snapshots until it expired.
+pub fn is_abandoned(id: &str) -> bool {
+    let Some(rest) = id.strip_prefix(LEASE_PREFIX) else {
+        return false;
+    };
+    let Some(pid) = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    if pid == std::process::id() {
+        return !live().contains(id);
+    }
+    !std::path::Path::new("/proc").join(pid.to_string()).exists()
+}
 
 /// containerd refused a lease call.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +64,7 @@ impl Lease {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
         let id = format!(
-            "ferrolet-{purpose}-{}-{}",
+            "{LEASE_PREFIX}{purpose}-{}-{}",
             now.as_nanos(),
             std::process::id()
         );
@@ -54,6 +81,7 @@ impl Lease {
                 id: id.clone(),
                 status,
             })?;
+        live().insert(id.clone());
         Ok(Self { id })
     }
 
@@ -66,6 +94,8 @@ impl Lease {
     /// Deletes the lease; with `collect`, containerd garbage-collects before answering (after a
     /// failure, so that what the lease held is gone when the caller returns).
     pub async fn delete_with(self, cd: &Containerd, collect: bool) -> Result<(), LeaseError> {
+        // Nobody holds it from here on: if containerd cannot delete it now, the sweeper does.
+        live().remove(&self.id);
         match cd
             .leases()
             .delete(DeleteLeaseRequest {
@@ -101,6 +131,22 @@ fn format_expiry(since_epoch: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_is_abandoned_when_its_maker_is_gone_or_no_longer_holds_it() {
+        let me = std::process::id();
+        let held = format!("ferrolet-pull-1-{me}");
+        live().insert(held.clone());
+        assert!(!is_abandoned(&held));
+        assert!(is_abandoned(&format!("ferrolet-pull-2-{me}")));
+        // pid_max is at most 2^22: no process has this pid.
+        assert!(is_abandoned("ferrolet-container-3-4294967295"));
+        // A live process (pid 1) may still hold it; leases of others are never ours.
+        assert!(!is_abandoned("ferrolet-import-4-1"));
+        assert!(!is_abandoned("k8s.io-lease-5"));
+        assert!(!is_abandoned("ferrolet-no-pid"));
+        live().remove(&held);
+    }
 
     #[test]
     fn expiry_is_rfc3339_in_whole_seconds() {

@@ -31,6 +31,7 @@
 //! - [`registry`]: the registry v2 client: hosts and mirrors, auth, manifests, blobs.
 //!
 //! Foundations:
+//! - [`completion`]: calls that run to their end whatever their client does.
 //! - [`task`]: containerd plumbing: snapshots, container records, tasks.
 //! - [`content`]: verified blob writes into containerd's content store.
 //! - [`lease`]: containerd leases that expire by themselves.
@@ -41,6 +42,7 @@
 
 pub mod archive;
 pub mod cli;
+pub mod completion;
 pub mod config;
 pub mod container;
 pub mod content;

@@ -25,6 +25,10 @@ pub const SANDBOX_ID_LABEL: &str = "io.cri-containerd.sandbox-id";
 pub const METADATA_EXTENSION: &str = "io.ferrolet.cri.metadata";
 /// Type URL of that extension.
 pub const METADATA_TYPE_URL: &str = "ferrolet.dev/cri/Metadata";
+/// Label on the writable snapshots we prepare (their keys are container and sandbox ids).
+pub const SNAPSHOT_OWNER_LABEL: &str = "io.ferrolet.cri.owner";
+/// [`SNAPSHOT_OWNER_LABEL`]'s value.
+pub const SNAPSHOT_OWNER: &str = "ferrolet-cri";
 
 /// A record that could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -270,6 +274,26 @@ impl<T: Named> Index<T> {
     pub fn list(&self) -> Vec<Arc<T>> {
         let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
         entries.values().cloned().collect()
+    }
+
+    /// Every id that is indexed or holds a name reservation: the objects a call is making
+    /// (reserved before anything is made) or that exist. What is not among them is nobody's.
+    pub fn ids_in_use(&self) -> std::collections::HashSet<String> {
+        let mut ids: std::collections::HashSet<String> = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        ids.extend(
+            self.names
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned(),
+        );
+        ids
     }
 
     /// How many entries there are.

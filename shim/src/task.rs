@@ -104,7 +104,11 @@ pub async fn prepare_snapshot(
                 snapshotter: snapshotter.to_string(),
                 key: key.to_string(),
                 parent: parent.to_string(),
-                labels: HashMap::new(),
+                // Marks it ours, so the sweeper may remove it once nothing owns it.
+                labels: HashMap::from([(
+                    crate::store::SNAPSHOT_OWNER_LABEL.to_string(),
+                    crate::store::SNAPSHOT_OWNER.to_string(),
+                )]),
             })
             .await
             .map_err(TaskError::containerd(format!("preparing snapshot {key}")))
@@ -131,7 +135,8 @@ async fn drop_lease(cd: &Containerd, lease: Lease) {
 }
 
 impl PreparedSnapshot {
-    /// Creates the container record that owns the snapshot; on failure the snapshot goes.
+    /// Creates the container record that owns the snapshot; on failure the snapshot goes
+    /// (or, if containerd cannot remove it now, the sweeper does: its key is the id).
     pub async fn commit(self, cd: &Containerd, record: Container) -> Result<Vec<Mount>> {
         let id = record.id.clone();
         let created = cd
@@ -141,7 +146,9 @@ impl PreparedSnapshot {
             })
             .await;
         if let Err(e) = created {
-            self.abandon(cd).await;
+            if let Err(gone) = self.abandon(cd).await {
+                tracing::warn!(id, error = %gone, "giving up a snapshot; the sweeper retries");
+            }
             return Err(TaskError::containerd(format!(
                 "creating containerd container {id}"
             ))(e));
@@ -152,10 +159,11 @@ impl PreparedSnapshot {
         Ok(self.mounts)
     }
 
-    /// Gives the snapshot up.
-    pub async fn abandon(self, cd: &Containerd) {
-        remove_snapshot(cd, &self.snapshotter, &self.key).await;
+    /// Gives the snapshot up; the lease goes whether or not the snapshot could.
+    pub async fn abandon(self, cd: &Containerd) -> Result<()> {
+        let removed = remove_snapshot(cd, &self.snapshotter, &self.key).await;
         drop_lease(cd, self.lease).await;
+        removed
     }
 }
 
@@ -201,8 +209,8 @@ pub async fn create_record(cd: &Containerd, mut record: Container) -> Result<()>
     Ok(())
 }
 
-/// Removes a snapshot; failures are logged (containerd's GC collects an orphan later).
-pub async fn remove_snapshot(cd: &Containerd, snapshotter: &str, key: &str) {
+/// Removes a snapshot; one that is gone already is fine.
+pub async fn remove_snapshot(cd: &Containerd, snapshotter: &str, key: &str) -> Result<()> {
     match cd
         .snapshots()
         .remove(RemoveSnapshotRequest {
@@ -211,9 +219,9 @@ pub async fn remove_snapshot(cd: &Containerd, snapshotter: &str, key: &str) {
         })
         .await
     {
-        Ok(_) => {}
-        Err(e) if e.code() == Code::NotFound => {}
-        Err(e) => tracing::warn!(snapshot = key, error = %e, "removing snapshot"),
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Code::NotFound => Ok(()),
+        Err(e) => Err(TaskError::containerd(format!("removing snapshot {key}"))(e)),
     }
 }
 

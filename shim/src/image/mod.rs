@@ -397,7 +397,15 @@ impl CriImageService for ImageService {
         let reference = image_ref(req.image.as_ref())?;
         tracing::Span::current().record("image", reference);
         let credentials = req.auth.map(pull::credentials);
-        let image_ref = self.pull(reference, credentials).await?;
+        // To its end whatever the client does (`crate::completion`): a pull cut short would
+        // hold its lease, and with it its blobs, until the lease expires.
+        let (this, reference) = (self.clone(), reference.to_string());
+        let image_ref = crate::completion::run(async move {
+            this.pull(&reference, credentials)
+                .await
+                .map_err(Status::from)
+        })
+        .await?;
         Ok(Response::new(cri::PullImageResponse { image_ref }))
     }
 
@@ -409,7 +417,9 @@ impl CriImageService for ImageService {
         let req = request.into_inner();
         let reference = image_ref(req.image.as_ref())?;
         tracing::Span::current().record("image", reference);
-        self.remove(reference).await?;
+        let (this, reference) = (self.clone(), reference.to_string());
+        crate::completion::run(async move { this.remove(&reference).await.map_err(Status::from) })
+            .await?;
         Ok(Response::new(cri::RemoveImageResponse {}))
     }
 

@@ -199,7 +199,7 @@ impl RuntimeInner {
         let spec = match built {
             Ok(spec) => spec,
             Err(e) => {
-                snapshot.abandon(&self.cd).await;
+                self.abandon_snapshot(id, snapshot).await;
                 return Err(e);
             }
         };
@@ -237,7 +237,7 @@ impl RuntimeInner {
         let spec_any = match oci::to_any(&spec) {
             Ok(a) => a,
             Err(e) => {
-                snapshot.abandon(&self.cd).await;
+                self.abandon_snapshot(id, snapshot).await;
                 return Err(e.into());
             }
         };
@@ -249,6 +249,16 @@ impl RuntimeInner {
             spec_any,
             store::metadata_any(&meta),
         );
+        // StopPodSandbox and RemovePodSandbox hold the sandbox's lock for their whole run: a
+        // container recorded while they run would be missed by them and outlive its pod.
+        let _op = sb.op.lock().await;
+        if sb.status().state != SandboxState::Ready {
+            self.abandon_snapshot(id, snapshot).await;
+            return Err(RuntimeError::precondition(format!(
+                "CreateContainer {name:?}: pod sandbox {} stopped meanwhile",
+                sb.meta.id
+            )));
+        }
         snapshot.commit(&self.cd, record).await?;
         // Nothing to write yet: the record's extension holds the metadata, and a container
         // recovered without a status file is "created", which is what it is.
@@ -256,6 +266,15 @@ impl RuntimeInner {
         self.containers.insert(container);
         self.emit(id, &sb.meta.id, ContainerEventType::ContainerCreatedEvent);
         Ok(())
+    }
+
+    /// Gives up the snapshot of a create that failed; if containerd cannot remove it now, the
+    /// sweeper does (the key is the container's id, which nothing else will own).
+    async fn abandon_snapshot(&self, id: &str, snapshot: task::PreparedSnapshot) {
+        if let Err(e) = snapshot.abandon(&self.cd).await {
+            tracing::warn!(id, error = %e, "giving up the snapshot of a failed create; the sweeper retries");
+            self.request_sweep();
+        }
     }
 
     /// Writes a container's status (and, with `meta`, its fixed part) under root.
@@ -288,6 +307,9 @@ impl RuntimeInner {
             )));
         }
         let sb = self.sandbox(&c.meta.sandbox_id)?;
+        // As in CreateContainer: a start must not slip past a stop of its sandbox that has
+        // already stopped the containers it saw.
+        let _sandbox_op = sb.op.lock().await;
         if sb.status().state != SandboxState::Ready {
             return Err(RuntimeError::precondition(format!(
                 "container {}: its pod sandbox {} is not ready",
@@ -506,10 +528,14 @@ impl RuntimeInner {
         Ok(cri::RemoveContainerResponse {})
     }
 
-    /// Removes a container and everything it has.
+    /// Removes a container and everything it has. A step that fails (containerd restarting)
+    /// fails the call and leaves the container listed, with its record under root, so the
+    /// client's retry (or the sweeper, after a restart) finishes the job.
     pub async fn remove_container_entry(&self, c: &Container) -> Result<()> {
         self.stop_container_now(c).await?;
-        self.destroy_container(c).await;
+        self.destroy_container(c)
+            .await
+            .map_err(|e| e.context(format_args!("removing container {}", c.meta.id)))?;
         *c.removed.lock().await = true;
         let (record_dir, _) = self.container_paths(&c.meta.id);
         store::remove_dir(&record_dir)
@@ -522,42 +548,33 @@ impl RuntimeInner {
         Ok(())
     }
 
-    /// Deletes a container's task, record, snapshot and FIFOs; each tolerates being gone.
-    async fn destroy_container(&self, c: &Container) {
+    /// Deletes a container's task, record, snapshot, FIFOs and state dir. Each step tolerates
+    /// what is gone already and every step runs; the result says whether all succeeded.
+    async fn destroy_container(&self, c: &Container) -> Result<()> {
         let id = c.meta.id.as_str();
         // containerd refuses to delete a record that still has a task. An exit we reaped left
         // none, and asking again would cost a containerd round trip per removal.
         if !c.task_reaped.load(Ordering::Relaxed) {
-            let delete =
-                task::delete_task(&self.cd, id).instrument(tracing::debug_span!("task_delete"));
-            if let Err(e) = delete.await {
-                tracing::warn!(id, error = %e, "deleting task");
-            }
+            task::delete_task(&self.cd, id)
+                .instrument(tracing::debug_span!("task_delete"))
+                .await?;
+            c.task_reaped.store(true, Ordering::Relaxed);
         }
         c.set_log_handle(None);
         c.set_stdin(None);
-        let record = async {
-            if let Err(e) = task::delete_record(&self.cd, id).await {
-                tracing::warn!(id, error = %e, "deleting containerd container");
-            }
-        }
-        .instrument(tracing::debug_span!("record_delete"));
+        let record = async { Ok(task::delete_record(&self.cd, id).await?) }
+            .instrument(tracing::debug_span!("record_delete"));
+        let snapshot =
+            async { Ok(task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await?) }
+                .instrument(tracing::debug_span!("snapshot_remove"));
         let files = async {
-            if let Err(e) = io::remove(&c.meta.fifos).await {
-                tracing::warn!(id, error = %e, "removing FIFOs");
-            }
+            io::remove(&c.meta.fifos).await?;
             let (_, state_dir) = self.container_paths(id);
-            if let Err(e) = store::remove_dir(&state_dir).await {
-                tracing::warn!(id, error = %e, "removing container state dir");
-            }
+            Ok(store::remove_dir(&state_dir).await?)
         }
         .instrument(tracing::debug_span!("files_remove"));
-        tokio::join!(
-            record,
-            task::remove_snapshot(&self.cd, &self.opts.snapshotter, id)
-                .instrument(tracing::debug_span!("snapshot_remove")),
-            files
-        );
+        let (record, snapshot, files) = tokio::join!(record, snapshot, files);
+        super::all_of([record, snapshot, files])
     }
 
     /// ExecSync.

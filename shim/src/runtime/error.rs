@@ -104,3 +104,39 @@ internal!(
 
 /// The result of a runtime call.
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// The outcome of steps that all ran (a teardown goes as far as it can): the first failure's
+/// code, with every failure's message, or success when none failed.
+pub fn all_of(steps: impl IntoIterator<Item = Result<()>>) -> Result<()> {
+    let failures: Vec<RuntimeError> = steps.into_iter().filter_map(Result::err).collect();
+    let Some(first) = failures.first() else {
+        return Ok(());
+    };
+    let message = failures
+        .iter()
+        .map(|e| e.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(RuntimeError::new(first.code, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_of_keeps_the_first_code_and_every_message() {
+        assert!(all_of([Ok(()), Ok(())]).is_ok());
+        let e = all_of([
+            Ok(()),
+            Err(RuntimeError::new(
+                Code::Unavailable,
+                "deleting task t: closed",
+            )),
+            Err(RuntimeError::internal("removing /x: busy")),
+        ])
+        .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+        assert_eq!(e.to_string(), "deleting task t: closed; removing /x: busy");
+    }
+}

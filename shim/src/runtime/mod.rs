@@ -4,7 +4,8 @@
 //! [`container_lifecycle`] (Create/Start/Stop/RemoveContainer, ExecSync, ...),
 //! [`container_status`], Exec/Attach/PortForward (URLs on the streaming server) in
 //! [`streaming`]; the task-exit follower in [`events`], start-up recovery in
-//! [`recover`], stats in [`stats`], Status and runtime config in [`node`]. The objects
+//! [`recover`], what nobody owns any more in [`sweep`], stats in [`stats`], Status and
+//! runtime config in [`node`]. The objects
 //! themselves ([`crate::sandbox`], [`crate::container`]) sit below and know nothing of this.
 
 pub mod container_lifecycle;
@@ -17,6 +18,7 @@ pub mod sandbox_lifecycle;
 pub mod sandbox_status;
 pub mod stats;
 pub mod streaming;
+pub mod sweep;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -35,7 +37,7 @@ use crate::sandbox::Sandbox;
 use crate::sandbox::network::PodNetwork;
 use crate::store::Index;
 
-pub use error::{Result, RuntimeError};
+pub use error::{Result, RuntimeError, all_of};
 
 /// Runtime name reported by `Version`.
 pub const RUNTIME_NAME: &str = "ferrolet";
@@ -108,6 +110,8 @@ pub struct RuntimeInner {
     pub min_oom_score_adj: i32,
     /// The streaming server's URLs (Exec, Attach, PortForward).
     pub streams: crate::streaming::Urls,
+    /// Wakes the sweeper ([`sweep`]) early.
+    pub sweep_wanted: tokio::sync::Notify,
 }
 
 /// The RuntimeService: cheap to clone.
@@ -147,10 +151,16 @@ impl Runtime {
             cpu: crate::stats::CpuRates::default(),
             min_oom_score_adj: crate::oci::own_oom_score_adj(),
             streams: stream_server.urls(),
+            sweep_wanted: tokio::sync::Notify::new(),
         });
         // Subscribe before reading state, so no exit falls between the two.
         let exits = events::subscribe(&inner).await?;
         recover::recover(&inner).await?;
+        // Its first sweep removes what a crash left half-made.
+        tokio::spawn(sweep::run(
+            inner.clone(),
+            std::time::Duration::from_secs(config.sweep_interval_secs),
+        ));
         tokio::spawn(events::follow(inner.clone(), exits));
         tokio::spawn(stream_server.serve(inner.clone()));
         Ok(Self { inner })
@@ -168,16 +178,16 @@ fn unimplemented(method: &str) -> Status {
     ))
 }
 
-/// Runs a call on the shared state and turns its error into a status.
+/// Runs a call on the shared state to its end, whatever the client does
+/// ([`crate::completion`]), and turns its error into a status.
 macro_rules! call {
-    ($self:ident . $method:ident ( $req:ident )) => {
-        $self
-            .inner
-            .$method($req.into_inner())
+    ($self:ident . $method:ident ( $req:ident )) => {{
+        let inner = $self.inner.clone();
+        let req = $req.into_inner();
+        crate::completion::run(async move { inner.$method(req).await.map_err(Status::from) })
             .await
             .map(Response::new)
-            .map_err(Status::from)
-    };
+    }};
 }
 
 pub(crate) type EventStream =

@@ -1,9 +1,8 @@
 //! Start-up recovery: every sandbox and container containerd still has is indexed again with
 //! its id, state, addresses and log path; exits that happened while we were down are recorded
-//! with their real status; running containers' logs resume into the same files; and whatever
-//! a crash left half-made is removed.
+//! with their real status; and running containers' logs resume into the same files. What a
+//! crash left half-made is not indexed, so the sweeper (which runs next) removes it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use ferrolet_proto::containerd::services::v1::{Container as Record, ListContainersRequest};
@@ -27,25 +26,36 @@ pub async fn recover(inner: &RuntimeInner) -> Result<()> {
         .into_inner()
         .containers;
     let kind = |r: &Record| r.labels.get(KIND_LABEL).cloned().unwrap_or_default();
-    let mut known = HashSet::new();
     for r in records.iter().filter(|r| kind(r) == KIND_SANDBOX) {
-        known.insert(r.id.clone());
         if let Err(e) = recover_sandbox(inner, r).await {
-            tracing::warn!(id = %r.id, error = %e, "recovering a pod sandbox");
+            skip_or_fail(&r.id, "pod sandbox", e)?;
         }
     }
     for r in records.iter().filter(|r| kind(r) == KIND_CONTAINER) {
-        known.insert(r.id.clone());
         if let Err(e) = recover_container(inner, r).await {
-            tracing::warn!(id = %r.id, error = %e, "recovering a container");
+            skip_or_fail(&r.id, "container", e)?;
         }
     }
-    remove_half_made(inner, &known).await;
     tracing::info!(
         sandboxes = inner.sandboxes.len(),
         containers = inner.containers.len(),
         "recovered runtime state"
     );
+    Ok(())
+}
+
+/// A record that cannot be recovered is skipped (and, being nobody's, swept) when the record
+/// itself is unusable; when containerd could not be asked, start-up fails instead, so that a
+/// live sandbox is never mistaken for a leftover.
+fn skip_or_fail(id: &str, what: &str, e: RuntimeError) -> Result<()> {
+    use tonic::Code;
+    if matches!(
+        e.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+    ) {
+        return Err(e.context(format_args!("recovering {what} {id}")));
+    }
+    tracing::warn!(id, error = %e, "cannot recover this {what}; the sweeper removes it");
     Ok(())
 }
 
@@ -61,9 +71,10 @@ fn extension<T: serde::de::DeserializeOwned>(r: &Record) -> Result<T> {
 
 async fn recover_sandbox(inner: &RuntimeInner, r: &Record) -> Result<()> {
     let path = record_path(&inner.opts.root, &r.id);
-    let record = match store::read_record::<SandboxRecord>(&path).await? {
-        Some(rec) => rec,
-        None => SandboxRecord {
+    // An unreadable record under root falls back to the one on containerd's record.
+    let record = match store::read_record::<SandboxRecord>(&path).await {
+        Ok(Some(rec)) => rec,
+        Ok(None) | Err(_) => SandboxRecord {
             meta: extension(r)?,
             status: Default::default(),
         },
@@ -120,13 +131,23 @@ async fn index_sandbox(
 
 async fn recover_container(inner: &RuntimeInner, r: &Record) -> Result<()> {
     let dir = crate::container::record_dir(&inner.opts.root, &r.id);
-    let meta: ContainerMeta = match store::read_record(&dir.join("container.json")).await? {
-        Some(m) => m,
-        None => extension(r)?,
+    let meta: ContainerMeta = match store::read_record(&dir.join("container.json")).await {
+        Ok(Some(m)) => m,
+        Ok(None) | Err(_) => extension(r)?,
     };
-    let status: ContainerStatus = store::read_record(&dir.join("status.json"))
-        .await?
-        .unwrap_or_default();
+    let status: ContainerStatus = match store::read_record(&dir.join("status.json")).await {
+        // None: it never started (its status is first written at the start).
+        Ok(status) => status.unwrap_or_default(),
+        // Unreadable: as if running, so its task decides (a live one keeps running, an exit
+        // is recorded); never as created, which would kill it.
+        Err(e) => {
+            tracing::warn!(id = %r.id, error = %e, "unreadable container status; asking its task");
+            ContainerStatus {
+                state: ContainerState::Running,
+                ..Default::default()
+            }
+        }
+    };
     let state = status.state;
     let c = Arc::new(Container::new(meta, status));
     let _ = inner.containers.reserve(&c.meta.name, &c.meta.id);
@@ -160,38 +181,4 @@ async fn resume_logs(c: &Container) -> Result<()> {
     let handle = log::start(opened, c.meta.log_path.clone(), c.meta.id.clone())?;
     c.set_log_handle(Some(handle));
     Ok(())
-}
-
-/// Sandboxes and containers recorded on disk that containerd does not have: a crash came
-/// between recording and creating them (or after removing them). Their network, netns and
-/// files go.
-async fn remove_half_made(inner: &RuntimeInner, known: &HashSet<String>) {
-    for (kind, dir) in [
-        (KIND_SANDBOX, inner.opts.root.join("sandboxes")),
-        (KIND_CONTAINER, inner.opts.root.join("containers")),
-    ] {
-        let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
-            continue;
-        };
-        while let Ok(Some(entry)) = entries.next_entry().await {
-            let id = entry.file_name().to_string_lossy().into_owned();
-            if known.contains(&id) {
-                continue;
-            }
-            tracing::info!(id, kind, "removing what a crash left half-made");
-            if kind == KIND_SANDBOX {
-                if let Ok(Some(rec)) =
-                    store::read_record::<SandboxRecord>(&record_path(&inner.opts.root, &id)).await
-                {
-                    inner.destroy_sandbox(&rec.meta, true).await;
-                    continue;
-                }
-            } else {
-                let state_dir = inner.opts.state.join("containers").join(&id);
-                let _ = store::remove_dir(&state_dir).await;
-                task::remove_snapshot(&inner.cd, &inner.opts.snapshotter, &id).await;
-            }
-            let _ = store::remove_dir(&entry.path()).await;
-        }
-    }
 }

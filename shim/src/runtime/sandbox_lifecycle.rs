@@ -190,7 +190,12 @@ impl RuntimeInner {
             }
             Err(e) => {
                 let network_up = meta.netns.is_some();
-                self.destroy_sandbox(&meta, network_up).await;
+                if let Err(cleanup) = self.destroy_sandbox(&meta, network_up).await {
+                    // The call fails anyway; its record stays under root, and the sweeper
+                    // finishes the teardown from it once the sandbox's name is free.
+                    tracing::warn!(id, error = %cleanup, "rolling a failed sandbox back; the sweeper retries");
+                    self.request_sweep();
+                }
                 Err(e)
             }
         }
@@ -336,56 +341,55 @@ impl RuntimeInner {
         Ok(())
     }
 
-    /// Removes everything a sandbox may have: task, record, snapshot, network, netns, files.
-    /// Each step tolerates what is already gone; failures are logged and the rest goes on.
-    pub(crate) async fn destroy_sandbox(&self, meta: &SandboxMeta, network_up: bool) {
+    /// Removes everything a sandbox may have: pause task, containerd record and snapshot,
+    /// network, netns, pinned namespaces, files, and last its directories, whose record is
+    /// what a retry (the client's, or the sweeper's) starts from. Each step tolerates what is
+    /// already gone and every step runs; the result says whether all succeeded, and on a
+    /// failure the directories stay.
+    pub(crate) async fn destroy_sandbox(&self, meta: &SandboxMeta, network_up: bool) -> Result<()> {
         let id = meta.id.as_str();
-        // containerd refuses to delete a record that still has a task.
-        if let Err(e) = self.stop_pause(id).await {
-            tracing::warn!(id, error = %e, "stopping pause task");
-        }
-        let record = async {
-            if let Err(e) = task::delete_record(&self.cd, id).await {
-                tracing::warn!(id, error = %e, "deleting sandbox container");
-            }
+        let containerd = async {
+            // containerd refuses to delete a record that still has a task.
+            self.kill_and_delete_task(id).await?;
+            let (record, snapshot) = tokio::join!(
+                task::delete_record(&self.cd, id),
+                task::remove_snapshot(&self.cd, &self.opts.snapshotter, id)
+            );
+            super::all_of([
+                record.map_err(RuntimeError::from),
+                snapshot.map_err(RuntimeError::from),
+            ])
         };
         let network = async {
             let Some(ns) = &meta.netns else {
-                return;
+                return Ok(());
             };
-            if network_up && let Err(e) = self.network.teardown(id, ns, &meta.config).await {
-                tracing::warn!(id, error = %e, "tearing the pod network down");
+            if network_up {
+                self.network.teardown(id, ns, &meta.config).await?;
             }
-            if let Err(e) = self.network.remove_netns(id, ns).await {
-                tracing::warn!(id, error = %e, "removing the netns");
-            }
+            Ok(self.network.remove_netns(id, ns).await?)
         };
         let files = async {
-            if let Some(pinned) = &meta.pinned
-                && let Err(e) = pinned.remove().await
-            {
-                tracing::warn!(id, error = %e, "unpinning the pod's namespaces");
+            if let Some(pinned) = &meta.pinned {
+                pinned
+                    .remove()
+                    .await
+                    .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
             }
-            if let Err(e) = files::remove(&meta.files).await {
-                tracing::warn!(id, error = %e, "removing sandbox files");
-            }
-            for base in [&self.opts.root, &self.opts.state] {
-                let dir = base.join("sandboxes").join(id);
-                if let Err(e) = store::remove_dir(&dir).await {
-                    tracing::warn!(id, error = %e, "removing sandbox dir");
-                }
-            }
+            Ok(files::remove(&meta.files).await?)
         };
-        tokio::join!(
-            record,
-            task::remove_snapshot(&self.cd, &self.opts.snapshotter, id),
-            network,
-            files
-        );
+        let (containerd, network, files) = tokio::join!(containerd, network, files);
+        super::all_of([containerd, network, files])
+            .map_err(|e| e.context(format_args!("tearing pod sandbox {id} down")))?;
+        for base in [&self.opts.state, &self.opts.root] {
+            store::remove_dir(&base.join("sandboxes").join(id)).await?;
+        }
+        Ok(())
     }
 
-    /// Kills the pause process and deletes its task; no task is fine.
-    async fn stop_pause(&self, id: &str) -> Result<()> {
+    /// Kills a task (the pause process, or what the sweeper finds) and deletes it; no task
+    /// is fine.
+    pub(crate) async fn kill_and_delete_task(&self, id: &str) -> Result<()> {
         if task::task_state(&self.cd, id).await?.is_none() {
             return Ok(());
         }
@@ -455,7 +459,7 @@ impl RuntimeInner {
             }
             Ok::<_, RuntimeError>(())
         };
-        let (network, pause) = tokio::join!(network, self.stop_pause(id));
+        let (network, pause) = tokio::join!(network, self.kill_and_delete_task(id));
         network?;
         pause?;
         if let Some(pinned) = &sb.meta.pinned {
@@ -504,7 +508,9 @@ impl RuntimeInner {
         futures::future::try_join_all(containers.iter().map(|c| self.remove_container_entry(c)))
             .await?;
         sb.mark_removed().await;
-        self.destroy_sandbox(&sb.meta, false).await;
+        // A step that fails (containerd restarting) fails the call and the sandbox stays
+        // listed, so the client's retry finishes the job.
+        self.destroy_sandbox(&sb.meta, false).await?;
         self.sandboxes.remove(id);
         self.sandboxes.release(&sb.meta.name, id);
         self.cpu.forget(id);

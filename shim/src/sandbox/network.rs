@@ -237,6 +237,69 @@ impl PodNetwork {
             })
     }
 
+    /// Runs CNI DEL for a sandbox of which nothing but its CNI attachment (the result
+    /// cache's entry) is left: the cache supplies what the ADD was given.
+    pub async fn teardown_orphan(&self, id: &str, netns_path: &Path) -> Result<(), NetworkError> {
+        let net = self.config().await?;
+        let rt = RuntimeConf::new(id, netns_path.display().to_string(), POD_IFNAME);
+        self.cni
+            .del(&net, &rt)
+            .await
+            .map_err(|source| NetworkError::Cni {
+                op: "DEL",
+                id: id.to_string(),
+                network: net.name.clone(),
+                source: Box::new(source),
+            })
+    }
+
+    /// The network namespace files we pinned (others in a shared dir are not ours).
+    pub async fn own_netns(&self) -> Result<Vec<PathBuf>, NetworkError> {
+        let dir = self.netns_dir.clone();
+        let names = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<PathBuf>> {
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            };
+            Ok(rd
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(NETNS_PREFIX))
+                .map(|e| e.path())
+                .collect())
+        })
+        .await
+        .map_err(|e| NetworkError::Invalid(format!("listing network namespaces: {e}")))?;
+        names.map_err(|e| {
+            NetworkError::Invalid(format!("listing {}: {e}", self.netns_dir.display()))
+        })
+    }
+
+    /// Sandbox ids with a CNI attachment on the pod network inside one of our network
+    /// namespaces (the result cache's entries; none without a network config).
+    pub async fn attachments(&self) -> Result<Vec<String>, NetworkError> {
+        let Ok(net) = self.config().await else {
+            return Ok(Vec::new());
+        };
+        let entries = self
+            .cni
+            .cache()
+            .list(&net.name)
+            .await
+            .map_err(|e| NetworkError::Invalid(format!("reading the CNI result cache: {e}")))?;
+        Ok(entries
+            .into_iter()
+            .filter(|a| {
+                let path = Path::new(&a.netns);
+                path.parent() == Some(self.netns_dir.as_path())
+                    && path
+                        .file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(NETNS_PREFIX))
+            })
+            .map(|a| a.container_id)
+            .collect())
+    }
+
     fn runtime_conf(
         &self,
         id: &str,
@@ -303,8 +366,11 @@ fn set_up(name: &str) -> std::io::Result<()> {
     Ok(())
 }
 
+/// What every network namespace file we pin is named with.
+const NETNS_PREFIX: &str = "cri-";
+
 fn netns_name(id: &str) -> String {
-    format!("cri-{}", &id[..id.len().min(32)])
+    format!("{NETNS_PREFIX}{}", &id[..id.len().min(32)])
 }
 
 /// CRI port mappings in the `portMappings` capability's shape; mappings without a host port
