@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet bench-api bench-stream
+.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet bench-api bench-stream soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -68,6 +68,17 @@ bench-kubelet: env
 bench-api: env
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
 	@scripts/bench-api.sh
+
+## soak: the chaos soak (issue #33): pod churn on a cluster node while seeded faults hit every
+# daemon, invariants checked all along, nothing left at the end; the report's last line is
+# `soak: <n> lifecycles, <m> faults, <v> violations, <l> leaked`. SOAK_CYCLES sets the length,
+# SOAK_SEED the draw (the same seed replays the same run). Debug builds (what CI tests). Not
+# part of `make test`; tests/soak.rs runs a short one there.
+SOAK_CYCLES ?= 1000
+SOAK_SEED ?= 1
+soak: env
+	$(CARGO) build --workspace --bins
+	target/debug/ferrolet-soak --cycles $(SOAK_CYCLES) --seed $(SOAK_SEED) --report target/soak-report.txt
 
 ## bench-stream: exec round trip (`true`, p50/p99) and port-forward throughput (MB/s, 1 and 4
 # connections), SPDY and WebSocket, ferrolet-cri against containerd's own CRI, directly and

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
@@ -12,32 +12,42 @@ use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::{ImageSpec, ImageStatusRequest, PullImageRequest};
 use tonic::transport::Channel;
 
-/// Blocks SIGINT/SIGTERM/SIGHUP in every thread (threads started later inherit the mask) and
-/// waits for them on a thread of its own: the first sets the returned flag so the run stops
-/// and cleans up (`cleanup` says what it removes), a second exits at once.
-pub fn install_signal_thread(cleanup: &'static str) -> Result<Arc<AtomicBool>> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(sig);
+/// Signals seen by [`install_signal_thread`]'s handler.
+static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only async-signal-safe work here: an atomic add, and _exit on the second signal.
+    if SIGNALS.fetch_add(1, Ordering::SeqCst) >= 1 {
+        // SAFETY: _exit is async-signal-safe and ends the process without unwinding.
+        unsafe { libc::_exit(130) };
     }
-    set.thread_block().context("blocking signals")?;
+}
+
+/// Handles SIGINT/SIGTERM/SIGHUP: the first sets the returned flag so the run stops and
+/// cleans up (`cleanup` says what it removes, printed by a watcher thread), a second exits at
+/// once. A handler, not a blocked mask waited on: children inherit a blocked mask across exec
+/// (the daemons a run starts would then never see their SIGTERM), while handlers are reset.
+pub fn install_signal_thread(cleanup: &'static str) -> Result<Arc<AtomicBool>> {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: the handler only touches an atomic and calls _exit.
+        unsafe { sigaction(sig, &action) }.with_context(|| format!("handling {sig}"))?;
+    }
     let cancel = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&cancel);
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
-            let mut seen = false;
-            loop {
-                let Ok(sig) = set.wait() else { continue };
-                if seen {
-                    eprintln!("{sig}: second signal, exiting without cleaning up");
-                    std::process::exit(130);
-                }
-                seen = true;
-                eprintln!("{sig}: stopping; {cleanup} (again to abort)");
-                flag.store(true, Ordering::SeqCst);
+            while SIGNALS.load(Ordering::SeqCst) == 0 {
+                std::thread::sleep(Duration::from_millis(100));
             }
+            eprintln!("signal: stopping; {cleanup} (again to abort)");
+            flag.store(true, Ordering::SeqCst);
         })
         .context("starting the signal thread")?;
     Ok(cancel)

@@ -367,7 +367,7 @@ fn import_pause_image(dir: &Path, socket: PathBuf) {
         netns = q(import.join("netns")),
         cache = q(import.join("cni-cache")),
     );
-    let mut cri = CriServer::start(&import, &config);
+    let cri = CriServer::start(&import, &config);
     // Its exit status does not matter: whether containerd's CRI then lists the image does
     // (ContainerdCriNode::wait_cri_ready).
     if !cri.terminate() {

@@ -32,9 +32,10 @@ use ferrolet_proto::containerd::services::v1::{
 };
 use ferrolet_proto::cri::{ImageSpec, ListImagesRequest, RemoveImageRequest};
 
-/// A running `ferrolet-cri`, killed on drop.
+/// A running `ferrolet-cri`, killed on drop. Its calls take `&self`, so a fault injector can
+/// kill and restart it while other tasks use the node.
 pub struct CriServer {
-    child: Option<Child>,
+    child: Mutex<Option<Child>>,
     socket: PathBuf,
     log: PathBuf,
     args: Vec<String>,
@@ -53,8 +54,8 @@ impl CriServer {
             "--listen".to_string(),
             format!("unix://{}", socket.display()),
         ];
-        let mut server = Self {
-            child: None,
+        let server = Self {
+            child: Mutex::new(None),
             socket,
             log: dir.join("ferrolet-cri.log"),
             args,
@@ -63,42 +64,68 @@ impl CriServer {
         server
     }
 
-    fn spawn(&mut self) {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn spawn(&self) {
+        if let Err(e) = self.try_spawn(Duration::from_secs(60)) {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts it and waits up to `limit` for its socket to answer; says why it did not
+    /// (it exited: containerd may be down) instead of panicking.
+    pub fn try_spawn(&self, limit: Duration) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .unwrap_or_else(|e| panic!("opening {}: {e}", self.log.display()));
-        let err = log.try_clone().unwrap_or_else(|e| panic!("{e}"));
+            .map_err(|e| format!("opening {}: {e}", self.log.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new(workspace_binary("ferrolet-cri"))
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawning ferrolet-cri: {e}"));
+            .map_err(|e| format!("spawning ferrolet-cri: {e}"))?;
         leak::register_daemon(child.id());
-        self.child = Some(child);
-        self.wait_ready(Duration::from_secs(60));
+        *self.slot() = Some(child);
+        self.wait_ready(limit)
     }
 
-    fn wait_ready(&mut self, limit: Duration) {
+    fn wait_ready(&self, limit: Duration) -> Result<(), String> {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
-                return;
+                return Ok(());
             }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!("ferrolet-cri exited with {status}:\n{}", self.log_text());
+            let exited = self
+                .slot()
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.slot().take();
+                return Err(format!(
+                    "ferrolet-cri exited with {status}:\n{}",
+                    crate::pods::log_tail(&self.log_text(), 40)
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
+        Err(format!(
             "ferrolet-cri did not listen within {limit:?}:\n{}",
-            self.log_text()
-        );
+            crate::pods::log_tail(&self.log_text(), 40)
+        ))
+    }
+
+    /// How it exited, if it did by itself (a crash: nothing here killed it).
+    pub fn exited(&self) -> Option<std::process::ExitStatus> {
+        let mut slot = self.slot();
+        let status = slot.as_mut()?.try_wait().ok().flatten()?;
+        slot.take();
+        Some(status)
     }
 
     /// Everything it has logged so far.
@@ -111,14 +138,14 @@ impl CriServer {
         format!("unix://{}", self.socket.display())
     }
 
-    /// Its pid.
+    /// Its pid (0 while it is not running).
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(Child::id).unwrap_or_default()
+        self.slot().as_ref().map(Child::id).unwrap_or_default()
     }
 
     /// Stops it with SIGTERM and waits; returns whether it exited 0.
-    pub fn terminate(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
+    pub fn terminate(&self) -> bool {
+        let Some(mut child) = self.slot().take() else {
             return true;
         };
         let pid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -140,8 +167,8 @@ impl CriServer {
     }
 
     /// Kills it with SIGKILL (a crash) and reaps it, without starting it again.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+    pub fn kill(&self) {
+        if let Some(mut child) = self.slot().take() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -149,17 +176,14 @@ impl CriServer {
 
     /// Starts it again with the same arguments after [`CriServer::kill`] or
     /// [`CriServer::terminate`], and waits until the socket answers.
-    pub fn respawn(&mut self) {
+    pub fn respawn(&self) {
         self.kill();
         self.spawn();
     }
 
     /// Kills it with SIGKILL (a crash) and starts it again with the same arguments.
-    pub fn restart_after_kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+    pub fn restart_after_kill(&self) {
+        self.kill();
         self.spawn();
     }
 
@@ -192,10 +216,7 @@ impl CriServer {
 
 impl Drop for CriServer {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.kill();
     }
 }
 

@@ -62,6 +62,9 @@ pub struct KubeletOptions {
     pub extra_config: String,
     /// Extra ferrolet flags, after the harness's own (e.g. the hidden GC periods).
     pub extra_args: Vec<String>,
+    /// A size (`64m`): ferrolet's root dir is a tmpfs of that size, a small filesystem a test
+    /// can fill (the disk-full fault); `None`: a plain dir on the scratch disk.
+    pub root_size: Option<String>,
 }
 
 /// The CRI runtime under a [`KubeletNode`]: ferrolet-cri ([`CriNode`], the default) or
@@ -157,6 +160,8 @@ pub struct KubeletNode<N: RuntimeNode = CriNode> {
     secure: SocketAddr,
     uids: Mutex<BTreeSet<String>>,
     cgroup: CgroupTree,
+    /// The root dir is a tmpfs of the node's own (not a pod's mount).
+    root_mounted: bool,
 }
 
 impl KubeletNode<CriNode> {
@@ -175,14 +180,21 @@ impl KubeletNode<CriNode> {
     /// A node on ferrolet-cri with `opts`; returns once ferrolet's healthz answers.
     pub async fn start_with(name: &str, opts: KubeletOptions) -> Self {
         let node = CriNode::start_with(name, opts.cri).await;
-        Self::start_on_with_args(name, node, &opts.extra_config, &opts.extra_args).await
+        Self::start_on_with_root(
+            name,
+            node,
+            &opts.extra_config,
+            &opts.extra_args,
+            opts.root_size.as_deref(),
+        )
+        .await
     }
 
     /// Kills ferrolet-cri with SIGKILL and starts it again with the same config (ferrolet
     /// keeps running). Blocks a runtime worker while ferrolet-cri starts, so the test must
     /// run on the multi-thread runtime.
-    pub fn restart_cri(&mut self) {
-        let cri = &mut self.node.cri;
+    pub fn restart_cri(&self) {
+        let cri = &self.node.cri;
         tokio::task::block_in_place(|| cri.restart_after_kill());
     }
 }
@@ -216,12 +228,35 @@ impl<N: RuntimeNode> KubeletNode<N> {
         extra_config: &str,
         extra_args: &[String],
     ) -> Self {
+        Self::start_on_with_root(name, node, extra_config, extra_args, None).await
+    }
+
+    /// [`KubeletNode::start_on_with_args`] with the root dir on a tmpfs of `root_size`.
+    async fn start_on_with_root(
+        name: &str,
+        node: N,
+        extra_config: &str,
+        extra_args: &[String],
+        root_size: Option<&str>,
+    ) -> Self {
         let scratch = Scratch::new(&format!("kubelet-{name}"));
         let dir = scratch.path().to_path_buf();
         for sub in ["manifests", "root", "logs", "host"] {
             let path = dir.join(sub);
             std::fs::create_dir_all(&path)
                 .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        }
+        // Unmounted with the scratch dir.
+        if let Some(size) = root_size {
+            let root = dir.join("root");
+            nix::mount::mount(
+                Some("ferrolet-root"),
+                &root,
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some(format!("size={size},mode=0755").as_str()),
+            )
+            .unwrap_or_else(|e| panic!("mounting a tmpfs at {}: {e}", root.display()));
         }
         let node_name = node_name_for(name);
         let cgroup_root = format!("/ferrolet-it/kubelet-{name}-{}", std::process::id());
@@ -258,8 +293,8 @@ impl<N: RuntimeNode> KubeletNode<N> {
             "4".to_string(),
         ];
         args.extend(extra_args.iter().cloned());
-        let mut kubelet = Ferrolet {
-            child: None,
+        let kubelet = Ferrolet {
+            child: Mutex::new(None),
             args,
             log: dir.join("ferrolet.log"),
             healthz,
@@ -276,6 +311,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
             healthz,
             secure,
             uids: Mutex::new(BTreeSet::new()),
+            root_mounted: root_size.is_some(),
         }
     }
 
@@ -350,11 +386,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
 
     /// ferrolet's pid (0 while it is not running).
     pub fn kubelet_pid(&self) -> u32 {
-        self.kubelet
-            .child
-            .as_ref()
-            .map(Child::id)
-            .unwrap_or_default()
+        self.kubelet.pid()
     }
 
     /// GETs `path_and_query` from the read-only API.
@@ -572,21 +604,33 @@ impl<N: RuntimeNode> KubeletNode<N> {
         (sandboxes, containers)
     }
 
+    /// How ferrolet exited, if it did by itself (nothing here killed it).
+    pub fn kubelet_exited(&self) -> Option<std::process::ExitStatus> {
+        self.kubelet.exited()
+    }
+
     /// Kills ferrolet with SIGKILL (a crash) and reaps it; the pods keep running.
-    pub fn kill_kubelet(&mut self) {
+    pub fn kill_kubelet(&self) {
         self.kubelet.kill();
     }
 
     /// Stops ferrolet with SIGTERM; whether it exited 0 within a generous limit.
-    pub async fn stop_kubelet(&mut self) -> bool {
+    pub async fn stop_kubelet(&self) -> bool {
         self.kubelet.terminate().await
     }
 
     /// Starts ferrolet again with the same flags (after killing it if it still runs), and
     /// waits until its healthz answers.
-    pub async fn restart_kubelet(&mut self) {
+    pub async fn restart_kubelet(&self) {
         self.kubelet.kill();
         self.kubelet.spawn().await;
+    }
+
+    /// [`KubeletNode::restart_kubelet`] as a supervisor does it: says why ferrolet did not
+    /// come up (it exited, or its healthz never answered) instead of panicking.
+    pub async fn try_restart_kubelet(&self) -> Result<(), String> {
+        self.kubelet.kill();
+        self.kubelet.try_spawn().await
     }
 
     /// Stops the node and checks that nothing is left: removes every manifest, waits until
@@ -594,7 +638,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
     /// pod left under the root or pod-logs dirs, no mount under the scratch dir and no
     /// process in the pods' cgroups; then stops ferrolet (it must exit 0 on SIGTERM) and
     /// tears the CRI node down with its leak checks.
-    pub async fn teardown(mut self) {
+    pub async fn teardown(self) {
         if let Ok(rd) = std::fs::read_dir(self.manifest_dir()) {
             for entry in rd.flatten() {
                 let path = entry.path();
@@ -697,19 +741,40 @@ impl<N: RuntimeNode> KubeletNode<N> {
         leaks
     }
 
+    /// What ferrolet left of its pods: mounts under the scratch dir (emptyDir tmpfs, volume
+    /// mounts; not the node's own root tmpfs), processes in the pods' cgroups, files of pods
+    /// seen during the test under the root dir, and pod log dirs.
+    pub async fn kubelet_leaks(&self) -> Vec<String> {
+        let root = self.root_dir();
+        let mut leaks: Vec<String> = LeakChecker::new()
+            .mounts_under(self.scratch.path())
+            .check()
+            .await
+            .iter()
+            .filter(|l| !(self.root_mounted && **l == leak::Leak::Mount(root.clone())))
+            .map(ToString::to_string)
+            .collect();
+        leaks.extend(self.cgroup.processes());
+        leaks.extend(self.cgroup.pod_cgroups());
+        leaks.extend(self.pod_file_leaks());
+        leaks
+    }
+
     /// Mounts under the scratch dir (emptyDir tmpfs) and processes in the pods' cgroups,
     /// after a short grace.
     async fn assert_no_kubelet_leaks(&self) {
-        let checker = LeakChecker::new().mounts_under(self.scratch.path());
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
-            let mut leaks: Vec<String> = checker
-                .check()
+            let leaks: Vec<String> = self
+                .kubelet_leaks()
                 .await
-                .iter()
-                .map(ToString::to_string)
+                .into_iter()
+                .filter(|l| {
+                    !l.starts_with("file of a removed pod")
+                        && !l.starts_with("pod log dir")
+                        && !l.starts_with("cgroup ")
+                })
                 .collect();
-            leaks.extend(self.cgroup.processes());
             if leaks.is_empty() {
                 return;
             }
@@ -805,9 +870,10 @@ fn free_ports() -> (SocketAddr, SocketAddr, SocketAddr) {
     (addr(&a), addr(&b), addr(&c))
 }
 
-/// The running `ferrolet`, killed on drop.
+/// The running `ferrolet`, killed on drop. Its calls take `&self`, so a fault injector can
+/// kill and restart it while other tasks use the node.
 struct Ferrolet {
-    child: Option<Child>,
+    child: Mutex<Option<Child>>,
     args: Vec<String>,
     log: PathBuf,
     healthz: SocketAddr,
@@ -815,55 +881,82 @@ struct Ferrolet {
 
 impl Ferrolet {
     /// Starts it with its flags, logging to its file, and waits until healthz says ok.
-    async fn spawn(&mut self) {
+    async fn spawn(&self) {
+        if let Err(e) = self.try_spawn().await {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Ferrolet::spawn`], saying why it did not come up instead of panicking.
+    async fn try_spawn(&self) -> Result<(), String> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)
-            .unwrap_or_else(|e| panic!("opening {}: {e}", self.log.display()));
+            .map_err(|e| format!("opening {}: {e}", self.log.display()))?;
         let err = log
             .try_clone()
-            .unwrap_or_else(|e| panic!("duplicating the log fd: {e}"));
+            .map_err(|e| format!("duplicating the log fd: {e}"))?;
         let child = Command::new(workspace_binary("ferrolet"))
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawning ferrolet: {e}"));
+            .map_err(|e| format!("spawning ferrolet: {e}"))?;
         leak::register_daemon(child.id());
-        self.child = Some(child);
-        self.wait_healthy(LONG).await;
+        *self.slot() = Some(child);
+        self.wait_healthy(LONG).await
     }
 
-    async fn wait_healthy(&mut self, limit: Duration) {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Child>> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pid(&self) -> u32 {
+        self.slot().as_ref().map(Child::id).unwrap_or_default()
+    }
+
+    fn exited(&self) -> Option<std::process::ExitStatus> {
+        let mut slot = self.slot();
+        let status = slot.as_mut()?.try_wait().ok().flatten()?;
+        slot.take();
+        Some(status)
+    }
+
+    async fn wait_healthy(&self, limit: Duration) -> Result<(), String> {
         let deadline = Instant::now() + limit;
         let mut last = String::from("never asked");
         while Instant::now() < deadline {
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!("ferrolet exited with {status}:\n{}", self.log_text());
+            let exited = self
+                .slot()
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                return Err(format!(
+                    "ferrolet exited with {status}:\n{}",
+                    log_tail(&self.log_text(), 60)
+                ));
             }
             match http_request(self.healthz, "/healthz").await {
-                Ok(r) if r.status == 200 => return,
+                Ok(r) if r.status == 200 => return Ok(()),
                 Ok(r) => last = format!("{} {}", r.status, r.body),
                 Err(e) => last = e,
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!(
+        Err(format!(
             "ferrolet's healthz did not answer 200 within {limit:?} (last: {last}):\n{}",
             log_tail(&self.log_text(), 60)
-        );
+        ))
     }
 
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+    fn kill(&self) {
+        if let Some(mut child) = self.slot().take() {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -871,8 +964,8 @@ impl Ferrolet {
 
     /// SIGTERM, then up to [`STOP_LIMIT`] for it to exit (SIGKILL after that); whether it
     /// exited 0.
-    async fn terminate(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
+    async fn terminate(&self) -> bool {
+        let Some(mut child) = self.slot().take() else {
             return true;
         };
         let Ok(raw) = i32::try_from(child.id()) else {
@@ -953,6 +1046,21 @@ impl CgroupTree {
         }
         dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
         dirs
+    }
+
+    /// Pod cgroups (`pod<uid>`, `kubepods-…-pod<uid>.slice`) still in the tree: a pod's
+    /// cgroup that outlived its pod.
+    fn pod_cgroups(&self) -> Vec<String> {
+        self.dirs()
+            .into_iter()
+            .filter(|d| {
+                d.file_name().is_some_and(|n| {
+                    let n = n.to_string_lossy();
+                    n.starts_with("pod") || n.contains("-pod")
+                })
+            })
+            .map(|d| format!("cgroup {}", d.display()))
+            .collect()
     }
 
     /// Processes still in the tree: a pod's process that outlived its pod.

@@ -21,6 +21,8 @@
 //! - [`prometheus`]: a strict parser of the Prometheus text format (`/metrics`).
 //! - [`task_events`]: when tasks really started, from containerd's `/tasks/start` events
 //!   (runtime- and kubelet-neutral start times for the benchmarks).
+//! - [`soak`]: the chaos soak: pod churn on a cluster node while faults hit every daemon,
+//!   with continuous invariant checks and the end's leak checks (`ferrolet-soak`).
 //! - [`streaming`]: exec, attach and port-forward sessions for the tests over the repo's own
 //!   streaming client (SPDY or WebSocket, plain or TLS), ranged transfers, fd counts.
 
@@ -37,28 +39,27 @@ pub mod pods;
 pub mod prometheus;
 pub mod registry;
 pub mod scratch;
+pub mod soak;
 pub mod streaming;
 pub mod task_events;
 pub mod testimages;
 
 use std::path::{Path, PathBuf};
 
-/// A workspace binary next to the running test executable (`target/<profile>/<name>`).
+/// A workspace binary beside the running executable: a test's (`target/<profile>/deps`, the
+/// binaries one level up) or a program's of this crate (`target/<profile>`, beside it).
 ///
 /// # Panics
 /// If it has not been built: `make test` builds every binary before testing.
 pub fn workspace_binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
-    // Test executables live in target/<profile>/deps; binaries one level up.
-    let candidate = exe
-        .parent()
-        .and_then(Path::parent)
-        .map(|dir| dir.join(name))
-        .unwrap_or_default();
-    assert!(
-        candidate.is_file(),
-        "{} not found: build it first (`cargo build --workspace --bins`, which `make test` does)",
-        candidate.display()
-    );
-    candidate
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let candidates = [dir.join(name), dir.parent().unwrap_or(dir).join(name)];
+    match candidates.iter().find(|c| c.is_file()) {
+        Some(found) => found.clone(),
+        None => panic!(
+            "{} not found: build it first (`cargo build --workspace --bins`, which `make test` does)",
+            candidates[1].display()
+        ),
+    }
 }

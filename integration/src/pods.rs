@@ -136,6 +136,18 @@ impl CriNode {
         self.cri.runtime_api(self.created.clone()).await
     }
 
+    /// [`CriNode::api`], saying why it could not connect (ferrolet-cri is down) instead of
+    /// panicking.
+    pub async fn try_api(&self) -> Result<RuntimeApi, String> {
+        let channel = ferrolet_proto::transport::connect(&self.cri.endpoint())
+            .await
+            .map_err(|e| format!("connecting to ferrolet-cri: {e}"))?;
+        Ok(RuntimeApi::new(
+            ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient::new(channel),
+            self.created.clone(),
+        ))
+    }
+
     /// An ImageService client.
     pub async fn images(&self) -> ImageServiceClient<Channel> {
         self.cri.images().await
@@ -346,7 +358,7 @@ impl CriNode {
             scratch,
             ns,
             net,
-            mut cri,
+            cri,
             created: _,
         } = self;
         drop(cleanup);

@@ -36,6 +36,7 @@ pub struct TestRegistry {
     /// `127.0.0.1:<port>`.
     pub addr: String,
     log: PathBuf,
+    config: PathBuf,
 }
 
 impl TestRegistry {
@@ -57,29 +58,44 @@ impl TestRegistry {
             ),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-        let log = dir.join("registry.log");
-        let out = std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}"));
+        let mut registry = Self {
+            child: None,
+            addr,
+            log: dir.join("registry.log"),
+            config,
+        };
+        registry.restart();
+        registry
+    }
+
+    /// Starts it (again, after [`TestRegistry::kill`]) on the same address and storage, and
+    /// waits until it accepts connections.
+    ///
+    /// # Panics
+    /// If it cannot be started or does not come up.
+    pub fn restart(&mut self) {
+        self.kill();
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap_or_else(|e| panic!("{e}"));
         let err = out.try_clone().unwrap_or_else(|e| panic!("{e}"));
         let child = Command::new("docker-registry")
             .arg("serve")
-            .arg(&config)
+            .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
             .unwrap_or_else(|e| panic!("starting docker-registry (run `make env`): {e}"));
         leak::register_daemon(child.id());
-        let registry = Self {
-            child: Some(child),
-            addr,
-            log,
-        };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(15);
-        while std::net::TcpStream::connect(&registry.addr).is_err() {
+        while std::net::TcpStream::connect(&self.addr).is_err() {
             assert!(Instant::now() < deadline, "registry did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        registry
     }
 
     /// Pushes the OCI layout `layout` (tag `1`) as `<addr>/<repo>:1`, digests preserved.

@@ -109,44 +109,67 @@ impl TlsClient {
         path_and_query: &str,
         transport: Transport,
     ) -> (BoxIo, client::Target) {
+        self.try_dial(addr, path_and_query, transport)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`TlsClient::dial`], saying why it failed instead of panicking.
+    pub async fn try_dial(
+        &self,
+        addr: std::net::SocketAddr,
+        path_and_query: &str,
+        transport: Transport,
+    ) -> Result<(BoxIo, client::Target), String> {
         let tcp = TcpStream::connect(addr)
             .await
-            .unwrap_or_else(|e| panic!("connecting to {addr}: {e}"));
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
         let tls = self
             .connector
             .connect(ServerName::IpAddress(addr.ip().into()), tcp)
             .await
-            .unwrap_or_else(|e| panic!("TLS handshake with {addr}: {e}"));
+            .map_err(|e| format!("TLS handshake with {addr}: {e}"))?;
         let mut target = client::Target::new(transport, path_and_query, addr.to_string());
         // kubectl speaks SPDY exec and port-forward with POST; WebSocket needs GET.
         if transport == Transport::Spdy {
             target.method = "POST".into();
         }
-        (Box::new(tls), target)
+        Ok((Box::new(tls), target))
     }
+}
+
+/// The DER bodies of the PEM blocks labelled `label` (`CERTIFICATE`, `PRIVATE KEY`).
+pub fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
+    use base64::Engine;
+    let text = String::from_utf8_lossy(pem);
+    let (begin, end) = (
+        format!("-----BEGIN {label}-----"),
+        format!("-----END {label}-----"),
+    );
+    let mut blocks = Vec::new();
+    let mut body = None::<String>;
+    for line in text.lines().map(str::trim) {
+        if line == begin {
+            body = Some(String::new());
+        } else if line == end {
+            if let Some(b) = body.take()
+                && let Ok(der) = base64::engine::general_purpose::STANDARD.decode(b.as_bytes())
+            {
+                blocks.push(der);
+            }
+        } else if let Some(b) = body.as_mut() {
+            b.push_str(line);
+        }
+    }
+    blocks
 }
 
 /// The DER certificates in a PEM text.
 fn pem_certificates(pem: &[u8]) -> Vec<CertificateDer<'static>> {
-    let text = String::from_utf8_lossy(pem);
-    let mut certs = Vec::new();
-    let mut body = None::<String>;
-    for line in text.lines() {
-        match (line.trim(), body.as_mut()) {
-            ("-----BEGIN CERTIFICATE-----", _) => body = Some(String::new()),
-            ("-----END CERTIFICATE-----", Some(b)) => {
-                use base64::Engine;
-                let der = base64::engine::general_purpose::STANDARD
-                    .decode(b.as_bytes())
-                    .unwrap_or_else(|e| panic!("PEM certificate: {e}"));
-                certs.push(CertificateDer::from(der));
-                body = None;
-            }
-            (l, Some(b)) => b.push_str(l),
-            _ => {}
-        }
-    }
-    certs
+    pem_blocks(pem, "CERTIFICATE")
+        .into_iter()
+        .map(CertificateDer::from)
+        .collect()
 }
 
 /// All of a stream, as text ("" without the stream).

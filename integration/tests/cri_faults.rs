@@ -277,7 +277,7 @@ async fn a_rollback_containerd_could_not_finish_is_finished_by_the_sweeper() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweeper_leaves_what_is_not_ferrolet_cris() {
     let _turn = SERIAL.lock().await;
-    let mut node = CriNode::start_with(
+    let node = CriNode::start_with(
         "sweepothers",
         NodeOptions {
             extra_config: "sweep_interval_secs = 1\n".into(),

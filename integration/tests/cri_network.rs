@@ -61,7 +61,7 @@ echo $$ > \"$(dirname \"$0\")/stalled\"\nexec sleep 600\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_during_cni_add_leaves_nothing_once_the_pod_is_stopped_and_removed() {
-    let mut node = CriNode::start_with(
+    let node = CriNode::start_with(
         "cnicrash",
         NodeOptions {
             plugins: Some(Box::new(|net: &TestNetwork| {

@@ -25,7 +25,7 @@ fn counter_values(path: &Path) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_ferrolet_cri_recovers_pods_containers_exits_and_logs() {
-    let mut node = CriNode::start("recovery").await;
+    let node = CriNode::start("recovery").await;
     let api = node.api().await;
     let busybox = node.pull("busybox").await;
     let trigger = node.scratch.path().join("trigger");

@@ -1158,7 +1158,7 @@ fn mounted(path: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_shares_no_pid_namespace_runs_without_a_pause_process() {
     use ferrolet_proto::cri::NamespaceMode;
-    let mut node = CriNode::start("no-pause").await;
+    let node = CriNode::start("no-pause").await;
     let api = node.api().await;
     let busybox = node.pull("busybox").await;
     // The kubelet's default pod: PID per container, network and IPC shared.

@@ -264,7 +264,7 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
 /// `cleanupOrphanedPodCgroups` does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
-    let mut node = KubeletNode::start_with_config("cgroups-kill9", "").await;
+    let node = KubeletNode::start_with_config("cgroups-kill9", "").await;
     let kubepods = format!("{}/kubepods", node.cgroup_root);
     let mut paths = Vec::new();
     for (i, name) in ["orphan-a", "orphan-b"].into_iter().enumerate() {

@@ -393,7 +393,7 @@ async fn image_pull_secrets_come_from_the_api() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_ferrolet_loses_and_doubles_nothing_even_with_a_deletion_pending() {
-    let mut node = ClusterNode::start("api-kill").await;
+    let node = ClusterNode::start("api-kill").await;
     node.create_pod(busybox("stays", IDLE)).await;
     let mut slow = busybox("goes", IDLE);
     slow["spec"]["terminationGracePeriodSeconds"] = json!(30);

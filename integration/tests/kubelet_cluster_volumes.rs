@@ -453,7 +453,7 @@ async fn env_from_and_value_from_resolve_and_a_missing_secret_waits_then_starts(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_ferrolet_remounts_nothing_needlessly_and_cleans_up_pods_deleted_meanwhile() {
-    let mut node = ClusterNode::start("vol-kill").await;
+    let node = ClusterNode::start("vol-kill").await;
     create_basics(&node).await;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     node.api

@@ -113,7 +113,7 @@ async fn static_policy_pins_a_guaranteed_container_and_survives_a_restart_on_con
     scenario(node, 350_000).await;
 }
 
-async fn scenario<N: RuntimeNode>(mut node: KubeletNode<N>, base: u32) {
+async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     assert_eq!(
         std::thread::available_parallelism().unwrap().get(),
         2,

@@ -257,7 +257,7 @@ async fn a_manifest_put_back_while_its_pod_stops_starts_it_again() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_of_ferrolet_and_ferrolet_cri_leave_running_pods_alone() {
-    let mut node = KubeletNode::start("restart").await;
+    let node = KubeletNode::start("restart").await;
     node.write_manifest(
         "steady.yaml",
         &format!(

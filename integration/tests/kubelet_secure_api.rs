@@ -92,7 +92,7 @@ async fn client_certificates_guard_the_secure_port() {
     let ca_file = certs.path().join("client-ca.crt");
     std::fs::write(&ca_file, &ca_pem).unwrap();
 
-    let mut node = KubeletNode::start_with(
+    let node = KubeletNode::start_with(
         "secure-api",
         KubeletOptions {
             extra_config: format!(
