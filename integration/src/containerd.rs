@@ -2,7 +2,7 @@
 //! its CRI plugin off, stopped (and everything under it unmounted) when the process exits.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -71,7 +71,7 @@ impl TestContainerd {
             .open(self.dir.join("containerd.log"))
             .map_err(|e| format!("opening containerd.log: {e}"))?;
         let err_log = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new("containerd")
+        let child = crate::daemon_command("containerd")
             .arg("--config")
             .arg(self.dir.join("config.toml"))
             .stdin(Stdio::null())

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,7 +83,7 @@ impl CriServer {
             .open(&self.log)
             .map_err(|e| format!("opening {}: {e}", self.log.display()))?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(workspace_binary("ferrolet-cri"))
+        let child = crate::daemon_command(workspace_binary("ferrolet-cri"))
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log)

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -897,7 +897,7 @@ impl Ferrolet {
         let err = log
             .try_clone()
             .map_err(|e| format!("duplicating the log fd: {e}"))?;
-        let child = Command::new(workspace_binary("ferrolet"))
+        let child = crate::daemon_command(workspace_binary("ferrolet"))
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log)

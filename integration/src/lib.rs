@@ -63,3 +63,13 @@ pub fn workspace_binary(name: &str) -> PathBuf {
         ),
     }
 }
+
+/// A command for a daemon the harness runs: in a process group of its own, as a service
+/// manager starts each daemon. A daemon stopped by a test (SIGSTOP) would otherwise leave our
+/// group orphaned with a stopped member, and the kernel then SIGHUPs the whole group.
+pub fn daemon_command(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(program);
+    command.process_group(0);
+    command
+}

@@ -81,7 +81,7 @@ impl TestRegistry {
             .open(&self.log)
             .unwrap_or_else(|e| panic!("{e}"));
         let err = out.try_clone().unwrap_or_else(|e| panic!("{e}"));
-        let child = Command::new("docker-registry")
+        let child = crate::daemon_command("docker-registry")
             .arg("serve")
             .arg(&self.config)
             .stdin(Stdio::null())

@@ -38,6 +38,13 @@ pub enum ArchiveError {
     /// A document of the new layout could not be built.
     #[error("building the OCI layout: {0}")]
     Build(String),
+    /// `manifest.json` names a file that is not a plain file inside the archive.
+    #[error("{archive}: manifest.json names {member:?}, which {reason}")]
+    Member {
+        archive: PathBuf,
+        member: String,
+        reason: &'static str,
+    },
 }
 
 fn build_error(e: impl std::fmt::Display) -> ArchiveError {
@@ -93,11 +100,12 @@ pub fn to_layout(archive: &Path, dir: &Path) -> Result<PathBuf, ArchiveError> {
     let blobs = layout.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).map_err(io_at(&blobs))?;
     let mut index = Vec::new();
+    let member = |name: &str| archive_member(archive, &raw, name);
     for entry in entries {
-        let config = add_blob(&raw.join(&entry.config), &blobs)?;
+        let config = add_blob(&member(&entry.config)?, &blobs)?;
         let mut layers = Vec::new();
         for layer in &entry.layers {
-            let path = raw.join(layer);
+            let path = member(layer)?;
             // Sniff before add_blob moves the file into the layout.
             let gzip = starts_with_gzip_magic(&path)?;
             let (digest, size) = add_blob(&path, &blobs)?;
@@ -153,6 +161,40 @@ fn starts_with_gzip_magic(path: &Path) -> Result<bool, ArchiveError> {
     Ok(n == 2 && magic == [0x1f, 0x8b])
 }
 
+/// The file `name` of `manifest.json` in the unpacked archive `raw`. A hostile archive may name
+/// `/etc/shadow`, `../../x`, or a member that is a symlink to either: moving such a file into
+/// the layout would take it from the host, so only a plain file inside `raw` is accepted.
+fn archive_member(archive: &Path, raw: &Path, name: &str) -> Result<PathBuf, ArchiveError> {
+    let refuse = |reason| ArchiveError::Member {
+        archive: archive.to_path_buf(),
+        member: name.to_string(),
+        reason,
+    };
+    let relative = Path::new(name);
+    if relative.as_os_str().is_empty()
+        || !relative
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+    {
+        return Err(refuse("is not a relative path without '..'"));
+    }
+    let path = raw.join(relative);
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_file() => {}
+        Ok(_) => return Err(refuse("is not a plain file (a symlink, a directory, ...)")),
+        Err(_) => return Err(refuse("is not in the archive")),
+    }
+    // A directory on the way may be a symlink out of the archive.
+    let inside = match (std::fs::canonicalize(&path), std::fs::canonicalize(raw)) {
+        (Ok(p), Ok(r)) => p.starts_with(r),
+        _ => false,
+    };
+    if !inside {
+        return Err(refuse("leads out of the archive"));
+    }
+    Ok(path)
+}
+
 /// Hashes `src` and moves it into `blobs` under its digest; returns (digest, size).
 fn add_blob(src: &Path, blobs: &Path) -> Result<(String, u64), ArchiveError> {
     let mut file = File::open(src).map_err(io_at(src))?;
@@ -186,6 +228,60 @@ mod tests {
 
     fn sha(data: &[u8]) -> String {
         format!("sha256:{}", hex::encode(Sha256::digest(data)))
+    }
+
+    #[test]
+    fn a_manifest_naming_files_outside_the_archive_is_refused_and_they_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host-file");
+        std::fs::write(&host, "host only").unwrap();
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_mode(0o777);
+        b.append_link(&mut h, "link.json", &host).unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_mode(0o777);
+        b.append_link(&mut h, "out", dir.path()).unwrap();
+        for (name, data) in [("c.json", &b"{}"[..]), ("l.tar", &b""[..])] {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, name, data).unwrap();
+        }
+        let base = b.into_inner().unwrap();
+        let host_str = host.display().to_string();
+        for (config, layer, why) in [
+            (host_str.as_str(), "l.tar", "relative path"),
+            ("../../host-file", "l.tar", "relative path"),
+            ("link.json", "l.tar", "plain file"),
+            ("c.json", "out/host-file", "leads out"),
+            ("c.json", "missing.tar", "not in the archive"),
+        ] {
+            let manifest = serde_json::json!([{"Config": config, "Layers": [layer]}]).to_string();
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_size(manifest.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            b.append_data(&mut h, "manifest.json", manifest.as_bytes())
+                .unwrap();
+            let mut bytes = b.into_inner().unwrap();
+            // The members after manifest.json: the archives' entries end where the builder's
+            // two zero blocks start.
+            bytes.truncate(bytes.len() - 1024);
+            bytes.extend_from_slice(&base);
+            let work = tempfile::tempdir().unwrap();
+            let path = work.path().join("a.tar");
+            std::fs::write(&path, &bytes).unwrap();
+            let err = to_layout(&path, work.path()).unwrap_err().to_string();
+            assert!(err.contains(why), "{config} {layer}: {err}");
+            assert_eq!(std::fs::read_to_string(&host).unwrap(), "host only");
+        }
     }
 
     #[test]

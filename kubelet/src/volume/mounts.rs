@@ -9,6 +9,8 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
+use nix::sys::stat::SFlag;
+
 use ferrolet_proto::cri;
 use k8s_openapi::api::core::v1::{Container, HostAlias, VolumeMount};
 
@@ -137,9 +139,9 @@ impl Job {
         let mut mounts = Vec::new();
         // Host-network pods always have IPs (the node's) in Go, so they always get one.
         let mut manage_hosts = self.host_network || !self.pod_ips.is_empty();
-        for vm in c.volume_mounts.iter().flatten() {
+        for (index, vm) in c.volume_mounts.iter().flatten().enumerate() {
             manage_hosts &= vm.mount_path != ETC_HOSTS;
-            mounts.push(self.volume_mount(vm)?);
+            mounts.push(self.volume_mount(index, vm)?);
         }
         if manage_hosts {
             mkdir_all("", &self.pod_dir, 0o750)?;
@@ -175,8 +177,8 @@ impl Job {
         Ok(mounts)
     }
 
-    /// One volumeMount.
-    fn volume_mount(&self, vm: &VolumeMount) -> Result<cri::Mount, VolumeError> {
+    /// One volumeMount, the `index`-th of the container's.
+    fn volume_mount(&self, index: usize, vm: &VolumeMount) -> Result<cri::Mount, VolumeError> {
         let c = &self.container;
         let volume_path = self
             .volumes
@@ -198,7 +200,13 @@ impl Job {
         let host_path = if sub.is_empty() {
             volume_path.clone()
         } else {
-            sub_path(volume_path, &sub, &vm.name, &c.name).map_err(sub_err)?
+            let bind = self
+                .pod_dir
+                .join(SUBPATHS_DIR)
+                .join(&vm.name)
+                .join(&c.name)
+                .join(index.to_string());
+            sub_path(volume_path, &sub, &vm.name, &c.name, &bind).map_err(sub_err)?
         };
         let invalid = |reason: String| VolumeError::Invalid {
             volume: vm.name.clone(),
@@ -336,14 +344,26 @@ fn recursive_read_only(vm: &VolumeMount, read_only: bool) -> Result<bool, String
     }
 }
 
-/// The host path of `sub` inside a volume: relative and without `..`; made (as directories
-/// with the volume's mode) when missing, as Go does; refused if, through symlinks, it
-/// resolves outside the volume. Returns the resolved path.
+/// Where a pod's subPath bind mounts live, under its pod dir (Go's `volume-subpaths`); the
+/// pod dir's teardown unmounts them.
+pub const SUBPATHS_DIR: &str = "volume-subpaths";
+
+/// The host path the runtime mounts for `sub` inside a volume: relative and without `..`;
+/// made (as directories with the volume's mode) when missing, as Go does; refused if, through
+/// symlinks, it resolves outside the volume.
+///
+/// Checking a path and handing it to the runtime leaves a window: a container that can write
+/// the volume may swap a checked directory for a symlink to `/` before runc mounts it
+/// (CVE-2017-1002101, CVE-2021-25741). So, as Go does, the checked path is opened component
+/// by component without following symlinks, and what was opened is bind-mounted (through
+/// its descriptor) at `bind`, a path under the pod dir no container can write; the runtime
+/// mounts that.
 fn sub_path(
     volume: &Path,
     sub: &str,
     volume_name: &str,
     container: &str,
+    bind: &Path,
 ) -> Result<PathBuf, String> {
     if sub.starts_with('/') {
         return Err(format!(
@@ -377,14 +397,95 @@ fn sub_path(
         })?;
     }
     let real = std::fs::canonicalize(&target).map_err(|_| prepare_err())?;
-    if !real.starts_with(&base) {
+    let Ok(inside) = real.strip_prefix(&base) else {
         tracing::warn!(path = %real.display(), base = %base.display(), "subPath leaves its volume");
         return Err(format!(
             "{} (it resolves outside the volume)",
             prepare_err()
         ));
+    };
+    let opened = open_no_follow(&base, inside).map_err(|e| {
+        // A component turned into a symlink since it was resolved: someone is racing us.
+        tracing::warn!(path = %real.display(), error = %e, "subPath changed while being opened");
+        format!("{} (it changed while being opened: {e})", prepare_err())
+    })?;
+    bind_opened(&opened, bind).map_err(|e| {
+        tracing::warn!(bind = %bind.display(), error = %e, "binding a subPath");
+        format!("{}: {e}", prepare_err())
+    })?;
+    Ok(bind.to_path_buf())
+}
+
+/// Opens `inside` (relative, already resolved) under `base` one component at a time with
+/// `O_NOFOLLOW`, so no component can be a symlink by the time it is opened; the descriptor
+/// (`O_PATH`) names exactly the inode that was checked.
+fn open_no_follow(base: &Path, inside: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::{Mode, SFlag, fstat};
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut fd = open(base, flags | OFlag::O_DIRECTORY, Mode::empty())?;
+    for comp in inside.components() {
+        let Component::Normal(name) = comp else {
+            return Err(std::io::Error::other(format!(
+                "unexpected component in {}",
+                inside.display()
+            )));
+        };
+        let next = openat(&fd, name, flags, Mode::empty())?;
+        // O_PATH|O_NOFOLLOW opens a symlink itself rather than failing: refuse it here.
+        let kind = SFlag::from_bits_truncate(fstat(&next)?.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFLNK {
+            return Err(std::io::Error::other(format!(
+                "{} is a symlink",
+                Path::new(name).display()
+            )));
+        }
+        fd = next;
     }
-    Ok(real)
+    Ok(fd)
+}
+
+/// Bind-mounts what `opened` names at `target` (made as an empty dir or file to match),
+/// replacing an earlier bind there (a restarted container's).
+fn bind_opened(opened: &std::os::fd::OwnedFd, target: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let is_dir = nix::sys::stat::fstat(opened)
+        .map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)?;
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    // Stacked binds come off one per call; none left is EINVAL.
+    while nix::mount::umount2(target, nix::mount::MntFlags::MNT_DETACH).is_ok() {}
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.is_dir() == is_dir && !m.file_type().is_symlink() => {}
+        Ok(m) => {
+            if m.is_dir() {
+                std::fs::remove_dir(target)?;
+            } else {
+                std::fs::remove_file(target)?;
+            }
+            make_target(target, is_dir)?;
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => make_target(target, is_dir)?,
+        Err(e) => return Err(e),
+    }
+    let source = PathBuf::from(format!("/proc/self/fd/{}", opened.as_raw_fd()));
+    nix::mount::mount(
+        Some(&source),
+        target,
+        None::<&str>,
+        nix::mount::MsFlags::MS_BIND,
+        None::<&str>,
+    )?;
+    Ok(())
+}
+
+fn make_target(target: &Path, is_dir: bool) -> std::io::Result<()> {
+    if is_dir {
+        std::fs::create_dir(target)
+    } else {
+        std::fs::File::create(target).map(drop)
+    }
 }
 
 /// Makes `sub` under `base` one component at a time, never through a symlink that leaves
@@ -517,6 +618,10 @@ spec:
 
     #[tokio::test]
     async fn mounts_hosts_and_termination_log() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: subPaths are bind-mounted, which needs root");
+            return;
+        }
         let root = tempfile::tempdir().unwrap();
         let p = pod(POD);
         let c = &p.spec.as_ref().unwrap().containers[0];
@@ -557,9 +662,14 @@ spec:
             cri::MountPropagation::PropagationPrivate as i32
         );
 
-        // subPath: made under the volume with the volume's mode.
+        // subPath: made under the volume with the volume's mode, and handed to the runtime as
+        // a bind of what was checked, under the pod dir.
         let m = mount_of(&mounts, "/sub");
-        assert_eq!(Path::new(&m.host_path), scratch.join("a/b"));
+        assert_eq!(
+            Path::new(&m.host_path),
+            root.path().join("pods/m1/volume-subpaths/scratch/app/1")
+        );
+        assert!(same_file(Path::new(&m.host_path), &scratch.join("a/b")));
         assert!(m.readonly);
         let mode = std::fs::metadata(scratch.join("a/b"))
             .unwrap()
@@ -572,10 +682,10 @@ spec:
             m.propagation,
             cri::MountPropagation::PropagationHostToContainer as i32
         );
-        assert_eq!(
+        assert!(same_file(
             Path::new(&mount_of(&mounts, "/expr").host_path),
-            scratch.join("logs/web")
-        );
+            &scratch.join("logs/web")
+        ));
 
         let hosts = std::fs::read_to_string(&mount_of(&mounts, "/etc/hosts").host_path).unwrap();
         assert_eq!(
@@ -676,6 +786,10 @@ spec: {hostNetwork: true, containers: [{name: app, terminationMessagePath: ''}]}
 
     #[tokio::test]
     async fn sub_path_refusals() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: subPaths are bind-mounted, which needs root");
+            return;
+        }
         let root = tempfile::tempdir().unwrap();
         let outside = root.path().join("outside");
         std::fs::create_dir(&outside).unwrap();
@@ -754,10 +868,72 @@ spec:
                 .await
                 .unwrap();
             let real = std::fs::canonicalize(vols.dirs["v"].join("file")).unwrap();
-            assert_eq!(Path::new(&m[0].host_path), real);
+            assert!(same_file(Path::new(&m[0].host_path), &real), "{sub}");
         }
         crate::volume::teardown(root.path(), "m4").await.unwrap();
         assert!(outside.exists());
+    }
+
+    /// Whether two paths name one inode.
+    fn same_file(a: &Path, b: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (std::fs::metadata(a).unwrap(), std::fs::metadata(b).unwrap());
+        (a.dev(), a.ino()) == (b.dev(), b.ino())
+    }
+
+    /// The race of CVE-2017-1002101: a container that writes the volume swaps a checked
+    /// subPath for a symlink to the host before the runtime mounts it. What the runtime is
+    /// handed is a bind of the directory that was checked, so the swap changes nothing.
+    #[tokio::test]
+    async fn a_sub_path_swapped_for_a_symlink_after_the_check_stays_what_was_checked() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: bind mounts need root");
+            return;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let host = root.path().join("host-secrets");
+        std::fs::create_dir(&host).unwrap();
+        std::fs::write(host.join("shadow"), "host only").unwrap();
+        let p = pod("metadata: {name: web, uid: m5}
+spec:
+  containers:
+  - name: app
+    volumeMounts: [{name: v, mountPath: /x, subPath: data}]
+  volumes: [{name: v, emptyDir: {}}]");
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let vols = setup(root.path(), &p).await.unwrap();
+        let data = vols.dirs["v"].join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join("mine"), "pod data").unwrap();
+        let m = container_mounts(root.path(), &p, c, &vols, "")
+            .await
+            .unwrap();
+        let handed = PathBuf::from(&m[0].host_path);
+        // The swap, after the check and before the runtime's mount.
+        std::fs::rename(&data, vols.dirs["v"].join("moved")).unwrap();
+        std::os::unix::fs::symlink(&host, &data).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(handed.join("mine")).unwrap(),
+            "pod data"
+        );
+        assert!(
+            !handed.join("shadow").exists(),
+            "the host's dir showed through"
+        );
+        // The next start checks again and refuses the symlink.
+        let err = container_mounts(root.path(), &p, c, &vols, "")
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("resolves outside the volume"), "{err}");
+        // Teardown unmounts the bind before removing the pod dir: the host's file stays.
+        crate::volume::teardown(root.path(), "m5").await.unwrap();
+        assert!(host.join("shadow").exists());
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !table.contains(&root.path().display().to_string()),
+            "{table}"
+        );
     }
 
     #[test]

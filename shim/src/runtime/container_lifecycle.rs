@@ -99,6 +99,20 @@ impl RuntimeInner {
                 meta.name
             ))
         })?;
+        // The log is written as root: a path that climbs out of the pod's log directory (or
+        // replaces it) would let the client aim a container's output at any host file.
+        let log_path = std::path::Path::new(&config.log_path);
+        if !log_path.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        }) {
+            return Err(RuntimeError::invalid(format!(
+                "CreateContainer {:?}: log_path {:?} must be relative to the pod's log directory, without '..'",
+                meta.name, config.log_path
+            )));
+        }
         let id = store::new_id();
         tracing::Span::current().record("id", &id);
         let name = store::container_name(&meta, &sb.metadata());
