@@ -1,6 +1,8 @@
 //! Container log rotation (the Go kubelet's container log manager): a running container's log
 //! over `containerLogMaxSize` is renamed with a timestamp suffix and the runtime reopens the
-//! original path (ReopenContainerLog); at most `containerLogMaxFiles` files are kept.
+//! original path (ReopenContainerLog); at most `containerLogMaxFiles` files are kept. Logs are
+//! looked at every 10 s as in Go, and every [`HOT_PERIOD`] while one is past half its limit:
+//! a container writing 100 MB/s would otherwise leave a gigabyte between two passes.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +10,9 @@ use ferrolet_proto::cri::ContainerState;
 
 use crate::cri::Cri;
 use crate::types::RuntimePod;
+
+/// How often logs are looked at while one is past half its limit.
+pub const HOT_PERIOD: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The limits of `containerLogMaxSize` and `containerLogMaxFiles`.
 #[derive(Clone, Copy, Debug)]
@@ -19,9 +24,12 @@ pub struct LogLimits {
 }
 
 /// Rotates every running container's log (of `pods`, the runtime's view) that has outgrown
-/// the limit.
-pub async fn rotate_logs(cri: &Cri, pods: &[RuntimePod], limits: LogLimits) {
+/// the limit. Returns whether some log is past half the limit (or was just rotated): at the
+/// rate it was written it may outgrow the limit long before the next regular pass, so the
+/// caller should look again soon.
+pub async fn rotate_logs(cri: &Cri, pods: &[RuntimePod], limits: LogLimits) -> bool {
     let max_files = limits.max_files.max(2);
+    let mut hot = false;
     for pod in pods {
         for c in pod
             .containers
@@ -32,6 +40,7 @@ pub async fn rotate_logs(cri: &Cri, pods: &[RuntimePod], limits: LogLimits) {
             let Ok(meta) = tokio::fs::metadata(&path).await else {
                 continue;
             };
+            hot |= meta.len() >= limits.max_size / 2;
             if meta.len() < limits.max_size {
                 continue;
             }
@@ -40,6 +49,7 @@ pub async fn rotate_logs(cri: &Cri, pods: &[RuntimePod], limits: LogLimits) {
             }
         }
     }
+    hot
 }
 
 async fn rotate(cri: &Cri, id: &str, path: &Path, max_files: usize) -> Result<(), String> {

@@ -412,8 +412,15 @@ impl Kubelet {
             envs,
             image: &image,
         };
-        let config = podspec::container_config(pod, c, &self.node, &ctx)
+        let mut config = podspec::container_config(pod, c, &self.node, &ctx)
             .map_err(|e| fail("CreateContainerConfigError", e.to_string()))?;
+        // Tells ferrolet-cri where rotation happens, so its log writer waits for our rotation
+        // instead of letting a fast logger run far past the limit between two passes; other
+        // runtimes ignore it.
+        config.annotations.insert(
+            ferrolet_proto::cri::CONTAINER_LOG_MAX_SIZE_ANNOTATION.to_string(),
+            self.config.container_log_max_size.to_string(),
+        );
         if let Some(msg) = self.run_as_non_root_violation(pod, c, &image).await {
             return Err(fail("CreateContainerConfigError", msg));
         }

@@ -28,6 +28,12 @@ pub mod transport;
 /// CRI v1 (`runtime.v1`), generated from cri-api v0.32 by `k8s-cri`.
 pub mod cri {
     pub use k8s_cri::v1::*;
+
+    /// Container annotation from ferrolet to ferrolet-cri: the size (bytes) at which the
+    /// kubelet rotates the container's log (`containerLogMaxSize`). The runtime stops reading
+    /// the container's output once its log file holds that much, until the kubelet has
+    /// rotated it, so a container logging faster than rotation runs cannot outgrow the limit.
+    pub const CONTAINER_LOG_MAX_SIZE_ANNOTATION: &str = "ferrolet.dev/container-log-max-size";
 }
 
 pub use prost;

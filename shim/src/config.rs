@@ -53,6 +53,10 @@ pub struct Config {
     pub pull_progress_interval_secs: u64,
     /// How long in-flight calls may take to finish after SIGTERM.
     pub shutdown_timeout_secs: u64,
+    /// Exec, attach and port-forward sessions admitted at once (their URLs waiting to be
+    /// used, and the sessions running); past it a request is refused at once
+    /// (RESOURCE_EXHAUSTED) instead of queueing behind the others until its client gives up.
+    pub max_streaming_sessions: usize,
     /// Seconds between sweeps for what no sandbox or container owns any more (left by a
     /// crash, or by a teardown step that failed); a failed teardown asks for one at once.
     pub sweep_interval_secs: u64,
@@ -129,6 +133,7 @@ impl Default for Config {
             pull_progress_interval_secs: 5,
             shutdown_timeout_secs: 10,
             sweep_interval_secs: 60,
+            max_streaming_sessions: 128,
             accept_any_authority: true,
             log_level: "info".into(),
             log_format: LogFormat::Text,
@@ -248,6 +253,12 @@ impl Config {
         if self.max_concurrent_downloads == 0 {
             return Err(ConfigError::Invalid {
                 field: "max_concurrent_downloads",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if self.max_streaming_sessions == 0 {
+            return Err(ConfigError::Invalid {
+                field: "max_streaming_sessions",
                 reason: "must be at least 1".into(),
             });
         }

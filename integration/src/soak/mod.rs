@@ -315,7 +315,14 @@ impl Soak {
                     Transport::WebSocket => "exec (WebSocket)",
                 };
                 let r = sessions::exec(
-                    addr, &cert, &identity, &pod.name, container, transport, marker,
+                    addr,
+                    &cert,
+                    &identity,
+                    &pod.name,
+                    container,
+                    transport,
+                    marker,
+                    sessions::LIMIT,
                 )
                 .await;
                 (name, r)

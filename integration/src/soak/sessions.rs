@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::streaming::{TlsClient, pem_blocks};
 
 /// How long a session may take, faults included.
-const LIMIT: Duration = Duration::from_secs(30);
+pub const LIMIT: Duration = Duration::from_secs(30);
 
 /// Who the sessions run as: the API server's kubelet client, in `system:masters`.
 #[derive(Clone)]
@@ -53,7 +53,8 @@ fn exec_query(script: &str) -> String {
 }
 
 /// Runs `echo <marker>; sleep 1` in `pod`'s `container`; whether the marker came back and
-/// the command exited 0.
+/// the command exited 0 within `limit`.
+#[allow(clippy::too_many_arguments)] // one session's every parameter, named at the call
 pub async fn exec(
     addr: std::net::SocketAddr,
     serving_cert: &[u8],
@@ -62,6 +63,7 @@ pub async fn exec(
     container: &str,
     transport: Transport,
     marker: u64,
+    limit: Duration,
 ) -> Result<(), String> {
     let tls = TlsClient::new(
         serving_cert,
@@ -112,9 +114,9 @@ pub async fn exec(
             other => Err(format!("{other:?}, stdout {out:?}, stderr {err:?}")),
         }
     };
-    tokio::time::timeout(LIMIT, session)
+    tokio::time::timeout(limit, session)
         .await
-        .map_err(|_| format!("not done within {LIMIT:?}"))?
+        .map_err(|_| format!("not done within {limit:?}"))?
 }
 
 /// Forwards `pod`'s port 8080 (httpd's) over SPDY and GETs `/`; whether an HTTP answer came back.

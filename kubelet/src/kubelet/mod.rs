@@ -365,7 +365,8 @@ impl Kubelet {
             tokio::time::interval(self.config.sync_frequency.max(Duration::from_secs(1)));
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         let mut last_qos_update = std::time::Instant::now();
-        let mut log_rotation = tokio::time::interval(LOG_ROTATION_PERIOD);
+        let log_rotation = tokio::time::sleep(LOG_ROTATION_PERIOD);
+        tokio::pin!(log_rotation);
         let mut probe_updates = self.probes.take_updates();
         loop {
             tokio::select! {
@@ -418,12 +419,15 @@ impl Kubelet {
                         }
                     }
                 }
-                _ = log_rotation.tick() => {
+                () = &mut log_rotation => {
                     let limits = crate::log_rotation::LogLimits {
                         max_size: self.config.container_log_max_size,
                         max_files: self.config.container_log_max_files as usize,
                     };
-                    crate::log_rotation::rotate_logs(&self.cri, &self.pleg.all(), limits).await;
+                    let hot =
+                        crate::log_rotation::rotate_logs(&self.cri, &self.pleg.all(), limits).await;
+                    let next = if hot { crate::log_rotation::HOT_PERIOD } else { LOG_ROTATION_PERIOD };
+                    log_rotation.as_mut().reset(tokio::time::Instant::now() + next);
                 }
                 _ = housekeeping.tick() => {
                     let now = std::time::Instant::now();

@@ -10,6 +10,12 @@
 //! Both streams share one writer behind a mutex, and every read becomes one `write`, so
 //! entries never interleave mid-line.
 //!
+//! With a size limit (the kubelet's `containerLogMaxSize`, when it says so), a log that
+//! reaches it is not written further until the kubelet has rotated it (ReopenContainerLog):
+//! the pumps stop reading, the container's writes wait on the full pipe, and nothing is lost.
+//! A kubelet that does not rotate within [`ROTATION_WAIT`] (it is down) is not waited for
+//! again until the next reopen: the log then grows as it would without a limit.
+//!
 //! Attach ([`LogHandle::attach`]) subscribes to the same reads: each chunk is handed to every
 //! attached client through a bounded channel before it is logged. A client that falls
 //! [`ATTACH_BUFFER`] chunks behind is disconnected (its channel dropped) rather than let slow
@@ -19,7 +25,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,6 +40,10 @@ pub const MAX_LINE_SIZE: usize = 16 * 1024;
 
 /// How much one pump reads from its FIFO before writing (a pipe holds 64 KiB by default).
 const READ_BUF: usize = 128 * 1024;
+
+/// How long a log at its size limit waits for the kubelet's rotation (the Go kubelet looks
+/// at logs every 10 s; ferrolet every 200 ms while one is near its limit).
+pub const ROTATION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Chunks (each one read, at most [`READ_BUF`] bytes) an attached client may lag behind.
 pub const ATTACH_BUFFER: usize = 64;
@@ -259,6 +269,14 @@ struct Sink {
     file: Mutex<Option<File>>,
     /// Set after a failed write, so a full disk logs one warning, not one per read.
     failing: AtomicBool,
+    /// The size at which the kubelet rotates the log; 0: none known.
+    max_size: u64,
+    /// Bytes in the current file.
+    written: AtomicU64,
+    /// Counts reopens, so a pump waiting at the limit sees the rotation.
+    reopens: watch::Sender<u64>,
+    /// The kubelet did not rotate in time: write on without waiting until the next reopen.
+    gave_up: AtomicBool,
 }
 
 impl Sink {
@@ -266,11 +284,34 @@ impl Sink {
         self.path.as_os_str().is_empty()
     }
 
+    fn at_limit(&self) -> bool {
+        self.max_size > 0
+            && self.written.load(Ordering::Relaxed) >= self.max_size
+            && !self.gave_up.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the log is rotated (or [`ROTATION_WAIT`] passes) while it is at its limit.
+    async fn wait_for_rotation(&self) {
+        let mut reopens = self.reopens.subscribe();
+        // A reopen between the check and the subscription already freed it.
+        if !self.at_limit() {
+            return;
+        }
+        if tokio::time::timeout(ROTATION_WAIT, reopens.changed())
+            .await
+            .is_err()
+            && !self.gave_up.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(container = %self.container_id, path = %self.path.display(), limit = self.max_size, "log at its size limit and not rotated in time; writing on");
+        }
+    }
+
     fn write_blocking(&self, buf: &[u8]) {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         let Some(f) = file.as_mut() else { return };
         match f.write_all(buf) {
             Ok(()) => {
+                self.written.fetch_add(buf.len() as u64, Ordering::Relaxed);
                 if self.failing.swap(false, Ordering::Relaxed) {
                     tracing::info!(container = %self.container_id, path = %self.path.display(), "log writes work again");
                 }
@@ -363,6 +404,7 @@ pub fn start(
     mut io: OpenedIo,
     log_path: PathBuf,
     container_id: String,
+    max_size: u64,
 ) -> Result<LogHandle, IoError> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| IoError::NoRuntime)?;
     let file = if log_path.as_os_str().is_empty() {
@@ -370,11 +412,19 @@ pub fn start(
     } else {
         Some(open_log(&log_path)?)
     };
+    let written = file
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .map_or(0, |m| m.len());
     let sink = Arc::new(Sink {
         path: log_path,
         container_id,
         file: Mutex::new(file),
         failing: AtomicBool::new(false),
+        max_size,
+        written: AtomicU64::new(written),
+        reopens: watch::channel(0).0,
+        gave_up: AtomicBool::new(false),
     });
     let (done_tx, done) = watch::channel(false);
     let stdout = io.take_stdout();
@@ -429,6 +479,9 @@ async fn pump_reads(rx: Receiver, stream: Stream, sink: &Arc<Sink>, attached: &S
     let mut fmt = LineFormatter::new(stream, MAX_LINE_SIZE);
     let mut eof = false;
     while !eof {
+        if sink.at_limit() {
+            sink.wait_for_rotation().await;
+        }
         // Wait for output before taking a buffer: a hundred quiet containers then hold no
         // read or format buffers at all.
         if let Err(e) = rx.readable().await {
@@ -491,13 +544,16 @@ impl LogHandle {
         }
         tokio::task::spawn_blocking(move || {
             let file = open_log(&sink.path)?;
+            let len = file.metadata().map_or(0, |m| m.len());
             // Taken under the writers' lock, so every entry lands wholly in one file or the other.
-            let old = sink
-                .file
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .replace(file);
+            let old = {
+                let mut slot = sink.file.lock().unwrap_or_else(|p| p.into_inner());
+                sink.written.store(len, Ordering::Relaxed);
+                slot.replace(file)
+            };
             drop(old);
+            sink.gave_up.store(false, Ordering::Relaxed);
+            sink.reopens.send_modify(|n| *n += 1);
             Ok(())
         })
         .await?
@@ -758,7 +814,7 @@ mod tests {
         let mut opened = io::open(&fifos).await.unwrap();
         let ends = shim_ends(&fifos);
         opened.task_created();
-        let handle = start(opened, log, "c".into()).unwrap();
+        let handle = start(opened, log, "c".into(), 0).unwrap();
         (fifos, ends, handle)
     }
 
@@ -871,7 +927,7 @@ mod tests {
         // A missing parent is made; a parent that is a file cannot be.
         std::fs::write(tmp.path().join("file"), b"").unwrap();
         let log = tmp.path().join("file").join("0.log");
-        let err = start(opened, log.clone(), "c".into()).unwrap_err();
+        let err = start(opened, log.clone(), "c".into(), 0).unwrap_err();
         assert!(matches!(&err, IoError::OpenLog { path, .. } if *path == log));
         assert!(err.to_string().contains(&*log.to_string_lossy()));
     }
@@ -923,12 +979,77 @@ mod tests {
         io::remove(&fifos).await.unwrap();
     }
 
+    /// A log at its limit is not written further until it is rotated: the writer waits on
+    /// the pipe, and after each rotation the next file gets at most the limit (plus the one
+    /// read that crossed it). Nothing is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_at_its_limit_waits_for_rotation_and_loses_nothing() {
+        const LIMIT: u64 = 64 * 1024;
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("0.log");
+        let fifos = Fifos::new(&tmp.path().join("io"), "c", false, false);
+        let mut opened = io::open(&fifos).await.unwrap();
+        let (out, err) = shim_ends(&fifos);
+        opened.task_created();
+        let h = start(opened, log.clone(), "c".into(), LIMIT).unwrap();
+        drop(err);
+        // 2 MiB of numbered lines: far more than the limit, the pipe and one read.
+        let data: Vec<u8> = (0..40_000)
+            .flat_map(|i| {
+                format!("line {i:06} xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n").into_bytes()
+            })
+            .collect();
+        let total_lines = 40_000;
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut out = out;
+            for c in data.chunks(4096) {
+                out.write_all(c).unwrap();
+            }
+        });
+        let mut rotated = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !writer.is_finished() || h.running() {
+            assert!(Instant::now() < deadline, "the writer never finished");
+            let len = std::fs::metadata(&log).map_or(0, |m| m.len());
+            // The limit holds, give or take the read that crossed it.
+            assert!(
+                len <= LIMIT + (READ_BUF as u64) * 2,
+                "the log grew to {len}"
+            );
+            if len >= LIMIT {
+                let to = tmp.path().join(format!("0.log.{}", rotated.len()));
+                std::fs::rename(&log, &to).unwrap();
+                rotated.push(to);
+                if h.reopen().await.is_err() {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if writer.is_finished() && !h.running() {
+                break;
+            }
+        }
+        writer.await.unwrap();
+        wait(&h).await;
+        assert!(rotated.len() >= 10, "rotated {} times", rotated.len());
+        let mut text = String::new();
+        for f in rotated.iter().chain(std::iter::once(&log)) {
+            text.push_str(&std::fs::read_to_string(f).unwrap_or_default());
+        }
+        let got: Vec<&str> = text.lines().map(|l| &l[40..]).collect();
+        assert_eq!(got.len(), total_lines, "every line, once");
+        for (i, l) in got.iter().enumerate() {
+            assert!(l.starts_with(&format!("line {i:06} ")), "{i}: {l}");
+        }
+        io::remove(&fifos).await.unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn pumps_started_before_the_task_end_after_task_created() {
         let tmp = tempfile::tempdir().unwrap();
         let fifos = Fifos::new(&tmp.path().join("io"), "c", false, false);
         let opened = io::open(&fifos).await.unwrap();
-        let h = start(opened, tmp.path().join("0.log"), "c".into()).unwrap();
+        let h = start(opened, tmp.path().join("0.log"), "c".into(), 0).unwrap();
         // Nothing ever opened the FIFOs: only our placeholders keep the pumps alive.
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(h.running());

@@ -88,6 +88,10 @@ pub struct ContainerMeta {
     pub cgroups_path: String,
     /// Nanoseconds since the epoch.
     pub created_at: i64,
+    /// The size at which the kubelet rotates its log (the kubelet's annotation
+    /// [`ferrolet_proto::cri::CONTAINER_LOG_MAX_SIZE_ANNOTATION`]); 0: not known, no limit.
+    #[serde(default)]
+    pub log_max_size: u64,
 }
 
 /// CRI's container states.

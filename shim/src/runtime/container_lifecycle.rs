@@ -236,6 +236,11 @@ impl RuntimeInner {
             user: oci::cri_user(&spec),
             cgroups_path,
             created_at: store::now_ns(),
+            log_max_size: config
+                .annotations
+                .get(cri::CONTAINER_LOG_MAX_SIZE_ANNOTATION)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
             config,
         };
         let labels = HashMap::from([
@@ -390,7 +395,12 @@ impl RuntimeInner {
         opened.task_created();
         c.set_stdin(opened.take_stdin());
         let started = async {
-            let handle = log::start(opened, c.meta.log_path.clone(), id.to_string())?;
+            let handle = log::start(
+                opened,
+                c.meta.log_path.clone(),
+                id.to_string(),
+                c.meta.log_max_size,
+            )?;
             c.set_log_handle(Some(handle));
             Ok(task::start_task(&self.cd, id)
                 .instrument(tracing::debug_span!("task_start"))

@@ -178,7 +178,12 @@ async fn resume_logs(c: &Container) -> Result<()> {
     // The shim has held its ends open all along.
     opened.task_created();
     c.set_stdin(opened.take_stdin());
-    let handle = log::start(opened, c.meta.log_path.clone(), c.meta.id.clone())?;
+    let handle = log::start(
+        opened,
+        c.meta.log_path.clone(),
+        c.meta.id.clone(),
+        c.meta.log_max_size,
+    )?;
     c.set_log_handle(Some(handle));
     Ok(())
 }

@@ -22,8 +22,8 @@ impl From<validate::Invalid> for RuntimeError {
     }
 }
 
-impl From<streaming::TooManyInFlight> for RuntimeError {
-    fn from(e: streaming::TooManyInFlight) -> Self {
+impl From<streaming::Refused> for RuntimeError {
+    fn from(e: streaming::Refused) -> Self {
         RuntimeError::new(Code::ResourceExhausted, e.to_string())
     }
 }

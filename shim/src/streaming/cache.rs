@@ -72,6 +72,11 @@ impl<T> RequestCache<T> {
         self.consume_at(token, Instant::now())
     }
 
+    /// Drops the requests whose tokens expired.
+    pub fn drop_expired(&self) {
+        self.lock().drop_expired(Instant::now());
+    }
+
     /// Requests waiting (expired ones included until the next insert drops them).
     pub fn len(&self) -> usize {
         self.lock().entries.len()

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::upgrade::Endpoint;
-use super::{Backend, Cached, RequestCache, StartError};
+use super::{Admitted, Backend, Cached, RequestCache, StartError};
 
 /// Go's `http.NotFound` body.
 const NOT_FOUND: &str = "404 page not found\n";
@@ -49,7 +49,7 @@ impl Tls {
 }
 
 struct Ctx {
-    cache: Arc<RequestCache<Cached>>,
+    cache: Arc<RequestCache<Admitted>>,
     backend: Arc<dyn Backend>,
     idle_timeout: Option<std::time::Duration>,
 }
@@ -59,7 +59,7 @@ struct Ctx {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     tls: Option<Tls>,
-    cache: Arc<RequestCache<Cached>>,
+    cache: Arc<RequestCache<Admitted>>,
     backend: Arc<dyn Backend>,
     idle_timeout: Option<std::time::Duration>,
 ) {
@@ -137,11 +137,11 @@ fn route(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Response<String> {
     if req.method() != Method::GET && req.method() != Method::POST {
         return text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed");
     }
-    let Some(cached) = ctx.cache.consume(token) else {
+    let Some(admitted) = ctx.cache.consume(token) else {
         return text(StatusCode::NOT_FOUND, NOT_FOUND);
     };
     let matches = matches!(
-        (kind, &cached),
+        (kind, &admitted.request),
         ("exec", Cached::Exec(_))
             | ("attach", Cached::Attach(_))
             | ("portforward", Cached::PortForward(_))
@@ -149,7 +149,13 @@ fn route(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Response<String> {
     if !matches {
         return text(StatusCode::NOT_FOUND, NOT_FOUND);
     }
-    super::upgrade::start(req, endpoint, cached, ctx.backend.clone(), ctx.idle_timeout)
+    super::upgrade::start(
+        req,
+        endpoint,
+        admitted,
+        ctx.backend.clone(),
+        ctx.idle_timeout,
+    )
 }
 
 #[cfg(test)]

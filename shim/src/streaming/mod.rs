@@ -7,6 +7,12 @@
 //! exec and attach backends (`crate::container::{exec_stream, attach}`) and [`portforward`].
 //!
 //! - [`cache`]: tokens, TTL, the in-flight bound.
+//!
+//! Sessions are admitted when their URL is asked for: at most `max_streaming_sessions`
+//! (waiting URLs and running sessions together) at once. A request past that is refused at
+//! once with RESOURCE_EXHAUSTED (the kubelet answers 429), rather than admitted to wait
+//! behind hundreds of `runc exec`s until its client gives up; the admission is held by the
+//! waiting URL and then by the session, and ends with either.
 //! - [`validate`]: what a request must satisfy, in Go's words.
 //! - [`session`]: one exec, attach or forwarded connection, given the client's streams.
 //! - [`portforward`]: dialing inside a sandbox's network namespace; copying both ways.
@@ -55,32 +61,75 @@ pub trait Backend: Send + Sync + 'static {
     fn exec_fifo_dir(&self, container_id: &str) -> PathBuf;
 }
 
+/// A request with its admission: the place it holds among the sessions the server admits,
+/// given back when it is dropped (its URL expired unused, or its session ended).
+#[derive(Debug)]
+pub struct Admitted {
+    /// The request.
+    pub request: Cached,
+    /// Its place.
+    pub permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Why a URL was not handed out.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Refused {
+    /// The token cache is full (Go's bound).
+    #[error(transparent)]
+    InFlight(#[from] TooManyInFlight),
+    /// As many sessions as the server admits wait or run.
+    #[error(
+        "too many streaming sessions: {max} exec, attach and port-forward sessions wait or run (max_streaming_sessions); try again when some have ended"
+    )]
+    Sessions {
+        /// The bound.
+        max: usize,
+    },
+}
+
 /// Hands out URLs: the cache and the server's base URL (cheap to clone).
 #[derive(Clone)]
 pub struct Urls {
-    cache: Arc<RequestCache<Cached>>,
+    cache: Arc<RequestCache<Admitted>>,
     base: String,
+    sessions: Arc<tokio::sync::Semaphore>,
+    max_sessions: usize,
 }
 
 impl Urls {
-    /// URLs under `base` (`http://127.0.0.1:38023`) backed by `cache`.
-    pub fn new(cache: Arc<RequestCache<Cached>>, base: String) -> Self {
-        Self { cache, base }
+    /// URLs under `base` (`http://127.0.0.1:38023`) backed by `cache`, admitting at most
+    /// `max_sessions` sessions at once.
+    pub fn new(cache: Arc<RequestCache<Admitted>>, base: String, max_sessions: usize) -> Self {
+        Self {
+            cache,
+            base,
+            sessions: Arc::new(tokio::sync::Semaphore::new(max_sessions)),
+            max_sessions,
+        }
     }
 
-    /// Stores the request; its URL.
-    pub fn insert(&self, request: Cached) -> Result<String, TooManyInFlight> {
+    /// Admits the request and stores it; its URL.
+    pub fn insert(&self, request: Cached) -> Result<String, Refused> {
         let kind = match &request {
             Cached::Exec(_) => "exec",
             Cached::Attach(_) => "attach",
             Cached::PortForward(_) => "portforward",
         };
-        let token = self.cache.insert(request)?;
+        // Expired URLs give their places back first.
+        self.cache.drop_expired();
+        let permit = self
+            .sessions
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Refused::Sessions {
+                max: self.max_sessions,
+            })?;
+        let token = self.cache.insert(Admitted { request, permit })?;
         Ok(format!("{}/{kind}/{token}", self.base))
     }
 
     /// The cache behind them.
-    pub fn cache(&self) -> &Arc<RequestCache<Cached>> {
+    pub fn cache(&self) -> &Arc<RequestCache<Admitted>> {
         &self.cache
     }
 }
@@ -130,7 +179,11 @@ impl StreamServer {
             None
         };
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let urls = Urls::new(Arc::default(), format!("{scheme}://{local}"));
+        let urls = Urls::new(
+            Arc::default(),
+            format!("{scheme}://{local}"),
+            config.max_streaming_sessions,
+        );
         Ok(Self {
             listener,
             tls,
@@ -170,7 +223,7 @@ mod tests {
 
     #[test]
     fn urls_name_the_kind_and_a_token() {
-        let urls = Urls::new(Arc::default(), "http://127.0.0.1:1234".into());
+        let urls = Urls::new(Arc::default(), "http://127.0.0.1:1234".into(), 8);
         let u = urls
             .insert(Cached::PortForward(cri::PortForwardRequest::default()))
             .unwrap();
@@ -179,13 +232,29 @@ mod tests {
             .unwrap();
         assert_eq!(token.len(), cache::TOKEN_LEN);
         assert!(matches!(
-            urls.cache().consume(token),
+            urls.cache().consume(token).map(|a| a.request),
             Some(Cached::PortForward(_))
         ));
         let e = urls
             .insert(Cached::Exec(cri::ExecRequest::default()))
             .unwrap();
         assert!(e.starts_with("http://127.0.0.1:1234/exec/"));
+    }
+
+    #[test]
+    fn sessions_past_the_bound_are_refused_until_one_ends() {
+        let urls = Urls::new(Arc::default(), "http://127.0.0.1:1234".into(), 2);
+        let exec = || Cached::Exec(cri::ExecRequest::default());
+        let a = urls.insert(exec()).unwrap();
+        let _b = urls.insert(exec()).unwrap();
+        assert_eq!(urls.insert(exec()), Err(Refused::Sessions { max: 2 }));
+        // A URL used becomes a session that still holds its place...
+        let token = a.rsplit('/').next().unwrap();
+        let session = urls.cache().consume(token).unwrap();
+        assert!(urls.insert(exec()).is_err());
+        // ...until it ends.
+        drop(session);
+        urls.insert(exec()).unwrap();
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 
 use super::session::{self, Outcome};
-use super::{Backend, Cached};
+use super::{Admitted, Backend, Cached};
 use crate::container::exec_stream::{ClientIo, PtySize};
 
 pub use ferrolet_proto::streaming::Endpoint;
@@ -23,10 +23,15 @@ pub use ferrolet_proto::streaming::Endpoint;
 pub(super) fn start(
     mut req: Request<Incoming>,
     endpoint: Endpoint,
-    cached: Cached,
+    admitted: Admitted,
     backend: Arc<dyn Backend>,
     idle_timeout: Option<Duration>,
 ) -> Response<String> {
+    // The session keeps the place its URL held until it ends.
+    let Admitted {
+        request: cached,
+        permit,
+    } = admitted;
     let negotiated = match streaming::negotiate(&req, endpoint) {
         Ok(n) => n,
         Err(e) => {
@@ -39,6 +44,7 @@ pub(super) fn start(
     let upgrade = hyper::upgrade::on(&mut req);
     let answer = negotiated.response().map(|()| String::new());
     tokio::spawn(async move {
+        let _place = permit;
         let io = match upgrade.await {
             Ok(u) => IdleTimeout::new(TokioIo::new(u), idle_timeout),
             Err(e) => {
