@@ -364,3 +364,92 @@ async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
     .await;
     node.teardown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gigabyte_of_watch_events_leaves_the_kubelet_bounded_and_working() {
+    use ferrolet_integration::apiserver::ApiServerOptions;
+    use ferrolet_integration::cluster::{ClusterNode, ClusterOptions, NAMESPACE};
+
+    let node = ClusterNode::start_with(
+        "watch-flood",
+        ClusterOptions {
+            // As a real server: a watch that falls behind is closed, and the client resumes.
+            api: ApiServerOptions {
+                history_size: 64,
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    let pod = |name: &str| {
+        serde_json::json!({
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE]}],
+            },
+        })
+    };
+    node.create_pod(pod("big")).await;
+    let first = node.wait_api_running("big").await;
+    let container = first["status"]["containerStatuses"][0]["containerID"].clone();
+    let kubelet = node.node.kubelet_pid();
+    let rss = move || -> u64 {
+        std::fs::read_to_string(format!("/proc/{kubelet}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let before = rss();
+    // 4,000 updates of the node's pod, each carrying a 256 KiB annotation (the most the API
+    // allows): a gigabyte of MODIFIED events on ferrolet's pod watch.
+    const UPDATES: usize = 4000;
+    const SIZE: usize = 256 * 1024 - 64;
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let most = sampling.clone();
+        tokio::spawn(async move {
+            loop {
+                most.fetch_max(rss(), std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    let mut sent = 0usize;
+    for i in 0..UPDATES {
+        let mut p = node.api_pod("big").await.unwrap();
+        let filler: String = std::iter::repeat_n(char::from(b'a' + (i % 26) as u8), SIZE).collect();
+        p["metadata"]["annotations"] = serde_json::json!({ "soak/filler": filler });
+        sent += SIZE;
+        node.api.update("pods", NAMESPACE, "big", p).await.unwrap();
+    }
+    sampler.abort();
+    let most = sampling.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "{} MiB of pod updates; ferrolet RSS {} MiB before, at most {} MiB during; requests by verb {:?}",
+        sent >> 20,
+        before >> 10,
+        most >> 10,
+        node.api.request_counts()
+    );
+    assert!(sent >= 1_000_000_000);
+    // It kept none of it: its memory stayed within a small multiple of one object.
+    assert!(
+        most < before + (200 << 10),
+        "RSS went from {before} KiB to {most} KiB"
+    );
+    // The pod ran on untouched (annotations change nothing that runs), and the node still
+    // takes new pods from its watch.
+    let now = node.api_pod("big").await.unwrap();
+    assert_eq!(
+        now["status"]["containerStatuses"][0]["containerID"],
+        container
+    );
+    assert_eq!(now["status"]["containerStatuses"][0]["restartCount"], 0);
+    node.create_pod(pod("after")).await;
+    node.wait_api_running("after").await;
+    node.teardown().await;
+}
