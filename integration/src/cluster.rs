@@ -130,6 +130,21 @@ impl Prepared {
         }
     }
 
+    /// Configures ferrolet's secure API as kubeadm does: client certificates of the API
+    /// server's CA (written beside the kubeconfig), bearer tokens through TokenReview,
+    /// anonymous requests off, and `authorization_mode` (`Webhook`: a SubjectAccessReview per
+    /// request, decided by the API server's SAR policy; `AlwaysAllow`).
+    pub fn trust_cluster_clients(&self, authorization_mode: &str) {
+        let ca = self.kubeconfig.with_file_name("cluster-ca.crt");
+        if let Err(e) = std::fs::write(&ca, self.api.ca_pem()) {
+            panic!("writing {}: {e}", ca.display());
+        }
+        self.add_config(&format!(
+            "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: {authorization_mode}\n",
+            ca.display()
+        ));
+    }
+
     /// Starts ferrolet; returns once its healthz answers.
     pub async fn start_kubelet(&self) -> KubeletNode {
         let opts = self

@@ -121,6 +121,30 @@ impl CriNode {
         remember_ids(&self.created, ids);
     }
 
+    /// Waits until containerd holds `n` container records in the node's namespace (a
+    /// sandbox's is made beside its CNI ADD); returns their ids.
+    pub async fn wait_containerd_records(&self, n: usize) -> Vec<String> {
+        let client = self.ns.client.clone();
+        poll("the containerd records", LONG, || {
+            let client = client.clone();
+            async move {
+                let listed = client
+                    .containers()
+                    .list(CdListContainers::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_inner()
+                    .containers;
+                if listed.len() == n {
+                    Ok(listed.into_iter().map(|c| c.id).collect())
+                } else {
+                    Err(format!("{} records", listed.len()))
+                }
+            }
+        })
+        .await
+    }
+
     /// ferrolet-cri's persistent state dir.
     pub fn root(&self) -> PathBuf {
         self.scratch.path().join("root")

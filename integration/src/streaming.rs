@@ -138,6 +138,18 @@ impl TlsClient {
     }
 }
 
+/// Percent-encodes a query value: everything but RFC 3986's unreserved characters.
+pub fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The DER bodies of the PEM blocks labelled `label` (`CERTIFICATE`, `PRIVATE KEY`).
 pub fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
     use base64::Engine;

@@ -232,22 +232,7 @@ async fn a_rollback_containerd_could_not_finish_is_finished_by_the_sweeper() {
     };
     wait_stalled(&node).await;
     // The sandbox's containerd record is made beside CNI ADD.
-    let client = node.ns.client.clone();
-    poll("the sandbox's containerd record", LONG, || {
-        let client = client.clone();
-        async move {
-            let listed = client
-                .containers()
-                .list(ListContainersRequest::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            match listed.into_inner().containers.as_slice() {
-                [r] => Ok(r.id.clone()),
-                other => Err(format!("{} records", other.len())),
-            }
-        }
-    })
-    .await;
+    node.wait_containerd_records(1).await;
     // ADD fails while containerd is down: the rollback cannot delete the record.
     let down = Killed::containerd();
     release(&node);

@@ -6,7 +6,6 @@
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::network::TestNetwork;
 use ferrolet_integration::pods::{CriNode, LONG, NodeOptions};
-use ferrolet_proto::containerd::services::v1::ListContainersRequest;
 use ferrolet_proto::cri::PodSandboxState;
 use serde_json::json;
 
@@ -89,22 +88,7 @@ async fn a_crash_during_cni_add_leaves_nothing_once_the_pod_is_stopped_and_remov
     .await;
     // The sandbox's containerd record is made beside CNI ADD: wait for it, so the crash comes
     // after ferrolet-cri has recorded a sandbox it will recover.
-    let client = node.ns.client.clone();
-    poll("the sandbox's containerd record", LONG, || {
-        let client = client.clone();
-        async move {
-            let listed = client
-                .containers()
-                .list(ListContainersRequest::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            if listed.into_inner().containers.is_empty() {
-                return Err("none yet".to_string());
-            }
-            Ok(())
-        }
-    })
-    .await;
+    node.wait_containerd_records(1).await;
     node.cri.kill();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(plugin_pid),

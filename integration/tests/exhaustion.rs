@@ -262,12 +262,7 @@ async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
     use ferrolet_proto::streaming::client::Transport;
 
     let prepared = Prepared::new("exec-sessions", ClusterOptions::default()).await;
-    let ca = prepared.kubeconfig.with_file_name("cluster-ca.crt");
-    std::fs::write(&ca, prepared.api.ca_pem()).unwrap();
-    prepared.add_config(&format!(
-        "authentication:\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: AlwaysAllow\n",
-        ca.display()
-    ));
+    prepared.trust_cluster_clients("AlwaysAllow");
     let kubelet = prepared.start_kubelet().await;
     let node = prepared.into_node(kubelet);
     node.create_pod(serde_json::json!({

@@ -127,12 +127,7 @@ fn verb(method: &str) -> &'static str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_each_caller_as_the_go_kubelet_does() {
     let prepared = Prepared::new("authz-matrix", ClusterOptions::default()).await;
-    let ca = prepared.kubeconfig.with_file_name("cluster-ca.crt");
-    std::fs::write(&ca, prepared.api.ca_pem()).unwrap();
-    prepared.add_config(&format!(
-        "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: Webhook\n",
-        ca.display()
-    ));
+    prepared.trust_cluster_clients("Webhook");
     // RBAC as a cluster would grant it: nodes/stats to the monitoring user, nodes/proxy to
     // the other, everything to system:masters, nothing of the kubelet API to a node.
     let reviews: Arc<Mutex<Vec<SarRequest>>> = Arc::default();

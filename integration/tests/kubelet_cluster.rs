@@ -571,14 +571,9 @@ async fn tls_bootstrap_gets_a_node_certificate_through_an_approved_csr() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_api_admits_only_whom_the_api_server_vouches_for() {
     let prepared = Prepared::new("api-authz", ClusterOptions::default()).await;
-    let ca = prepared.kubeconfig.with_file_name("cluster-ca.crt");
-    std::fs::write(&ca, prepared.api.ca_pem()).unwrap();
     // As kubeadm configures it: client certificates of the cluster CA, tokens reviewed
     // through TokenReview, every request authorized through SubjectAccessReview.
-    prepared.add_config(&format!(
-        "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  x509:\n    clientCAFile: {}\nauthorization:\n  mode: Webhook\n",
-        ca.display()
-    ));
+    prepared.trust_cluster_clients("Webhook");
     prepared
         .api
         .add_token("alice-token", "alice", &["developers"]);

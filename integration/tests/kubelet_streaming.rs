@@ -26,7 +26,7 @@ use ferrolet_integration::kubelet::{
 use ferrolet_integration::pods::{LONG, fifos_under, pids_with_cmdline, wait_for_process};
 use ferrolet_integration::streaming::{
     BoxIo, Opener, TlsClient, assert_rejected, can_close_stdin, fd_count, fd_list, fetch_in_ranges,
-    finish, pipe_through_cat, read_until, sha256_hex,
+    finish, pipe_through_cat, query_escape, read_until, sha256_hex,
 };
 use ferrolet_proto::streaming::client::{self, Target, Transport};
 use ferrolet_proto::streaming::{StreamOptions, TerminalSize};
@@ -117,21 +117,12 @@ impl Certs {
     }
 }
 
-/// Percent-encodes a query value (everything but RFC 3986's unreserved characters).
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// The query of an exec or attach, with the API server's parameter names.
 fn stream_query(cmd: &[&str], opts: StreamOptions) -> String {
-    let mut q: Vec<String> = cmd.iter().map(|c| format!("command={}", enc(c))).collect();
+    let mut q: Vec<String> = cmd
+        .iter()
+        .map(|c| format!("command={}", query_escape(c)))
+        .collect();
     for (on, key) in [
         (opts.stdin, "input"),
         (opts.stdout, "output"),
@@ -188,7 +179,11 @@ impl<N: RuntimeNode> Ctx<'_, N> {
 
     /// `POST /run/…?cmd=…`: status and body.
     async fn run(&self, container: &str, cmd: &str) -> (u16, String) {
-        let path = format!("/run/default/{}/{container}?cmd={}", self.pod, enc(cmd));
+        let path = format!(
+            "/run/default/{}/{container}?cmd={}",
+            self.pod,
+            query_escape(cmd)
+        );
         let (mut io, _) = self.dial(&path).await;
         let request = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",

@@ -485,16 +485,12 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// The kubelet configuration of the soak's node.
-fn kubelet_config(ca: &std::path::Path) -> String {
-    format!(
-        "runtimeRequestTimeout: 10s\n\
-         evictionHard: {{\"memory.available\": \"100Mi\", \"nodefs.available\": \"0%\", \"nodefs.inodesFree\": \"0%\", \"imagefs.available\": \"256Mi\"}}\n\
-         authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: true\n  x509:\n    clientCAFile: {}\n\
-         authorization:\n  mode: Webhook\n",
-        ca.display()
-    )
-}
+/// The kubelet configuration of the soak's node: CRI calls time out after 10 s (the
+/// SIGSTOP fault lasts longer), and no eviction for the root filesystem the disk-full fault
+/// fills (a real node would evict pods there; the soak checks that nothing is lost or leaked
+/// when writes fail, not eviction).
+const KUBELET_CONFIG: &str = "runtimeRequestTimeout: 10s\n\
+     evictionHard: {\"memory.available\": \"100Mi\", \"nodefs.available\": \"0%\", \"nodefs.inodesFree\": \"0%\", \"imagefs.available\": \"256Mi\"}\n";
 
 /// Sets the node up: a registry with the images, the API server with the objects the pods
 /// mount, ferrolet on ferrolet-cri on this process's containerd.
@@ -535,11 +531,8 @@ async fn start(opts: &SoakOptions) -> Soak {
         },
     )
     .await;
-    let ca = scratch.path().join("cluster-ca.crt");
-    if let Err(e) = std::fs::write(&ca, prepared.api.ca_pem()) {
-        panic!("writing {}: {e}", ca.display());
-    }
-    prepared.add_config(&kubelet_config(&ca));
+    prepared.add_config(KUBELET_CONFIG);
+    prepared.trust_cluster_clients("Webhook");
     prepared.api.set_sar_policy(|_| true);
     let identity = prepared
         .api

@@ -9,7 +9,7 @@ use ferrolet_proto::streaming::StreamOptions;
 use ferrolet_proto::streaming::client::{self, Transport};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::streaming::{TlsClient, pem_blocks};
+use crate::streaming::{TlsClient, pem_blocks, query_escape};
 
 /// How long a session may take, faults included.
 pub const LIMIT: Duration = Duration::from_secs(30);
@@ -36,19 +36,9 @@ impl Identity {
 
 /// The query of `sh -c script` with stdout and stderr.
 fn exec_query(script: &str) -> String {
-    let enc = |s: &str| -> String {
-        s.bytes()
-            .map(|b| match b {
-                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                    (b as char).to_string()
-                }
-                _ => format!("%{b:02X}"),
-            })
-            .collect()
-    };
     format!(
         "command=sh&command=-c&command={}&output=1&error=1",
-        enc(script)
+        query_escape(script)
     )
 }
 

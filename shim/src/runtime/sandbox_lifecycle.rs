@@ -365,7 +365,7 @@ impl RuntimeInner {
                 return Ok(());
             };
             if network_up {
-                self.network.teardown(id, ns, &meta.config).await?;
+                self.network.teardown(id, ns, Some(&meta.config)).await?;
             }
             Ok(self.network.remove_netns(id, ns).await?)
         };
@@ -451,7 +451,7 @@ impl RuntimeInner {
         let network = async {
             let status = sb.status();
             if let (Some(ns), true) = (&sb.meta.netns, status.network_up) {
-                self.network.teardown(id, ns, &sb.meta.config).await?;
+                self.network.teardown(id, ns, Some(&sb.meta.config)).await?;
                 sb.update(|s| s.network_up = false);
             }
             if let Some(ns) = &sb.meta.netns {

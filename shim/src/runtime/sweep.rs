@@ -149,7 +149,7 @@ pub async fn sweep(inner: &RuntimeInner) -> SweepReport {
         let netns = inner.network.netns_path(id);
         let result = inner
             .network
-            .teardown_orphan(id, &netns)
+            .teardown(id, &netns, None)
             .await
             .map_err(RuntimeError::from);
         report.outcome("CNI attachment", id, result);

@@ -204,12 +204,13 @@ impl PodNetwork {
     }
 
     /// Runs CNI DEL for a sandbox; the cached ADD arguments make this work after a restart and
-    /// when the netns is already gone. Done twice, it succeeds.
+    /// when the netns is already gone, and without the sandbox's config (`None`: a sandbox of
+    /// which nothing but its CNI attachment is left). Done twice, it succeeds.
     pub async fn teardown(
         &self,
         id: &str,
         netns_path: &Path,
-        config: &cri::PodSandboxConfig,
+        config: Option<&cri::PodSandboxConfig>,
     ) -> Result<(), NetworkError> {
         let net = match self.config().await {
             Ok(net) => net,
@@ -221,27 +222,11 @@ impl PodNetwork {
             }
             Err(e) => return Err(e),
         };
-        let rt = match self.runtime_conf(id, netns_path, config) {
-            Ok(rt) => rt,
+        let rt = match config.map(|c| self.runtime_conf(id, netns_path, c)) {
+            Some(Ok(rt)) => rt,
             // Teardown must not fail on an annotation that only matters at ADD.
-            Err(_) => RuntimeConf::new(id, netns_path.display().to_string(), POD_IFNAME),
+            _ => RuntimeConf::new(id, netns_path.display().to_string(), POD_IFNAME),
         };
-        self.cni
-            .del(&net, &rt)
-            .await
-            .map_err(|source| NetworkError::Cni {
-                op: "DEL",
-                id: id.to_string(),
-                network: net.name.clone(),
-                source: Box::new(source),
-            })
-    }
-
-    /// Runs CNI DEL for a sandbox of which nothing but its CNI attachment (the result
-    /// cache's entry) is left: the cache supplies what the ADD was given.
-    pub async fn teardown_orphan(&self, id: &str, netns_path: &Path) -> Result<(), NetworkError> {
-        let net = self.config().await?;
-        let rt = RuntimeConf::new(id, netns_path.display().to_string(), POD_IFNAME);
         self.cni
             .del(&net, &rt)
             .await
