@@ -3,26 +3,38 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test env stop status build lint unit images bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
 	@scripts/node.sh
 
-## test: environment + formatting + lints + every test (unit and integration, real containerd)
+## test: environment + formatting + lints + every test (unit and integration, real containerd,
+# the fuzz corpora's replay)
 # Binaries first: integration tests run the real ferrolet-cri and ferrolet-cni.
 test: env lint
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+	$(CARGO) test -p ferrolet-fuzz --features targets --test replay
 
 ## unit: every test that needs neither root nor containerd nor the registries: the crates'
 # unit tests, the CNI library and CLI against fake plugins, the registry client against its
-# in-test fakes, the module layers and the test-image builder. Under 2 minutes after a build.
+# in-test fakes, the module layers, the test-image builder and the replay of every committed
+# fuzz input (fuzz/corpus, fuzz/regressions). Under 2 minutes after a build.
 unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) test -p ferrolet-cni --tests
 	$(CARGO) test -p ferrolet-cri --test registry fake_
 	$(CARGO) test -p ferrolet-integration --test module_layers --test testimages --test apiserver
+	$(CARGO) test -p ferrolet-fuzz --features targets --test replay
+
+## fuzz: one AFL++ target for a while, e.g. `make fuzz TARGET=spdy_frames SECONDS=600` (not part
+# of `make test`; needs `cargo install cargo-afl`). Builds in target/fuzz, findings in
+# target/fuzz/out/TARGET/default/{crashes,hangs}; targets and how to triage: fuzz/README.md.
+TARGET ?= spdy_frames
+SECONDS ?= 600
+fuzz:
+	@fuzz/run.sh $(TARGET) $(SECONDS)
 
 ## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config
 env:

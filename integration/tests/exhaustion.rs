@@ -261,7 +261,22 @@ async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
     use ferrolet_integration::streaming::fd_count;
     use ferrolet_proto::streaming::client::Transport;
 
-    let prepared = Prepared::new("exec-sessions", ClusterOptions::default()).await;
+    // containerd 1.6's runc shim bogs down with many execs in one container: 128 concurrent
+    // `ctr task exec ... sleep 1` took 138 s on the 2-core machine (32 took 1.9 s), so with
+    // the default bound of 128 admitted sessions missed their deadline in CI. What is tested
+    // is the bound, so the test sets one the shim can serve.
+    const BOUND: usize = 32;
+    let opts = ClusterOptions {
+        kubelet: ferrolet_integration::kubelet::KubeletOptions {
+            cri: ferrolet_integration::pods::NodeOptions {
+                extra_config: format!("max_streaming_sessions = {BOUND}\n"),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let prepared = Prepared::new("exec-sessions", opts).await;
     prepared.trust_cluster_clients("AlwaysAllow");
     let kubelet = prepared.start_kubelet().await;
     let node = prepared.into_node(kubelet);
@@ -293,8 +308,7 @@ async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
                 Transport::WebSocket
             };
             tokio::spawn(async move {
-                // Long enough for every admitted session: the container's shim starts execs
-                // a few per second on this machine.
+                // Long enough for every admitted session to have its turn at the shim.
                 let limit = Duration::from_secs(180);
                 sessions::exec(
                     addr, &serving, &identity, "box", "main", transport, i, limit,
@@ -314,10 +328,7 @@ async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
     println!("1000 exec sessions: {ok} completed, refused: {refused:?}");
     // Those past the runtime's bound were refused at once (429 from the kubelet, with the
     // runtime's reason), none hung until its client gave up, and the admitted ones ran.
-    assert!(
-        ok >= MAX_SESSIONS / 2,
-        "{ok} completed; refused: {refused:?}"
-    );
+    assert!(ok >= BOUND, "{ok} completed; refused: {refused:?}");
     for (why, n) in &refused {
         assert!(
             why.contains("429") || why.contains("too many streaming sessions"),

@@ -35,6 +35,7 @@ const KUBELET: Rule = Rule {
                 "events",
                 "objects",
                 "timeline",
+                "yaml",
             ],
         ),
         (

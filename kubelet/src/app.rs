@@ -3,6 +3,10 @@
 //! signal. The binary (`main.rs`) only calls [`main`], so everything else in this crate is
 //! crate-private and the compiler reports what nothing uses.
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

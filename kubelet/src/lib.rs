@@ -28,7 +28,8 @@
 //! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
 //!   (the event recorder seam), `objects` (the secret/configMap/token seam), `timeline` (the
-//!   per-pod start timelines: the bounded store, its JSON and table).
+//!   per-pod start timelines: the bounded store, its JSON and table), `yaml` (the nesting
+//!   bound YAML from files and URLs is checked against first).
 
 pub(crate) mod admission;
 pub mod app;
@@ -75,6 +76,7 @@ pub(crate) mod types;
 pub(crate) mod view;
 pub(crate) mod volume;
 pub(crate) mod volume_manager;
+pub(crate) mod yaml;
 
 /// What the benchmarks (`kubelet/benches`) drive directly, below the process; not an API.
 #[doc(hidden)]

@@ -16,8 +16,12 @@
 //!   transport of Kubernetes' SPDY streaming.
 //! - [`streaming`]: exec, attach and port-forward streams over SPDY or WebSocket: the upgrade
 //!   handshake, the `*.channel.k8s.io` and `portforward.k8s.io` subprotocols, servers and clients.
+//! - `fuzzing` (feature `fuzzing`, off by default): entry points for the fuzz targets in `fuzz/`.
 
 pub mod containerd;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod go_duration;
 #[cfg(any(test, feature = "raw-h2"))]
 pub mod raw_h2;

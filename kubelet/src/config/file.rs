@@ -157,6 +157,7 @@ pub(super) fn apply(config: &mut Config, path: &Path, text: &str) -> Result<Note
         path: path.to_path_buf(),
         reason,
     };
+    crate::yaml::check_flow_depth(text.as_bytes()).map_err(|e| parse_err(e.to_string()))?;
     let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| parse_err(e.to_string()))?;
     let map = match doc {
         Value::Mapping(m) => m,

@@ -331,6 +331,17 @@ impl Config {
         Ok((config, warnings))
     }
 
+    /// The fuzz targets' way in (`app::fuzzing::kubelet_config`): a `--config` file's text
+    /// over the defaults, then the checks [`Config::load`] makes (no flags, no node name).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn read_file_for_fuzzing(text: &str) {
+        let mut config = Config::default();
+        let path = Path::new("/etc/kubernetes/kubelet-config.yaml");
+        if file::apply(&mut config, path, text).is_ok() {
+            let _ = config.check();
+        }
+    }
+
     /// API-server mode: a `--kubeconfig` is given (else standalone, as the Go kubelet).
     pub fn api_server_mode(&self) -> bool {
         self.kubeconfig.is_some()

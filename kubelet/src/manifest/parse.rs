@@ -17,6 +17,9 @@ pub enum ManifestError {
     /// Not YAML.
     #[error("invalid YAML: {0}")]
     Yaml(#[from] serde_yaml_ng::Error),
+    /// YAML nested too deep to parse in reasonable time.
+    #[error("invalid YAML: {0}")]
+    TooDeep(#[from] crate::yaml::TooDeep),
     /// Looked like JSON (starts with `{`) but is not.
     #[error("invalid JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -91,6 +94,7 @@ fn documents(bytes: &[u8]) -> Result<Vec<Value>, ManifestError> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(ManifestError::Json);
     }
+    crate::yaml::check_flow_depth(text)?;
     serde_yaml_ng::Deserializer::from_slice(text)
         .map(|doc| Value::deserialize(doc).map_err(ManifestError::Yaml))
         .collect()

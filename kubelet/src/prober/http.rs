@@ -15,6 +15,9 @@ use super::check::{CheckError, Outcome, join_host_port, resolve_port};
 
 mod wire;
 
+#[cfg(feature = "fuzzing")]
+pub(crate) use wire::judge_answer;
+
 /// Bytes of a probe answer's body that are read (Go's `maxRespBodyLength`).
 pub const MAX_BODY: usize = 10 * 1024;
 /// Redirects followed before giving up.

@@ -160,6 +160,9 @@ pub enum HeaderBlockError {
     /// A value with bytes a header value may not hold.
     #[error("invalid value for header {0}")]
     InvalidValue(String),
+    /// More values than a header map holds (the `http` crate's bound, 32768 entries).
+    #[error("more header values than a header map holds")]
+    TooManyValues,
 }
 
 /// Writes uncompressed header blocks (also what [`HeaderEncoder`] compresses).
@@ -201,7 +204,9 @@ pub fn decode_plain(mut block: &[u8]) -> Result<HeaderMap, HeaderBlockError> {
     }
     let count = block.get_u32() as usize;
     // Each field needs at least 8 bytes: a count beyond that is a lie, not an allocation hint.
-    let mut headers = HeaderMap::with_capacity(count.min(block.len() / 8));
+    // The hint stays small besides (Kubernetes' blocks carry a handful of headers):
+    // `with_capacity` panics past what a map can hold, where appending fails softly below.
+    let mut headers = HeaderMap::with_capacity(count.min(block.len() / 8).min(64));
     for _ in 0..count {
         let name = take(&mut block)?;
         let name = HeaderName::from_bytes(name).map_err(|_| {
@@ -211,7 +216,11 @@ pub fn decode_plain(mut block: &[u8]) -> Result<HeaderMap, HeaderBlockError> {
         for value in values.split(|&b| b == 0) {
             let value = HeaderValue::from_bytes(value)
                 .map_err(|_| HeaderBlockError::InvalidValue(name.to_string()))?;
-            headers.append(name.clone(), value);
+            // NUL-separated values are entries of their own: a block of empty values could
+            // ask for more than the map holds, where `append` would panic.
+            headers
+                .try_append(name.clone(), value)
+                .map_err(|_| HeaderBlockError::TooManyValues)?;
         }
     }
     if !block.is_empty() {
@@ -314,8 +323,11 @@ impl HeaderDecoder {
             if self.plain.len() >= self.max_size {
                 return Err(HeaderBlockError::TooLarge(self.max_size));
             }
-            self.plain
-                .reserve((block.len() * 4).clamp(256, self.max_size - self.plain.len()));
+            // Room for a good share of the block's expansion, but never past the limit: within
+            // 256 bytes of it (or under a limit below 256), `clamp` would panic with its
+            // minimum above its maximum.
+            let room = self.max_size - self.plain.len();
+            self.plain.reserve((block.len() * 4).max(256).min(room));
             let before_in = self.zlib.total_in();
             let result = self
                 .zlib

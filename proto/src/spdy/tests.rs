@@ -7,7 +7,9 @@ use http::{HeaderMap, HeaderValue};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::frame::{Frame, FrameDecoder, FrameError, GoAwayStatus, RstStatus, Setting};
-use super::header_block::{DICTIONARY, HeaderDecoder, HeaderEncoder, decode_plain, encode_plain};
+use super::header_block::{
+    DICTIONARY, HeaderBlockError, HeaderDecoder, HeaderEncoder, decode_plain, encode_plain,
+};
 use super::{Config, Connection, Error, Incoming, Role, SpdyStream};
 
 /// Frames written by moby/spdystream's Framer (the vendored copy in Kubernetes 1.28.7), one
@@ -407,7 +409,32 @@ fn header_block_limits_and_garbage() {
     enc.encode(&h, &mut block).unwrap();
     assert!(HeaderDecoder::new(1024).decode(&block).is_err());
     assert!(HeaderDecoder::new(1024).decode(b"not zlib at all").is_err());
+    // Any limit, even one a block nears within its first 256 bytes, refuses instead of
+    // panicking (found by the spdy_frames fuzz target: `clamp` with its minimum above its
+    // maximum).
+    for max in 1..1300 {
+        assert!(matches!(
+            HeaderDecoder::new(max).decode(&block),
+            Err(HeaderBlockError::TooLarge(_))
+        ));
+    }
     assert!(decode_plain(b"\x00\x00\x00\x05\x00\x00").is_err());
+    // More values than a header map holds, and a count hint past its capacity, are refused
+    // rather than panicked on (found by the spdy_frames fuzz target).
+    let mut many = 40_000u32.to_be_bytes().to_vec();
+    for i in 0..40_000u32 {
+        let name = format!("h{i}");
+        many.extend_from_slice(&(name.len() as u32).to_be_bytes());
+        many.extend_from_slice(name.as_bytes());
+        many.extend_from_slice(&0u32.to_be_bytes());
+    }
+    assert!(matches!(
+        decode_plain(&many),
+        Err(HeaderBlockError::TooManyValues)
+    ));
+    let mut hint = (u32::MAX).to_be_bytes().to_vec();
+    hint.extend(std::iter::repeat_n(0u8, 256 * 1024));
+    assert!(decode_plain(&hint).is_err());
     assert!(decode_plain(b"\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00").is_err());
 }
 

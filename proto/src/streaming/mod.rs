@@ -36,6 +36,13 @@ pub use idle::IdleTimeout;
 pub use port_forward::{ForwardRequest, PortForward};
 pub use remote_command::{CommandResult, RemoteCommand};
 
+// What the fuzz targets reach below the public API (proto/src/fuzzing.rs).
+#[cfg(feature = "fuzzing")]
+pub(crate) use {
+    resize::{Decoder as ResizeDecoder, MAX_PENDING as MAX_RESIZE_PENDING},
+    ws::decode as decode_channel_message,
+};
+
 /// How long the server waits for the client to create its SPDY streams (Go's
 /// `streamCreationTimeout` default).
 pub const STREAM_CREATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

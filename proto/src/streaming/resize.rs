@@ -6,6 +6,12 @@ use tokio::sync::mpsc;
 
 use super::TerminalSize;
 
+/// The most bytes held while a value is incomplete. A size message is about 30 bytes; a peer
+/// that sends this many without finishing one is not sending sizes. Without a bound a client
+/// could grow the buffer for as long as its connection lasts (one unterminated JSON string),
+/// and since every read parses what is held again, at quadratic cost.
+pub(crate) const MAX_PENDING: usize = 4096;
+
 /// Decodes resize messages from `stream` until it ends or holds something that is not one.
 pub(crate) fn spawn_decoder<R>(mut stream: R) -> mpsc::Receiver<TerminalSize>
 where
@@ -13,16 +19,14 @@ where
 {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
-        let mut pending = Vec::new();
+        let mut decoder = Decoder::default();
         let mut chunk = [0u8; 1024];
         loop {
             let n = match stream.read(&mut chunk).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            pending.extend_from_slice(&chunk[..n]);
-            let (sizes, consumed, broken) = decode(&pending);
-            pending.drain(..consumed);
+            let (sizes, broken) = decoder.push(&chunk[..n]);
             for size in sizes {
                 if tx.send(size).await.is_err() {
                     return;
@@ -34,6 +38,29 @@ where
         }
     });
     rx
+}
+
+/// The resize stream's reading state: the bytes of a value not yet complete.
+#[derive(Debug, Default)]
+pub(crate) struct Decoder {
+    pending: Vec<u8>,
+}
+
+impl Decoder {
+    /// Takes the next bytes read: the sizes they complete, and whether the stream is broken
+    /// (something that can never be a size, or a value longer than [`MAX_PENDING`]).
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> (Vec<TerminalSize>, bool) {
+        self.pending.extend_from_slice(bytes);
+        let (sizes, consumed, broken) = decode(&self.pending);
+        self.pending.drain(..consumed);
+        (sizes, broken || self.pending.len() > MAX_PENDING)
+    }
+
+    /// How many bytes are held for an incomplete value.
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn held(&self) -> usize {
+        self.pending.len()
+    }
 }
 
 /// Decodes the complete values in `bytes`: the sizes, how many bytes they took, and whether what

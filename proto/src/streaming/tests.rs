@@ -232,6 +232,19 @@ fn resize_messages_decode_back_to_back() {
     assert!(resize::decode(b"nope").2);
 }
 
+#[test]
+fn a_resize_value_that_never_ends_is_refused_not_buffered() {
+    let mut decoder = resize::Decoder::default();
+    let (sizes, broken) = decoder.push(b"{\"Width\":80,\"Height\":24}{\"Width\":\"");
+    assert_eq!(sizes.len(), 1);
+    assert!(!broken);
+    let mut broken = false;
+    for _ in 0..=resize::MAX_PENDING / 1024 {
+        broken = decoder.push(&[b'a'; 1024]).1;
+    }
+    assert!(broken, "an unterminated string is held without bound");
+}
+
 /// The server's half of an upgrade over a test pipe: reads the request head and answers.
 pub(super) async fn accept_upgrade(
     mut io: DuplexStream,

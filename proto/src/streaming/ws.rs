@@ -175,7 +175,7 @@ async fn read_loop<S>(
     gone.cancel();
 }
 
-fn decode(payload: &Bytes, base64: bool) -> Option<(u8, Bytes)> {
+pub(crate) fn decode(payload: &Bytes, base64: bool) -> Option<(u8, Bytes)> {
     let (&first, _) = payload.split_first()?;
     if !base64 {
         return Some((first, payload.slice(1..)));

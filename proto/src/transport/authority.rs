@@ -79,6 +79,10 @@ enum State {
     Forward(usize),
     /// Everything from here on passes untouched: not HTTP/2 as we know it, so h2 judges it.
     Passthrough,
+    /// Everything from here on is dropped: h2 was handed a header block it rejects in place of
+    /// an oversized one, and ends the connection on it. Dropping the rest (rather than passing
+    /// on whatever arrives later) keeps the output independent of how the input was read.
+    Discard,
 }
 
 /// A HEADERS frame whose block continues in CONTINUATION frames.
@@ -131,6 +135,10 @@ impl Rewriter {
     pub(crate) fn process(&mut self, input: &mut BytesMut, output: &mut BytesMut) {
         loop {
             match self.state {
+                State::Discard => {
+                    input.clear();
+                    return;
+                }
                 State::Passthrough => {
                     output.extend_from_slice(&self.raw);
                     self.raw.clear();
@@ -212,7 +220,9 @@ impl Rewriter {
     /// The client closed: whatever is held back (an unfinished frame or header block) goes to
     /// h2 as it came, which reports it.
     pub(crate) fn finish(&mut self, input: &mut BytesMut, output: &mut BytesMut) {
-        self.state = State::Passthrough;
+        if self.state != State::Discard {
+            self.state = State::Passthrough;
+        }
         self.process(input, output);
     }
 
@@ -291,8 +301,7 @@ impl Rewriter {
         self.block.clear();
         self.raw.clear();
         // Whatever follows on this connection is moot: h2 closes it on the block above.
-        input.clear();
-        self.state = State::Passthrough;
+        self.state = State::Discard;
     }
 }
 

@@ -164,6 +164,26 @@ fn request(url: &Url, headers: &HeaderMap) -> Vec<u8> {
     out
 }
 
+/// The fuzz targets' way in (`app::fuzzing::probe_http`): one answer read from `stream` and
+/// judged as [`follow`] judges it, a redirect's `Location` resolved against a probe's URL.
+#[cfg(feature = "fuzzing")]
+pub(crate) async fn judge_answer<R: AsyncRead + Unpin>(stream: &mut R) {
+    let Ok(answer) = read_answer(stream).await else {
+        return;
+    };
+    assert!(
+        answer.body.len() <= MAX_BODY,
+        "read {} body bytes",
+        answer.body.len()
+    );
+    if let (Ok(url), Some(location)) =
+        (Url::parse("http://10.1.2.3:8080/healthz"), &answer.location)
+    {
+        let _ = url.join(location);
+    }
+    let _ = verdict(answer.status, &String::from_utf8_lossy(&answer.body));
+}
+
 /// Reads an answer's head and up to [`MAX_BODY`] bytes of its body (from any reader, so
 /// the parser can be tested on bytes alone).
 async fn read_answer<R: AsyncRead + Unpin>(stream: &mut R) -> Result<Answer, WireError> {

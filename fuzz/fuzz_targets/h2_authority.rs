@@ -1,0 +1,5 @@
+//! AFL++ target `h2_authority`: see fuzz/README.md for what it reaches and how to run it.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| ferrolet_fuzz::h2_authority(data));
+}

@@ -1,0 +1,5 @@
+//! AFL++ target `stream_protocol`: see fuzz/README.md for what it reaches and how to run it.
+
+fn main() {
+    afl::fuzz!(|data: &[u8]| ferrolet_fuzz::stream_protocol(data));
+}
