@@ -62,8 +62,8 @@ pub struct KubeletOptions {
     pub extra_config: String,
     /// Extra ferrolet flags, after the harness's own (e.g. the hidden GC periods).
     pub extra_args: Vec<String>,
-    /// A size (`64m`): ferrolet's root dir is a tmpfs of that size, a small filesystem a test
-    /// can fill (the disk-full fault); `None`: a plain dir on the scratch disk.
+    /// A size (`96M`): ferrolet's root dir is a loop-mounted ext4 of that size, a small disk a
+    /// test can fill (the disk-full fault); `None`: a plain dir on the scratch disk.
     pub root_size: Option<String>,
 }
 
@@ -231,7 +231,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
         Self::start_on_with_root(name, node, extra_config, extra_args, None).await
     }
 
-    /// [`KubeletNode::start_on_with_args`] with the root dir on a tmpfs of `root_size`.
+    /// [`KubeletNode::start_on_with_args`] with the root dir on a small disk of `root_size`.
     async fn start_on_with_root(
         name: &str,
         node: N,
@@ -246,17 +246,9 @@ impl<N: RuntimeNode> KubeletNode<N> {
             std::fs::create_dir_all(&path)
                 .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
         }
-        // Unmounted with the scratch dir.
+        // Unmounted with the scratch dir; the loop device goes with its last mount.
         if let Some(size) = root_size {
-            let root = dir.join("root");
-            nix::mount::mount(
-                Some("ferrolet-root"),
-                &root,
-                Some("tmpfs"),
-                nix::mount::MsFlags::empty(),
-                Some(format!("size={size},mode=0755").as_str()),
-            )
-            .unwrap_or_else(|e| panic!("mounting a tmpfs at {}: {e}", root.display()));
+            mount_small_disk(&dir.join("root.img"), size, &dir.join("root"));
         }
         let node_name = node_name_for(name);
         let cgroup_root = format!("/ferrolet-it/kubelet-{name}-{}", std::process::id());
@@ -1133,6 +1125,58 @@ pub fn resources_pod(name: &str, resources: &str, script: &str) -> String {
         image = image("busybox"),
         command = sh(script),
     )
+}
+
+/// A fresh ext4 filesystem of `size` (`96M`) in `image`, loop-mounted at `at`: a node's small
+/// disk that a test can fill. No blocks are reserved for root, so ferrolet (root) sees it
+/// full when it is.
+fn mount_small_disk(image: &Path, size: &str, at: &Path) {
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("running {program}: {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let file = std::fs::File::create(image)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", image.display()));
+    let bytes = parse_size(size).unwrap_or_else(|| panic!("a disk size like 96M, not {size:?}"));
+    file.set_len(bytes)
+        .unwrap_or_else(|e| panic!("sizing {}: {e}", image.display()));
+    run(
+        "mkfs.ext4",
+        &[
+            "-q".as_ref(),
+            "-m".as_ref(),
+            "0".as_ref(),
+            image.as_os_str(),
+        ],
+    );
+    run(
+        "mount",
+        &[
+            "-o".as_ref(),
+            "loop".as_ref(),
+            image.as_os_str(),
+            at.as_os_str(),
+        ],
+    );
+}
+
+/// `96M`, `1G`, `512k` as bytes.
+fn parse_size(size: &str) -> Option<u64> {
+    let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
+    let shift = match unit {
+        "k" | "K" => 10,
+        "m" | "M" => 20,
+        "g" | "G" => 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok().map(|n| n << shift)
 }
 
 /// `["sh", "-c", <script>]` as a YAML flow sequence (JSON strings are YAML scalars), for a
