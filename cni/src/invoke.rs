@@ -250,12 +250,29 @@ enum RunError {
     Io(std::io::Error),
 }
 
+/// Starts `cmd`, again after a moment when its binary is busy (ETXTBSY): a plugin being
+/// installed, or a write descriptor to it that a fork elsewhere in this process has not
+/// closed yet. libcni retries the same way.
+async fn spawn(cmd: &mut tokio::process::Command) -> std::io::Result<tokio::process::Child> {
+    let mut delay = Duration::from_millis(100);
+    for _ in 0..5 {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    cmd.spawn()
+}
+
 async fn run(
     mut cmd: tokio::process::Command,
     stdin: &[u8],
     timeout: Duration,
 ) -> std::result::Result<std::process::Output, RunError> {
-    let mut child = cmd.spawn().map_err(RunError::Io)?;
+    let mut child = spawn(&mut cmd).await.map_err(RunError::Io)?;
     let mut pipe = child.stdin.take();
     let write = async move {
         if let Some(p) = pipe.as_mut() {

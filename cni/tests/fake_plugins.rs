@@ -375,3 +375,28 @@ where
     }
     out
 }
+
+#[tokio::test]
+async fn a_plugin_busy_being_written_is_run_once_it_is_not() {
+    let f = Fake::new();
+    f.plugin_with("p", "true", r#"[ "$CNI_COMMAND" = STATUS ] && exit 0"#);
+    // A descriptor open for writing makes exec fail with ETXTBSY (a plugin being installed,
+    // or a fork elsewhere in the process holding a copy of one): the call waits it out.
+    let writer = std::fs::OpenOptions::new()
+        .append(true)
+        .open(f.bin().join("p"))
+        .unwrap();
+    let busy = std::process::Command::new(f.bin().join("p")).output();
+    assert_eq!(
+        busy.unwrap_err().kind(),
+        std::io::ErrorKind::ExecutableFileBusy
+    );
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(250));
+        drop(writer);
+    });
+    let n = net(json!({"cniVersion":"1.1.0","name":"s","plugins":[{"type":"p"}]}));
+    f.cni().status(&n).await.unwrap();
+    release.join().unwrap();
+    assert_eq!(f.log().len(), 1, "{:?}", f.log());
+}
