@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test test-node env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -35,6 +35,13 @@ TARGET ?= spdy_frames
 SECONDS ?= 600
 fuzz:
 	@fuzz/run.sh $(TARGET) $(SECONDS)
+
+## test-node: the suites that touch cgroups, stats and the container manager, and a
+# representative set of pod lifecycle, probe and streaming tests, inside a User-Mode Linux guest
+# with cgroup v2 and systemd as PID 1 (scripts/testnode.sh: the guest is built here from Debian's
+# packages and cached; binaries and tests are built on the host and run in the guest).
+test-node:
+	scripts/testnode.sh suites
 
 ## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config
 env:

@@ -996,31 +996,45 @@ struct CgroupTree {
     path: String,
 }
 
+/// The cgroup hierarchies' roots: `/sys/fs/cgroup` itself on a cgroup v2 host, else each v1
+/// controller's (and the hybrid unified one's) mount under it.
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return vec![root.to_path_buf()];
+    }
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|h| h.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|h| h.path())
+        .collect()
+}
+
 impl CgroupTree {
-    /// Makes the tree's top in every hierarchy (the v1 controllers and the unified one).
+    /// Makes the tree's top in every hierarchy (the v1 controllers and the unified one). On
+    /// v2 the controllers are delegated down to it, as a node's init does for the kubelet's
+    /// cgroup root.
     fn create(&self) {
-        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        for h in hierarchies.flatten() {
-            if !h.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            let dir = h.path().join(self.path.trim_start_matches('/'));
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        for h in cgroup_hierarchies() {
+            let dir = h.join(self.path.trim_start_matches('/'));
             if let Err(e) = std::fs::create_dir_all(&dir) {
                 panic!("creating cgroup {}: {e}", dir.display());
+            }
+            if v2 {
+                delegate_controllers(&h, &dir);
             }
         }
     }
 
     /// The tree's dirs in every hierarchy, deepest first.
     fn dirs(&self) -> Vec<PathBuf> {
-        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return Vec::new();
-        };
         let mut dirs = Vec::new();
-        for h in hierarchies.flatten() {
-            let top = h.path().join(self.path.trim_start_matches('/'));
+        for h in cgroup_hierarchies() {
+            let top = h.join(self.path.trim_start_matches('/'));
             let mut stack = vec![top];
             while let Some(dir) = stack.pop() {
                 if !dir.is_dir() {
@@ -1165,6 +1179,29 @@ fn mount_small_disk(image: &Path, size: &str, at: &Path) {
             at.as_os_str(),
         ],
     );
+}
+
+/// cgroup v2: every controller `root` has enabled in the subtree of each cgroup from `root`
+/// down to `leaf`'s parent, so `leaf` has them all.
+fn delegate_controllers(root: &Path, leaf: &Path) {
+    let Ok(controllers) = std::fs::read_to_string(root.join("cgroup.controllers")) else {
+        return;
+    };
+    let enable: String = controllers
+        .split_whitespace()
+        .map(|c| format!("+{c} "))
+        .collect();
+    let mut dir = root.to_path_buf();
+    let Ok(rel) = leaf.strip_prefix(root) else {
+        return;
+    };
+    for part in rel.components() {
+        let control = dir.join("cgroup.subtree_control");
+        if let Err(e) = std::fs::write(&control, enable.trim_end()) {
+            panic!("enabling {enable:?} in {}: {e}", control.display());
+        }
+        dir.push(part);
+    }
 }
 
 /// `96M`, `1G`, `512k` as bytes.

@@ -35,7 +35,9 @@ const V1_CONTROLLERS: [&str; 14] = [
 /// Controllers the kubelet cannot run without, on v1.
 const REQUIRED_V1: [&str; 5] = ["cpu", "cpuacct", "cpuset", "memory", "pids"];
 /// Controllers the kubelet cannot run without, on v2 (cpuacct's usage is in `cpu.stat`).
-const REQUIRED_V2: [&str; 4] = ["cpu", "cpuset", "memory", "pids"];
+/// Not cpuset: Go asks a v2 root for the controllers the kernel has, and a kernel without
+/// SMP (User-Mode Linux, small VMs) has no cpuset; only the static CPU manager needs it.
+const REQUIRED_V2: [&str; 3] = ["cpu", "memory", "pids"];
 
 /// The kind of cgroup hierarchy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +206,7 @@ impl Layout {
         Ok(text.split_whitespace().map(str::to_string).collect())
     }
 
-    /// Whether the controllers the kubelet needs are here (cpu, cpuacct on v1, cpuset,
+    /// Whether the controllers the kubelet needs are here (cpu, cpuacct and cpuset on v1,
     /// memory, pids; hugetlb is optional), as Go's `validateSystemRequirements`.
     pub fn validate_required_controllers(&self) -> Result<(), CgroupError> {
         let have = self.controllers()?;

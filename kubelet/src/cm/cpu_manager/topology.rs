@@ -228,16 +228,23 @@ fn online_cpus(cpu_dir: &Path) -> Result<Option<CpuSet>, TopologyError> {
 }
 
 /// A one-number sysfs file; `None` when it does not exist.
+/// A core or package id; Linux writes -1 for one it does not know (User-Mode Linux, some VMs
+/// and platforms), which counts as 0: the CPUs it cannot place share one package.
 fn read_id(path: &Path) -> Result<Option<u32>, TopologyError> {
     match std::fs::read_to_string(path) {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| TopologyError::Content {
+        Ok(s) => match s.trim().parse::<i64>() {
+            Ok(-1) => Ok(Some(0)),
+            Ok(id) => u32::try_from(id)
+                .map(Some)
+                .map_err(|_| TopologyError::Content {
+                    path: path.to_path_buf(),
+                    content: s,
+                }),
+            Err(_) => Err(TopologyError::Content {
                 path: path.to_path_buf(),
                 content: s,
             }),
+        },
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(TopologyError::Read {
             path: path.to_path_buf(),
@@ -440,6 +447,30 @@ mod tests {
         let dir = sysfs(&[(0, 0, 0, None), (1, 0, 1, None)], None);
         let t = CpuTopology::from_sysfs(dir.path()).unwrap();
         assert_eq!(t, topo(&[(0, 0, 0), (1, 1, 1)]));
+    }
+
+    #[test]
+    fn an_unknown_package_is_package_zero() {
+        // User-Mode Linux: physical_package_id is -1 on every CPU.
+        let dir = sysfs(&[(0, 0, 0, None), (1, 1, 0, None)], Some("0-1\n"));
+        for cpu in 0..2 {
+            write(
+                dir.path(),
+                &format!("devices/system/cpu/cpu{cpu}/topology/physical_package_id"),
+                "-1\n",
+            );
+        }
+        let t = CpuTopology::from_sysfs(dir.path()).unwrap();
+        assert_eq!(t, topo(&[(0, 0, 0), (1, 0, 0)]));
+        write(
+            dir.path(),
+            "devices/system/cpu/cpu0/topology/physical_package_id",
+            "-2\n",
+        );
+        assert!(matches!(
+            CpuTopology::from_sysfs(dir.path()),
+            Err(TopologyError::Content { .. })
+        ));
     }
 
     #[test]
