@@ -65,6 +65,10 @@ configure_rootfs() { # ROOTFS
   # The UML kernel's modules (overlay, veth, bridge, netfilter) where kmod looks for them.
   mkdir -p "$r/lib/modules"
   cp -a "/usr/lib/uml/modules/$kv" "$r/lib/modules/$kv"
+  # The stock UML kernel has netfilter's legacy tables, not nf_tables: the bridge plugin's
+  # ipMasq and portmap go through iptables.
+  chroot "$r" update-alternatives --quiet --set iptables /usr/sbin/iptables-legacy
+  chroot "$r" update-alternatives --quiet --set ip6tables /usr/sbin/ip6tables-legacy
   echo testnode >"$r/etc/hostname"
   printf '127.0.0.1 localhost testnode\n::1 localhost\n' >"$r/etc/hosts"
   : >"$r/etc/machine-id"
