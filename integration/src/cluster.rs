@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::apiserver::{ApiServerOptions, DeleteOptions, TestApiServer};
-use crate::kubelet::{KubeletNode, KubeletOptions, node_name_for};
+use crate::kubelet::{IDLE, KubeletNode, KubeletOptions, image, node_name_for};
 
 /// The namespace test pods go in.
 pub const NAMESPACE: &str = "default";
@@ -210,6 +210,20 @@ impl ClusterNode {
             .create("pods", NAMESPACE, pod)
             .await
             .unwrap_or_else(|e| panic!("creating a pod: {e}"))
+    }
+
+    /// Creates pod `name`: one busybox container, `main`, idling until it is stopped (a
+    /// 1 s grace period); returns it once it is Running and Ready.
+    pub async fn run_idle_pod(&self, name: &str) -> Value {
+        self.create_pod(json!({
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE]}],
+            },
+        }))
+        .await;
+        self.wait_api_running(name).await
     }
 
     /// The API's pod `name`, if it exists.

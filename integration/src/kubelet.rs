@@ -62,9 +62,9 @@ pub struct KubeletOptions {
     pub extra_config: String,
     /// Extra ferrolet flags, after the harness's own (e.g. the hidden GC periods).
     pub extra_args: Vec<String>,
-    /// A size (`96M`): ferrolet's root dir is a loop-mounted ext4 of that size, a small disk a
-    /// test can fill (the disk-full fault); `None`: a plain dir on the scratch disk.
-    pub root_size: Option<String>,
+    /// A size in bytes: ferrolet's root dir is a loop-mounted ext4 of that size, a small disk
+    /// a test can fill (the disk-full fault); `None`: a plain dir on the scratch disk.
+    pub root_size: Option<u64>,
 }
 
 /// The CRI runtime under a [`KubeletNode`]: ferrolet-cri ([`CriNode`], the default) or
@@ -185,7 +185,7 @@ impl KubeletNode<CriNode> {
             node,
             &opts.extra_config,
             &opts.extra_args,
-            opts.root_size.as_deref(),
+            opts.root_size,
         )
         .await
     }
@@ -237,7 +237,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
         node: N,
         extra_config: &str,
         extra_args: &[String],
-        root_size: Option<&str>,
+        root_size: Option<u64>,
     ) -> Self {
         let scratch = Scratch::new(&format!("kubelet-{name}"));
         let dir = scratch.path().to_path_buf();
@@ -996,11 +996,17 @@ struct CgroupTree {
     path: String,
 }
 
+/// Whether `/sys/fs/cgroup` is a cgroup v2 hierarchy (not v1's, or a hybrid's, tmpfs of
+/// mount points).
+fn cgroup_v2() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
 /// The cgroup hierarchies' roots: `/sys/fs/cgroup` itself on a cgroup v2 host, else each v1
 /// controller's (and the hybrid unified one's) mount under it.
 fn cgroup_hierarchies() -> Vec<PathBuf> {
     let root = Path::new("/sys/fs/cgroup");
-    if root.join("cgroup.controllers").exists() {
+    if cgroup_v2() {
         return vec![root.to_path_buf()];
     }
     let Ok(entries) = std::fs::read_dir(root) else {
@@ -1018,7 +1024,7 @@ impl CgroupTree {
     /// v2 the controllers are delegated down to it, as a node's init does for the kubelet's
     /// cgroup root.
     fn create(&self) {
-        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let v2 = cgroup_v2();
         for h in cgroup_hierarchies() {
             let dir = h.join(self.path.trim_start_matches('/'));
             if let Err(e) = std::fs::create_dir_all(&dir) {
@@ -1141,10 +1147,10 @@ pub fn resources_pod(name: &str, resources: &str, script: &str) -> String {
     )
 }
 
-/// A fresh ext4 filesystem of `size` (`96M`) in `image`, loop-mounted at `at`: a node's small
+/// A fresh ext4 filesystem of `size` bytes in `image`, loop-mounted at `at`: a node's small
 /// disk that a test can fill. No blocks are reserved for root, so ferrolet (root) sees it
 /// full when it is.
-fn mount_small_disk(image: &Path, size: &str, at: &Path) {
+fn mount_small_disk(image: &Path, size: u64, at: &Path) {
     let run = |program: &str, args: &[&std::ffi::OsStr]| {
         let out = std::process::Command::new(program)
             .args(args)
@@ -1158,8 +1164,7 @@ fn mount_small_disk(image: &Path, size: &str, at: &Path) {
     };
     let file = std::fs::File::create(image)
         .unwrap_or_else(|e| panic!("creating {}: {e}", image.display()));
-    let bytes = parse_size(size).unwrap_or_else(|| panic!("a disk size like 96M, not {size:?}"));
-    file.set_len(bytes)
+    file.set_len(size)
         .unwrap_or_else(|e| panic!("sizing {}: {e}", image.display()));
     run(
         "mkfs.ext4",
@@ -1202,18 +1207,6 @@ fn delegate_controllers(root: &Path, leaf: &Path) {
         }
         dir.push(part);
     }
-}
-
-/// `96M`, `1G`, `512k` as bytes.
-fn parse_size(size: &str) -> Option<u64> {
-    let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit())?);
-    let shift = match unit {
-        "k" | "K" => 10,
-        "m" | "M" => 20,
-        "g" | "G" => 30,
-        _ => return None,
-    };
-    digits.parse::<u64>().ok().map(|n| n << shift)
 }
 
 /// `["sh", "-c", <script>]` as a YAML flow sequence (JSON strings are YAML scalars), for a

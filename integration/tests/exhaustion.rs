@@ -256,7 +256,7 @@ async fn a_manifest_dir_of_ten_thousand_files_runs_the_valid_pods_and_reports_ea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
-    use ferrolet_integration::cluster::{ClusterOptions, NAMESPACE, Prepared};
+    use ferrolet_integration::cluster::{ClusterOptions, Prepared};
     use ferrolet_integration::soak::sessions::{self, Identity};
     use ferrolet_integration::streaming::fd_count;
     use ferrolet_proto::streaming::client::Transport;
@@ -280,15 +280,7 @@ async fn a_thousand_concurrent_exec_sessions_through_the_kubelet_end_cleanly() {
     prepared.trust_cluster_clients("AlwaysAllow");
     let kubelet = prepared.start_kubelet().await;
     let node = prepared.into_node(kubelet);
-    node.create_pod(serde_json::json!({
-        "metadata": {"name": "box", "namespace": NAMESPACE},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE]}],
-        },
-    }))
-    .await;
-    node.wait_api_running("box").await;
+    node.run_idle_pod("box").await;
     let (cert, key) = node
         .api
         .client_cert("kube-apiserver-kubelet-client", &["system:masters"])
@@ -388,17 +380,7 @@ async fn a_gigabyte_of_watch_events_leaves_the_kubelet_bounded_and_working() {
         },
     )
     .await;
-    let pod = |name: &str| {
-        serde_json::json!({
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE]}],
-            },
-        })
-    };
-    node.create_pod(pod("big")).await;
-    let first = node.wait_api_running("big").await;
+    let first = node.run_idle_pod("big").await;
     let container = first["status"]["containerStatuses"][0]["containerID"].clone();
     let kubelet = node.node.kubelet_pid();
     let rss = move || -> u64 {
@@ -455,7 +437,6 @@ async fn a_gigabyte_of_watch_events_leaves_the_kubelet_bounded_and_working() {
         container
     );
     assert_eq!(now["status"]["containerStatuses"][0]["restartCount"], 0);
-    node.create_pod(pod("after")).await;
-    node.wait_api_running("after").await;
+    node.run_idle_pod("after").await;
     node.teardown().await;
 }

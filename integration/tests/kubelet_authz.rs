@@ -12,9 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use ferrolet_integration::apiserver::SarRequest;
-use ferrolet_integration::cluster::{ClusterOptions, NAMESPACE, Prepared};
-use ferrolet_integration::kubelet::{IDLE, image};
-use serde_json::json;
+use ferrolet_integration::cluster::{ClusterOptions, Prepared};
 
 /// What a caller gets from an endpoint: refused before authorization (no credentials), denied
 /// by it, or let through to the handler (whatever the handler then answers).
@@ -142,15 +140,7 @@ async fn every_endpoint_answers_each_caller_as_the_go_kubelet_does() {
     let node_name = prepared.node_name.clone();
     let kubelet = prepared.start_kubelet().await;
     let node = prepared.into_node(kubelet);
-    node.create_pod(json!({
-        "metadata": {"name": "box", "namespace": NAMESPACE},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE]}],
-        },
-    }))
-    .await;
-    node.wait_api_running("box").await;
+    node.run_idle_pod("box").await;
 
     let identity = |user: &str, groups: &[&str]| {
         let (cert, key) = node.api.client_cert(user, groups).unwrap();

@@ -524,7 +524,7 @@ async fn start(opts: &SoakOptions) -> Soak {
                     plugins: Some(plugins),
                     extra_config: "sweep_interval_secs = 20\n".into(),
                 },
-                root_size: Some("96M".into()),
+                root_size: Some(96 << 20),
                 ..Default::default()
             },
             ..Default::default()
