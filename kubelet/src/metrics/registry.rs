@@ -129,10 +129,11 @@ impl HistogramSeries {
         self.sum.get()
     }
 
-    /// Cumulative counts per upper bound, `+Inf` (the total) last.
-    pub fn cumulative(&self) -> Vec<(f64, u64)> {
+    /// Buckets, sum and count read in one pass, so a scrape racing an
+    /// observation still shows `_count` equal to the `+Inf` bucket.
+    pub fn snapshot(&self) -> HistogramSnapshot {
         let mut acc = 0;
-        let mut out: Vec<(f64, u64)> = self
+        let mut buckets: Vec<(f64, u64)> = self
             .bounds
             .iter()
             .zip(self.counts.iter())
@@ -142,9 +143,25 @@ impl HistogramSeries {
             })
             .collect();
         // Read after the buckets, so +Inf is never below the last bucket.
-        out.push((f64::INFINITY, self.count().max(acc)));
-        out
+        let count = self.count().max(acc);
+        buckets.push((f64::INFINITY, count));
+        HistogramSnapshot {
+            buckets,
+            sum: self.sum(),
+            count,
+        }
     }
+}
+
+/// One consistent reading of a histogram series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Cumulative counts per upper bound, `+Inf` last.
+    pub buckets: Vec<(f64, u64)>,
+    /// Sum of the observations.
+    pub sum: f64,
+    /// Observations; always the `+Inf` bucket's count.
+    pub count: u64,
 }
 
 /// One series with its label values.
@@ -413,12 +430,21 @@ impl Collector for HistogramVec {
         let name = self.desc.name;
         let labels = self.desc.labels;
         for (values, s) in all {
-            for (le, n) in s.cumulative() {
+            let snap = s.snapshot();
+            for (le, n) in snap.buckets {
                 let le = format_float(le);
                 sample(out, name, "_bucket", labels, &values, Some(&le), n as f64);
             }
-            sample(out, name, "_sum", labels, &values, None, s.sum());
-            sample(out, name, "_count", labels, &values, None, s.count() as f64);
+            sample(out, name, "_sum", labels, &values, None, snap.sum);
+            sample(
+                out,
+                name,
+                "_count",
+                labels,
+                &values,
+                None,
+                snap.count as f64,
+            );
         }
     }
 }
@@ -619,7 +645,7 @@ mod tests {
         }
         let s = h.series_for(&["run"]);
         assert_eq!(
-            s.cumulative(),
+            s.snapshot().buckets,
             vec![(0.1, 2), (0.5, 4), (1.0, 5), (f64::INFINITY, 6)]
         );
         assert_eq!(s.count(), 6);
@@ -703,6 +729,36 @@ mod tests {
         }
         let s = h.series_for(&[]);
         assert_eq!(s.count(), 4000);
-        assert_eq!(s.cumulative().last().map(|x| x.1), Some(4000));
+        assert_eq!(s.snapshot().buckets.last().map(|x| x.1), Some(4000));
+    }
+
+    #[test]
+    fn a_scrape_racing_observations_shows_count_equal_to_the_inf_bucket() {
+        let h = Arc::new(HistogramVec::new(desc("r_seconds", &[]), DEF_BUCKETS));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (h, stop) = (h.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    h.observe(&[], 0.01);
+                }
+            })
+        };
+        for _ in 0..2000 {
+            let text = render(&[&*h]);
+            let value = |prefix: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(prefix))
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .unwrap()
+            };
+            assert_eq!(
+                value("r_seconds_bucket{le=\"+Inf\"}"),
+                value("r_seconds_count"),
+                "{text}"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
     }
 }
