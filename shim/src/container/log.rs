@@ -41,9 +41,11 @@ pub const MAX_LINE_SIZE: usize = 16 * 1024;
 /// How much one pump reads from its FIFO before writing (a pipe holds 64 KiB by default).
 const READ_BUF: usize = 128 * 1024;
 
-/// How long a log at its size limit waits for the kubelet's rotation (the Go kubelet looks
-/// at logs every 10 s; ferrolet every 200 ms while one is near its limit).
-pub const ROTATION_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a log at its size limit waits for the kubelet's rotation. Both kubelets look at
+/// logs every 10 s (ferrolet every 200 ms while one is near its limit); a log that fills
+/// between two passes must outwait a whole period plus a late pass, or it is given up on
+/// just before the rotation comes and grows unbounded until the next one.
+pub const ROTATION_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Chunks (each one read, at most [`READ_BUF`] bytes) an attached client may lag behind.
 pub const ATTACH_BUFFER: usize = 64;
