@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test test-node env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test test-node test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -42,6 +42,18 @@ fuzz:
 # packages and cached; binaries and tests are built on the host and run in the guest).
 test-node:
 	scripts/testnode.sh suites
+
+## test-containerd2: the CRI and kubelet suites again, on containerd 2.x (sid's, fetched by
+# scripts/containerd2.sh into a private directory; the system's runc), ferrolet-cri's and
+# containerd's own CRI alike. The harness prints which containerd each test binary ran on.
+CONTAINERD2_SUITES ?= cri_runtime cri_faults cri_images cri_network cri_node_resources \
+	cri_recovery cri_runtime_logs cri_streaming cri_clients kubelet_lifecycle kubelet_static_pods \
+	kubelet_probes kubelet_hooks kubelet_stats kubelet_cgroups kubelet_cpu_manager kubelet_gc \
+	kubelet_logs kubelet_streaming kubelet_volumes kubelet_timeline
+test-containerd2: env
+	$(CARGO) build --workspace --bins
+	FERROLET_CONTAINERD_BIN=$$(scripts/containerd2.sh) $(CARGO) test -p ferrolet-integration \
+		--no-fail-fast $(addprefix --test ,$(CONTAINERD2_SUITES))
 
 ## env: packages, private containerd, registries on 127.0.0.1:5000/5001 with test images, CNI config
 env:

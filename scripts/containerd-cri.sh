@@ -71,6 +71,7 @@ TOML
   sed -e "s|@ROOT@|$CTRD_ROOT|" -e "s|@STATE@|$CTRD_STATE|" -e "s|@SOCKET@|$CTRD_SOCK|g" \
     -e "s|@OPT@|$CTRD_OPT|" -e "s|@HOSTS@|$HOSTS_DIR|" -e "s|@SANDBOX_IMAGE@|$pause|" \
     -e "s|@CNI_CONF_DIR@|$CNI_CONF_DIR|" -e "s|@CNI_BIN_DIR@|$CNI_BIN_DIR|" \
+    -e "s|@SYSTEMD_CGROUP@|$([ "${FERROLET_CGROUP_DRIVER:-cgroupfs}" = systemd ] && echo true || echo false)|" \
     "$ROOT_DIR/scripts/containerd-cri.toml.in" >"$CONFIG"
 }
 

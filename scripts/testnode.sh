@@ -197,8 +197,11 @@ echo "runc: $(runc --version | head -n1)"'
 
 # The integration suites that touch cgroups, stats and the container manager, plus a
 # representative set of pod lifecycle, probe and streaming tests (make test-node).
-SUITES=(kubelet_cgroups kubelet_stats kubelet_cpu_manager cri_node_resources cri_runtime
-  kubelet_lifecycle kubelet_probes kubelet_streaming)
+# TESTNODE_SUITES (space-separated) picks others; FERROLET_CGROUP_DRIVER (systemd) is the
+# driver of ferrolet, ferrolet-cri and containerd's CRI in the guest.
+read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats kubelet_cpu_manager \
+cri_node_resources cri_runtime kubelet_lifecycle kubelet_probes kubelet_streaming}"
+DRIVER=${FERROLET_CGROUP_DRIVER:-systemd}
 
 # suites: builds the binaries and the suites' test executables here, then runs them in a guest.
 suites() {
@@ -215,14 +218,15 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
         print(m["target"]["name"], m["executable"])' >"$list"
   [ -s "$list" ] || die "no test executables were built"
-  run bash scripts/testnode.sh guest-suites "$list"
+  run bash scripts/testnode.sh guest-suites "$list" "$DRIVER"
 }
 
 # guest-suites LIST (inside the guest): the environment, then each "name executable" of LIST.
 guest_suites() {
-  export FERROLET_OFFLINE=1
+  export FERROLET_OFFLINE=1 FERROLET_CGROUP_DRIVER=$2
   echo "guest: cgroup fs $(stat -fc %T /sys/fs/cgroup) ($(cat /sys/fs/cgroup/cgroup.controllers)), $(uname -sr), $(nproc) cpu"
   echo "guest: $(systemctl --version | head -n1); $(containerd --version); $(runc --version | head -n1)"
+  echo "guest: cgroup driver $2 (ferrolet cgroupDriver, ferrolet-cri systemd_cgroup, containerd's SystemdCgroup)"
   if ! scripts/env.sh up >/tmp/env.log 2>&1; then
     tail -n 40 /tmp/env.log
     return 1
@@ -239,6 +243,12 @@ guest_suites() {
       grep -E -A3 '^(test .*FAILED|---- |thread .* panicked)' <<<"$out" | head -n 60 || true
     fi
   done <"$1"
+  # Nothing of the kubelets' left behind: no unit, no cgroup. The tests' shared parent slice
+  # (their cgroup roots' parent) goes first: every test is over.
+  systemctl stop ferrolet_it.slice 2>/dev/null || true
+  echo "guest: units left: $(systemctl list-units --all --no-legend '*kubepods*' '*ferrolet*' | wc -l)," \
+    "cgroups left: $(find /sys/fs/cgroup -type d \( -name '*kubepods*' -o -name '*ferrolet*' \) | wc -l)"
+  systemctl list-units --all --no-legend '*kubepods*' '*ferrolet*' | head -n 20
   scripts/env.sh down >/dev/null 2>&1 || true
   return "$failed"
 }
@@ -248,6 +258,6 @@ case "${1:-}" in
   run) shift; run "$@" ;;
   info) info ;;
   suites) suites ;;
-  guest-suites) guest_suites "$2" ;;
+  guest-suites) guest_suites "$2" "${3:-systemd}" ;;
   *) echo "usage: $0 build|run CMD...|info|suites" >&2; exit 2 ;;
 esac

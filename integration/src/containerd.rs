@@ -16,6 +16,47 @@ use crate::scratch::{self, SCRATCH_ROOT};
 /// Snapshotter every test uses (overlayfs works on this machine's ext4).
 pub const SNAPSHOTTER: &str = "overlayfs";
 
+/// The containerd the tests run: `containerd` on PATH (the system's), or the one in
+/// `FERROLET_CONTAINERD_BIN` (containerd 2.x from `scripts/containerd2.sh`).
+pub fn containerd_binary() -> std::path::PathBuf {
+    match std::env::var_os("FERROLET_CONTAINERD_BIN") {
+        Some(dir) if !dir.is_empty() => Path::new(&dir).join("containerd"),
+        _ => "containerd".into(),
+    }
+}
+
+/// `command` (running [`containerd_binary`]) with that containerd's own dir first on PATH,
+/// where containerd looks for its runc shim.
+pub fn containerd_command(mut command: std::process::Command) -> std::process::Command {
+    if let Some(dir) = std::env::var_os("FERROLET_CONTAINERD_BIN").filter(|d| !d.is_empty()) {
+        let mut paths = vec![std::path::PathBuf::from(dir)];
+        paths.extend(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        ));
+        if let Ok(joined) = std::env::join_paths(paths) {
+            command.env("PATH", joined);
+        }
+    }
+    command
+}
+
+/// Says which containerd this test binary runs on, on stderr itself (not a test's captured
+/// output), so every CI log shows it per binary.
+pub fn record_version() {
+    use std::io::Write;
+    let binary = containerd_binary();
+    let version = std::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("unknown ({e})"));
+    let _ = writeln!(
+        std::io::stderr(),
+        "[harness] tests run on {version} ({})",
+        binary.display()
+    );
+}
+
 /// A running private containerd.
 #[derive(Debug)]
 pub struct TestContainerd {
@@ -61,6 +102,7 @@ impl TestContainerd {
         // SAFETY: `stop_at_exit` is a plain `extern "C" fn` that never unwinds.
         unsafe { libc::atexit(stop_at_exit) };
         daemon.wait_ready(Duration::from_secs(30))?;
+        record_version();
         Ok(daemon)
     }
 
@@ -71,7 +113,7 @@ impl TestContainerd {
             .open(self.dir.join("containerd.log"))
             .map_err(|e| format!("opening containerd.log: {e}"))?;
         let err_log = log.try_clone().map_err(|e| e.to_string())?;
-        let child = crate::daemon_command("containerd")
+        let child = containerd_command(crate::daemon_command(containerd_binary()))
             .arg("--config")
             .arg(self.dir.join("config.toml"))
             .stdin(Stdio::null())

@@ -237,14 +237,16 @@ impl Daemon {
         let err = log
             .try_clone()
             .unwrap_or_else(|e| panic!("duplicating the log fd: {e}"));
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning containerd (run `make env`): {e}"));
+        let child = crate::containerd::containerd_command(Command::new(
+            crate::containerd::containerd_binary(),
+        ))
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning containerd (run `make env`): {e}"));
         leak::register_daemon(child.id());
         let mut daemon = Daemon {
             child: Some(child),
@@ -334,6 +336,10 @@ fn config_toml(dir: &Path, net: &TestNetwork) -> String {
         .replace("@SANDBOX_IMAGE@", ferrolet_cri::config::BUILTIN_PAUSE_IMAGE)
         .replace("@CNI_CONF_DIR@", &net.conf_dir.display().to_string())
         .replace("@CNI_BIN_DIR@", PLUGIN_DIR)
+        .replace(
+            "@SYSTEMD_CGROUP@",
+            &crate::cgroups::systemd_driver().to_string(),
+        )
 }
 
 /// One `hosts.toml` per loopback registry: plain HTTP, as containerd's CRI reads them.

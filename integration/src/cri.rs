@@ -46,6 +46,12 @@ impl CriServer {
     /// `dir/cri.sock`, and waits until the socket answers.
     pub fn start(dir: &Path, config: &str) -> Self {
         let config_path = dir.join("ferrolet-cri.toml");
+        // A top-level key, so before any table of the test's.
+        let config = if crate::cgroups::systemd_driver() {
+            format!("systemd_cgroup = true\n{config}")
+        } else {
+            config.to_string()
+        };
         std::fs::write(&config_path, config).unwrap_or_else(|e| panic!("writing config: {e}"));
         let socket = dir.join("cri.sock");
         let args = vec![

@@ -839,12 +839,18 @@ fn kubelet_config(dir: &Path, cgroup_root: &str, extra: &str) -> String {
          kind: KubeletConfiguration\n\
          podLogsDir: {logs}\n\
          cgroupRoot: {cgroup}\n\
+         cgroupDriver: {driver}\n\
          fileCheckFrequency: 1s\n\
          syncFrequency: 10s\n\
          {defaults}\
          {extra}\n",
         logs = q(&dir.join("logs").display().to_string()),
         cgroup = q(cgroup_root),
+        driver = if crate::cgroups::systemd_driver() {
+            "systemd"
+        } else {
+            "cgroupfs"
+        },
     )
 }
 
@@ -991,42 +997,27 @@ impl Drop for Ferrolet {
 }
 
 /// The test's `cgroupRoot` in every v1 hierarchy: removed (deepest first) on drop, once the
-/// runtime has removed what it put inside.
+/// runtime has removed what it put inside. With the systemd driver it lives where systemd
+/// keeps that name ([`crate::cgroups::node_path`]), and its slice is stopped on drop, which
+/// stops every unit the kubelet and runc started below it.
 struct CgroupTree {
     path: String,
 }
 
-/// Whether `/sys/fs/cgroup` is a cgroup v2 hierarchy (not v1's, or a hybrid's, tmpfs of
-/// mount points).
-fn cgroup_v2() -> bool {
-    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-}
-
-/// The cgroup hierarchies' roots: `/sys/fs/cgroup` itself on a cgroup v2 host, else each v1
-/// controller's (and the hybrid unified one's) mount under it.
-fn cgroup_hierarchies() -> Vec<PathBuf> {
-    let root = Path::new("/sys/fs/cgroup");
-    if cgroup_v2() {
-        return vec![root.to_path_buf()];
-    }
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|h| h.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|h| h.path())
-        .collect()
-}
-
 impl CgroupTree {
+    /// The tree's top as it is on disk.
+    fn on_disk(&self) -> String {
+        crate::cgroups::node_path(&self.path)
+    }
+
     /// Makes the tree's top in every hierarchy (the v1 controllers and the unified one). On
     /// v2 the controllers are delegated down to it, as a node's init does for the kubelet's
     /// cgroup root.
     fn create(&self) {
-        let v2 = cgroup_v2();
-        for h in cgroup_hierarchies() {
-            let dir = h.join(self.path.trim_start_matches('/'));
+        let v2 = crate::cgroups::v2();
+        let top = self.on_disk();
+        for h in crate::cgroups::hierarchies() {
+            let dir = h.join(top.trim_start_matches('/'));
             if let Err(e) = std::fs::create_dir_all(&dir) {
                 panic!("creating cgroup {}: {e}", dir.display());
             }
@@ -1039,8 +1030,9 @@ impl CgroupTree {
     /// The tree's dirs in every hierarchy, deepest first.
     fn dirs(&self) -> Vec<PathBuf> {
         let mut dirs = Vec::new();
-        for h in cgroup_hierarchies() {
-            let top = h.join(self.path.trim_start_matches('/'));
+        let on_disk = self.on_disk();
+        for h in crate::cgroups::hierarchies() {
+            let top = h.join(on_disk.trim_start_matches('/'));
             let mut stack = vec![top];
             while let Some(dir) = stack.pop() {
                 if !dir.is_dir() {
@@ -1096,6 +1088,8 @@ impl CgroupTree {
 
 impl Drop for CgroupTree {
     fn drop(&mut self) {
+        let on_disk = self.on_disk();
+        crate::cgroups::stop_slice(&on_disk);
         for dir in self.dirs() {
             if let Err(e) = std::fs::remove_dir(&dir)
                 && e.kind() != std::io::ErrorKind::NotFound
@@ -1104,14 +1098,11 @@ impl Drop for CgroupTree {
             }
         }
         // The shared parent goes only once no test uses it.
-        let Some(parent) = Path::new(&self.path).parent() else {
+        let Some(parent) = Path::new(&on_disk).parent() else {
             return;
         };
-        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
-            for h in hierarchies.flatten() {
-                let _ =
-                    std::fs::remove_dir(h.path().join(parent.strip_prefix("/").unwrap_or(parent)));
-            }
+        for h in crate::cgroups::hierarchies() {
+            let _ = std::fs::remove_dir(h.join(parent.strip_prefix("/").unwrap_or(parent)));
         }
     }
 }

@@ -4,6 +4,7 @@
 //! - [`apiserver`]: an in-memory Kubernetes API server (HTTPS, client certificates and
 //!   tokens, watches, CSR signing) that the kubelet's kube-rs client talks to as to a cluster.
 //! - [`bench`]: what the benchmark programs share (signals, deadlines, percentiles, CPU ticks).
+//! - [`cgroups`]: the host's cgroups as tests read them, v1 or v2 alike.
 //! - [`containerd`]: one private containerd per test binary (own root, state, socket), stopped
 //!   and unmounted at process exit; each test gets its own namespace.
 //! - [`cri`]: the real `ferrolet-cri` binary on a scratch socket, and CRI clients to it.
@@ -28,6 +29,7 @@
 
 pub mod apiserver;
 pub mod bench;
+pub mod cgroups;
 pub mod cluster;
 pub mod containerd;
 pub mod containerd_cri;

@@ -681,28 +681,29 @@ impl PodBuilder {
 }
 
 /// A pod-level cgroup the test owns as the kubelet would: removed (in every v1 hierarchy,
-/// deepest first) on drop, once the runtime has removed what it put inside.
+/// deepest first) on drop, once the runtime has removed what it put inside; with the systemd
+/// driver a slice, stopped on drop.
 pub struct PodCgroup {
-    /// The cgroupfs path, e.g. `/ferrolet-it/pod-1234`.
+    /// The path the runtime is given, e.g. `/ferrolet-it/pod-1234`, or with the systemd
+    /// driver `/ferrolet_it.slice/ferrolet_it-pod_1234.slice`.
     pub path: String,
 }
 
 impl PodCgroup {
-    /// A cgroup path unique to this test: `/ferrolet-it/<tag>-<pid>`.
+    /// A cgroup path unique to this test: `/ferrolet-it/<tag>-<pid>` as the driver lays it
+    /// out ([`crate::cgroups::node_path`]).
     pub fn new(tag: &str) -> Self {
         Self {
-            path: format!("/ferrolet-it/{tag}-{}", std::process::id()),
+            path: crate::cgroups::node_path(&format!("/ferrolet-it/{tag}-{}", std::process::id())),
         }
     }
 }
 
 impl Drop for PodCgroup {
     fn drop(&mut self) {
-        let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else {
-            return;
-        };
-        for h in hierarchies.flatten() {
-            let leaf = h.path().join(self.path.trim_start_matches('/'));
+        crate::cgroups::stop_slice(&self.path);
+        for h in crate::cgroups::hierarchies() {
+            let leaf = h.join(self.path.trim_start_matches('/'));
             // The leaf, then its parent (shared by every test; only removed when empty).
             for dir in [leaf.as_path(), leaf.parent().unwrap_or(&leaf)] {
                 if dir.is_dir()
@@ -978,38 +979,6 @@ pub fn pids_with_cmdline(cmdline: &str) -> Vec<u32> {
         .collect()
 }
 
-/// The cgroup (v1) path of `pid` in `controller`'s hierarchy, e.g. `/k8s/abc…`.
-pub fn cgroup_of(pid: u32, controller: &str) -> Option<String> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    text.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let _id = parts.next()?;
-        let controllers = parts.next()?;
-        let path = parts.next()?;
-        controllers
-            .split(',')
-            .any(|c| c == controller)
-            .then(|| path.to_string())
-    })
-}
-
-/// A number from a cgroup v1 file (`memory.usage_in_bytes`), or a `memory.stat` key; the
-/// hierarchy is `/sys/fs/cgroup/<controller>` (a dir, or a link to a co-mounted one).
-pub fn cgroup_value(controller: &str, cgroup: &str, file: &str, key: Option<&str>) -> Option<u64> {
-    let path = Path::new("/sys/fs/cgroup")
-        .join(controller)
-        .join(cgroup.trim_start_matches('/'))
-        .join(file);
-    let text = std::fs::read_to_string(path).ok()?;
-    match key {
-        None => text.trim().parse().ok(),
-        Some(k) => text.lines().find_map(|l| {
-            let (name, value) = l.split_once(' ')?;
-            (name == k).then(|| value.trim().parse().ok()).flatten()
-        }),
-    }
-}
-
 /// Writes a copy of the busybox test image without ENTRYPOINT and CMD as an OCI layout under
 /// `dir` and returns the layout's path.
 pub fn image_without_command(dir: &Path) -> PathBuf {
@@ -1155,8 +1124,7 @@ pub(crate) fn cgroup_leaks(ids: &[String]) -> Vec<String> {
     if ids.is_empty() {
         return leaks;
     }
-    for controller in ["memory", "pids", "cpu"] {
-        let root = Path::new("/sys/fs/cgroup").join(controller);
+    for root in crate::cgroups::hierarchies() {
         leaks.extend(
             walk(&root, 6)
                 .into_iter()
@@ -1178,7 +1146,7 @@ pub(crate) fn cgroup_leaks(ids: &[String]) -> Vec<String> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
     {
-        if let Some(cg) = cgroup_of(pid, "memory")
+        if let Some(cg) = crate::cgroups::of_process(pid, "memory")
             && ids.iter().any(|id| cg.contains(id.as_str()))
         {
             let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -1270,16 +1238,6 @@ mod tests {
 
     fn pod_with_dir(dir: &str) -> PodSandboxConfig {
         PodBuilder::new("p", "u", Path::new(dir)).build()
-    }
-
-    #[test]
-    fn cgroup_lines_are_read_per_controller() {
-        // Our own process is in some memory cgroup on a v1 host; the parser must find it.
-        let me = std::process::id();
-        if Path::new("/sys/fs/cgroup/memory").is_dir() {
-            assert!(cgroup_of(me, "memory").is_some());
-        }
-        assert_eq!(cgroup_of(me, "no-such-controller"), None);
     }
 
     #[test]

@@ -64,7 +64,7 @@ async fn kubelet_hugepage_limits_run_on_containerd_cri_without_hugetlb() {
 async fn unified_keys_on_a_v1_node_fail_at_start_as_under_containerd() {
     // Both runtimes pass `unified` to runc as asked; runc's v1 manager refuses it when the
     // task is created. The Go kubelet sends it only on cgroup v2.
-    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+    if ferrolet_integration::cgroups::v2() {
         eprintln!("a cgroup v2 node: unified keys are valid here");
         return;
     }
@@ -264,9 +264,12 @@ async fn run_kubelet_shaped_pod(api: &RuntimeApi, pod: &PodSandboxConfig) -> (St
             "{name}: {status:?}"
         );
         // It runs, inside a cgroup with the limits it asked for.
-        let limit = api
-            .exec_ok(&id, &["cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
-            .await;
+        let own_limit = if ferrolet_integration::cgroups::v2() {
+            "/sys/fs/cgroup/memory.max"
+        } else {
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+        };
+        let limit = api.exec_ok(&id, &["cat", own_limit]).await;
         if resources.memory_limit_in_bytes != 0 {
             assert_eq!(limit.trim(), MEMORY_LIMIT.to_string(), "{name}");
         }

@@ -852,7 +852,8 @@ async fn duplicate_names_unknown_ids_and_malformed_configs_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stats_agree_with_the_cgroup_and_resources_update() {
-    use ferrolet_integration::pods::{PodCgroup, cgroup_of, cgroup_value, pids_with_cmdline};
+    use ferrolet_integration::cgroups;
+    use ferrolet_integration::pods::{PodCgroup, pids_with_cmdline};
     let cgroup = PodCgroup::new("stats");
     let node = CriNode::start("stats").await;
     let api = node.api().await;
@@ -877,10 +878,10 @@ async fn stats_agree_with_the_cgroup_and_resources_update() {
         pids.first().copied().ok_or_else(|| "none yet".to_string())
     })
     .await;
-    let memory_cg = cgroup_of(sleep_pid, "memory").unwrap();
-    let cpu_cg = cgroup_of(sleep_pid, "cpuacct").unwrap();
-    let shares_cg = cgroup_of(sleep_pid, "cpu").unwrap();
-    let cpu_before = cgroup_value("cpuacct", &cpu_cg, "cpuacct.usage", None).unwrap();
+    let memory_cg = cgroups::of_process(sleep_pid, "memory").unwrap();
+    let cpu_cg = cgroups::of_process(sleep_pid, "cpuacct").unwrap();
+    let shares_cg = cgroups::of_process(sleep_pid, "cpu").unwrap();
+    let cpu_before = cgroups::cpu_usage_ns(&cpu_cg).unwrap();
 
     let stats = api.container_stats(&id).await.unwrap();
     let attrs = stats.attributes.clone().unwrap();
@@ -899,15 +900,9 @@ async fn stats_agree_with_the_cgroup_and_resources_update() {
         .and_then(|m| m.working_set_bytes.as_ref())
         .map(|v| v.value)
         .unwrap();
-    let cpu_after = cgroup_value("cpuacct", &cpu_cg, "cpuacct.usage", None).unwrap();
-    let usage = cgroup_value("memory", &memory_cg, "memory.usage_in_bytes", None).unwrap();
-    let inactive = cgroup_value(
-        "memory",
-        &memory_cg,
-        "memory.stat",
-        Some("total_inactive_file"),
-    )
-    .unwrap();
+    let cpu_after = cgroups::cpu_usage_ns(&cpu_cg).unwrap();
+    let usage = cgroups::memory_usage(&memory_cg).unwrap();
+    let inactive = cgroups::inactive_file(&memory_cg).unwrap();
     println!(
         "cpu {cpu} (cgroup {cpu_before}..{cpu_after}), working set {working_set} (cgroup usage \
          {usage} - inactive {inactive})"
@@ -1026,13 +1021,10 @@ async fn stats_agree_with_the_cgroup_and_resources_update() {
         })
         .await
         .unwrap();
+    assert_eq!(cgroups::memory_limit(&memory_cg), Some(64 << 20));
     assert_eq!(
-        cgroup_value("memory", &memory_cg, "memory.limit_in_bytes", None),
-        Some(64 << 20)
-    );
-    assert_eq!(
-        cgroup_value("cpu", &shares_cg, "cpu.shares", None),
-        Some(512)
+        cgroups::cpu_weight(&shares_cg),
+        cgroups::weight_of_shares(512)
     );
     assert!(
         memory_cg.starts_with(&cgroup.path),

@@ -7,20 +7,20 @@
 //! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans), a
 //! Burstable pod getting its CPU request beside a BestEffort hog, and OOM kills for a pod's
 //! limit and for a container's own reported `OOMKilled` (the kernel's record in `/dev/kmsg`
-//! says which cgroup ran out) and counted in `/metrics`. Values are read from the cgroup v1
-//! files this machine mounts.
+//! says which cgroup ran out) and counted in `/metrics`. Values are read from the files of the
+//! host's cgroup version (v1 here, v2 on the test node), in that version's units.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
 
+use ferrolet_integration::cgroups::{self, cpu_quota, cpu_weight, memory_limit, weight_of_shares};
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
     KubeletNode, RuntimeNode, container_id, container_status, image, init_container_status,
     pod_phase, pod_uid, resources_pod, sh, terminated,
 };
-use ferrolet_integration::pods::{LONG, cgroup_of, pids_with_cmdline};
+use ferrolet_integration::pods::{LONG, pids_with_cmdline};
 use serde_json::Value;
 
 const CONFIG: &str = "podPidsLimit: 64
@@ -28,25 +28,10 @@ kubeReserved: {memory: 512Mi}
 systemReserved: {memory: 256Mi}
 ";
 
-fn cg(controller: &str, path: &str, file: &str) -> PathBuf {
-    PathBuf::from("/sys/fs/cgroup")
-        .join(controller)
-        .join(path.trim_start_matches('/'))
-        .join(file)
-}
-
-fn read(controller: &str, path: &str, file: &str) -> String {
-    let p = cg(controller, path, file);
-    std::fs::read_to_string(&p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .trim()
-        .to_string()
-}
-
 /// Forks the kernel refused for a pids limit, over `path` and the cgroups below it (v1 counts
 /// a refusal in the forking task's own cgroup).
 fn refused_forks(path: &str) -> u64 {
-    let top = cg("pids", path, "");
+    let top = cgroups::dir("pids", path);
     let mut dirs = vec![top];
     let mut total = 0;
     while let Some(dir) = dirs.pop() {
@@ -129,17 +114,14 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     let kubepods = format!("{}/kubepods", node.cgroup_root);
     // Node allocatable as Go writes it on the cgroup: capacity − kube − system reserved.
     let allocatable = mem_total() - (512 << 20) - (256 << 20);
+    assert_eq!(memory_limit(&kubepods), Some(allocatable as u64));
     assert_eq!(
-        read("memory", &kubepods, "memory.limit_in_bytes"),
-        allocatable.to_string()
+        cpu_weight(&kubepods),
+        weight_of_shares(online_cpus() as u64 * 1024)
     );
     assert_eq!(
-        read("cpu", &kubepods, "cpu.shares"),
-        (online_cpus() * 1024).to_string()
-    );
-    assert_eq!(
-        read("cpu", &format!("{kubepods}/besteffort"), "cpu.shares"),
-        "2"
+        cpu_weight(&format!("{kubepods}/besteffort")),
+        weight_of_shares(2)
     );
 
     node.write_manifest("g.yaml", &guaranteed_yaml(&marker(0), &marker(5)));
@@ -177,23 +159,19 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     let epath = format!("{kubepods}/besteffort/pod{e}");
     // Guaranteed, right under kubepods: the containers' limits summed plus the overhead,
     // 500m + 250m + 100m of CPU and 64 + 32 + 16 MiB of memory.
-    assert_eq!(
-        read("memory", &gpath, "memory.limit_in_bytes"),
-        (112u64 << 20).to_string()
-    );
-    assert_eq!(read("cpu", &gpath, "cpu.shares"), "870");
-    assert_eq!(read("cpu", &gpath, "cpu.cfs_quota_us"), "85000");
-    assert_eq!(read("cpu", &gpath, "cpu.cfs_period_us"), "100000");
+    assert_eq!(memory_limit(&gpath), Some(112 << 20));
+    assert_eq!(cpu_weight(&gpath), weight_of_shares(870));
+    assert_eq!(cpu_quota(&gpath), Some((85_000, 100_000)));
     // Burstable: its request's shares, no quota; the QoS cgroup carries the request.
-    assert_eq!(read("cpu", &bpath, "cpu.shares"), "512");
-    assert_eq!(read("cpu", &bpath, "cpu.cfs_quota_us"), "-1");
+    assert_eq!(cpu_weight(&bpath), weight_of_shares(512));
+    assert_eq!(cpu_quota(&bpath), None);
     assert_eq!(
-        read("cpu", &format!("{kubepods}/burstable"), "cpu.shares"),
-        "512"
+        cpu_weight(&format!("{kubepods}/burstable")),
+        weight_of_shares(512)
     );
-    assert_eq!(read("cpu", &epath, "cpu.shares"), "2");
+    assert_eq!(cpu_weight(&epath), weight_of_shares(2));
     for path in [&gpath, &bpath, &epath] {
-        assert_eq!(read("pids", path, "pids.max"), "64", "{path}");
+        assert_eq!(cgroups::pids_max(path), Some(64), "{path}");
     }
     // The containers run inside their pod's cgroup.
     for (marker, path) in [
@@ -204,16 +182,16 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     ] {
         let pids = pids_with_cmdline(&marker);
         assert_eq!(pids.len(), 1, "{marker}: {pids:?}");
-        let own = cgroup_of(pids[0], "memory").unwrap();
+        let own = cgroups::of_process(pids[0], "memory").unwrap();
         assert!(
-            own.starts_with(path.as_str()),
+            own.starts_with(&cgroups::node_path(path)),
             "{marker} in {own}, not under {path}"
         );
     }
     // The loop forks until the kernel refuses (the forking cgroup's pids.events counts it);
     // the inner shell then gives up and exits, leaving one slot free.
     poll("the fork loop stopped at the limit", LONG, || async {
-        let current: usize = read("pids", &fpath, "pids.current").parse().unwrap();
+        let current = cgroups::pids_current(&fpath) as usize;
         let refused = refused_forks(&fpath);
         let loopers = pids_with_cmdline(&marker(3)).len();
         let init = pids_with_cmdline(&marker(4)).len();
@@ -247,7 +225,7 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     poll("the pod cgroups removed", LONG, || async {
         let left: Vec<&String> = [&gpath, &bpath, &epath, &fpath]
             .into_iter()
-            .filter(|p| cg("memory", p, "").exists() || cg("pids", p, "").exists())
+            .filter(|p| cgroups::exists(p))
             .collect();
         if left.is_empty() {
             Ok(())
@@ -286,7 +264,7 @@ async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
     for name in ["orphan-a", "orphan-b"] {
         let pod = node.wait_running(name).await;
         let path = format!("{kubepods}/burstable/pod{}", pod_uid(&pod));
-        assert!(cg("memory", &path, "").exists(), "{path}");
+        assert!(cgroups::exists(&path), "{path}");
         paths.push(path);
     }
     // Deleted, then ferrolet dies while the containers are still in their grace period.
@@ -295,19 +273,12 @@ async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     node.kill_kubelet();
     assert!(
-        paths.iter().all(|p| cg("memory", p, "").exists()),
+        paths.iter().all(|p| cgroups::exists(p)),
         "the cgroups went before the kill"
     );
     node.restart_kubelet().await;
     poll("the orphaned pod cgroups removed", LONG, || async {
-        let left: Vec<&String> = paths
-            .iter()
-            .filter(|p| {
-                ["memory", "cpu", "pids", "cpuset"]
-                    .iter()
-                    .any(|c| cg(c, p, "").exists())
-            })
-            .collect();
+        let left: Vec<&String> = paths.iter().filter(|p| cgroups::exists(p)).collect();
         if left.is_empty() {
             Ok(())
         } else {
@@ -319,9 +290,9 @@ async fn orphaned_pod_cgroups_are_removed_after_a_kill_9() {
     node.teardown().await;
 }
 
-/// CPU time (ns) a v1 cgroup has used, over every CPU.
+/// CPU time (ns) a cgroup has used, over every CPU.
 fn cpu_used(path: &str) -> u64 {
-    read("cpuacct", path, "cpuacct.usage").parse().unwrap()
+    cgroups::cpu_usage_ns(path).unwrap()
 }
 
 /// A BestEffort pod burning both CPUs beside a Burstable pod that asks for `cpu: 500m` and
@@ -422,10 +393,10 @@ async fn oom_record(kmsg: &mut Kmsg, seen: &mut Vec<String>, cid: &str) -> Strin
     let deadline = std::time::Instant::now() + LONG;
     loop {
         seen.extend(kmsg.oom_kills());
-        if let Some(r) = seen
-            .iter()
-            .find(|r| kmsg_field(r, "task_memcg").ends_with(&format!("/{cid}")))
-        {
+        if let Some(r) = seen.iter().find(|r| {
+            let task = kmsg_field(r, "task_memcg");
+            task.ends_with(&format!("/{cid}")) || task.ends_with(&format!("-{cid}.scope"))
+        }) {
             return r.clone();
         }
         assert!(
@@ -548,13 +519,14 @@ async fn oom_scenario<N: RuntimeNode>(node: KubeletNode<N>, idle: &str) {
     let cid = container_id(grow).to_string();
     let record = oom_record(&mut kmsg, &mut seen, &cid).await;
     eprintln!("pod-level OOM: {record}");
+    let pod_cgroup = format!("{burstable}/pod{uid}");
     assert_eq!(
         kmsg_field(&record, "oom_memcg"),
-        format!("{burstable}/pod{uid}")
+        cgroups::node_path(&pod_cgroup)
     );
-    assert_eq!(
-        kmsg_field(&record, "task_memcg"),
-        format!("{burstable}/pod{uid}/{cid}")
+    assert!(
+        cgroups::is_container_cgroup(kmsg_field(&record, "task_memcg"), &pod_cgroup, &cid),
+        "{record}"
     );
     let api = node.node.api().await;
     let own = api.container_status(&cid).await.unwrap();
@@ -573,9 +545,13 @@ async fn oom_scenario<N: RuntimeNode>(node: KubeletNode<N>, idle: &str) {
     let hog_id = container_id(hog).to_string();
     let record = oom_record(&mut kmsg, &mut seen, &hog_id).await;
     eprintln!("container-level OOM: {record}");
-    let own_cgroup = format!("{burstable}/pod{ctr_uid}/{hog_id}");
+    let pod_cgroup = format!("{burstable}/pod{ctr_uid}");
+    let own_cgroup = kmsg_field(&record, "task_memcg");
+    assert!(
+        cgroups::is_container_cgroup(own_cgroup, &pod_cgroup, &hog_id),
+        "{record}"
+    );
     assert_eq!(kmsg_field(&record, "oom_memcg"), own_cgroup);
-    assert_eq!(kmsg_field(&record, "task_memcg"), own_cgroup);
     let own = api.container_status(&hog_id).await.unwrap();
     eprintln!(
         "container-level OOM: the runtime says {:?} ({}), ferrolet OOMKilled",

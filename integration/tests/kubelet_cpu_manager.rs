@@ -10,13 +10,14 @@
 //! with Go's message.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ferrolet_integration::cgroups;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, pod_phase, pod_uid, resources_pod};
-use ferrolet_integration::pods::{CriNode, LONG, cgroup_of, pids_with_cmdline};
+use ferrolet_integration::pods::{CriNode, LONG, pids_with_cmdline};
 use ferrolet_integration::scratch::Scratch;
 use ferrolet_integration::workspace_binary;
 use serde_json::Value;
@@ -35,23 +36,17 @@ fn pid_of(cmdline: &str) -> u32 {
     pids[0]
 }
 
-/// The cpuset cgroup of `pid` and its `cpuset.cpus`.
+/// The cpuset cgroup of `pid` and its CPUs.
 fn cpuset_of(pid: u32) -> (String, String) {
-    let cgroup = cgroup_of(pid, "cpuset").unwrap_or_else(|| panic!("no cpuset cgroup for {pid}"));
-    (cgroup, cgroup_file(pid, "cpuset", "cpuset.cpus"))
+    let cgroup =
+        cgroups::of_process(pid, "cpuset").unwrap_or_else(|| panic!("no cpuset cgroup for {pid}"));
+    let cpus = cgroups::cpuset_cpus(&cgroup);
+    (cgroup, cpus)
 }
 
-/// A file of `pid`'s cgroup in `controller`'s hierarchy.
-fn cgroup_file(pid: u32, controller: &str, file: &str) -> String {
-    let cgroup = cgroup_of(pid, controller).unwrap();
-    let path = PathBuf::from("/sys/fs/cgroup")
-        .join(controller)
-        .join(cgroup.trim_start_matches('/'))
-        .join(file);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .to_string()
+/// `pid`'s cgroup in `controller`'s hierarchy.
+fn cgroup_of(pid: u32, controller: &str) -> String {
+    cgroups::of_process(pid, controller).unwrap()
 }
 
 /// The CPUs the kernel lets `pid` run on.
@@ -139,7 +134,10 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     let kubepods = format!("{}/kubepods", node.cgroup_root);
     let g_cgroup = wait_cpuset(&marker(1), "1").await;
     assert!(
-        g_cgroup.starts_with(&format!("{kubepods}/pod{uid}/")),
+        g_cgroup.starts_with(&format!(
+            "{}/",
+            cgroups::node_path(&format!("{kubepods}/pod{uid}"))
+        )),
         "the pinned container's cgroup {g_cgroup} is not under its pod's"
     );
     let e_cgroup = wait_cpuset(&marker(0), "0").await;
@@ -185,11 +183,17 @@ async fn scenario<N: RuntimeNode>(node: KubeletNode<N>, base: u32) {
     // resources are as they were created.
     let pid = pid_of(&marker(1));
     assert_eq!(
-        cgroup_file(pid, "memory", "memory.limit_in_bytes"),
-        "67108864"
+        cgroups::memory_limit(&cgroup_of(pid, "memory")),
+        Some(64 << 20)
     );
-    assert_eq!(cgroup_file(pid, "cpu", "cpu.cfs_quota_us"), "100000");
-    assert_eq!(cgroup_file(pid, "cpu", "cpu.shares"), "1024");
+    assert_eq!(
+        cgroups::cpu_quota(&cgroup_of(pid, "cpu")),
+        Some((100_000, 100_000))
+    );
+    assert_eq!(
+        cgroups::cpu_weight(&cgroup_of(pid, "cpu")),
+        cgroups::weight_of_shares(1024)
+    );
 
     // Deleting the Guaranteed pod gives CPU 1 back to everyone else.
     node.remove_manifest("g.yaml");

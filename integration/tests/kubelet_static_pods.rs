@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use ferrolet_integration::cgroups;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
     CONTAINER_NAME_LABEL, IDLE, KubeletNode, POD_NAMESPACE, RuntimeNode, container_id,
@@ -17,7 +18,7 @@ use ferrolet_integration::kubelet::{
     last_terminated, pod_condition, pod_ip, pod_names, pod_phase, pod_uid, restart_count,
     rfc3339_seconds, sh, started_at, terminated, waiting_reason,
 };
-use ferrolet_integration::pods::{LONG, cgroup_of, http_get, pids_with_cmdline};
+use ferrolet_integration::pods::{LONG, http_get, pids_with_cmdline};
 use ferrolet_proto::cri::{ContainerState, PodSandboxState};
 use serde_json::Value;
 
@@ -165,10 +166,12 @@ async fn httpd_pod_scenario<N: RuntimeNode>(node: KubeletNode<N>) {
     // The container runs under cgroupRoot.
     let cgroups: Vec<String> = pids_with_cmdline(HTTPD_CMDLINE)
         .into_iter()
-        .filter_map(|pid| cgroup_of(pid, "memory"))
+        .filter_map(|pid| cgroups::of_process(pid, "memory"))
         .collect();
     assert!(
-        cgroups.iter().any(|cg| cg.starts_with(&node.cgroup_root)),
+        cgroups
+            .iter()
+            .any(|cg| cg.starts_with(&ferrolet_integration::cgroups::node_path(&node.cgroup_root))),
         "no {HTTPD_CMDLINE:?} process under {}: {cgroups:?}",
         node.cgroup_root
     );

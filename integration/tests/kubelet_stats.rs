@@ -9,11 +9,12 @@
 
 use std::time::{Duration, Instant};
 
+use ferrolet_integration::cgroups;
 use ferrolet_integration::kubelet::{
     IDLE, KubeletNode, KubeletOptions, RuntimeNode, container_id, container_status, image,
     is_running, pod_phase, pod_uid, restart_count, sh,
 };
-use ferrolet_integration::pods::{LONG, cgroup_of, cgroup_value, pids_with_cmdline};
+use ferrolet_integration::pods::{LONG, pids_with_cmdline};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -94,14 +95,14 @@ fn close(a: u64, b: u64) -> bool {
 fn cgroup_for(script: &str, controller: &str) -> String {
     let pids = pids_with_cmdline(&format!("sh -c {script}"));
     assert_eq!(pids.len(), 1, "one process runs {script:?}: {pids:?}");
-    cgroup_of(pids[0], controller).unwrap_or_else(|| panic!("no {controller} cgroup of {pids:?}"))
+    cgroups::of_process(pids[0], controller)
+        .unwrap_or_else(|| panic!("no {controller} cgroup of {pids:?}"))
 }
 
-/// Memory (usage, working set) of a v1 cgroup, as cadvisor and containerd compute them.
+/// Memory (usage, working set) of a cgroup, as cadvisor and containerd compute them.
 fn cgroup_memory(cgroup: &str) -> (u64, u64) {
-    let usage = cgroup_value("memory", cgroup, "memory.usage_in_bytes", None).unwrap();
-    let inactive =
-        cgroup_value("memory", cgroup, "memory.stat", Some("total_inactive_file")).unwrap_or(0);
+    let usage = cgroups::memory_usage(cgroup).unwrap();
+    let inactive = cgroups::inactive_file(cgroup).unwrap_or(0);
     (usage, usage.saturating_sub(inactive))
 }
 
@@ -119,16 +120,16 @@ async fn assert_agrees_with_cgroups<N: RuntimeNode>(
     let parent = |cg: &str| cg.rsplit_once('/').map(|(p, _)| p.to_string()).unwrap();
     let (pod_mem_cgroup, pod_cpu_cgroup) = (parent(&mem_cgroup), parent(&cpu_cgroup));
     assert!(
-        pod_mem_cgroup.ends_with(&format!("/pod{uid}")),
+        cgroups::is_pod_cgroup(&pod_mem_cgroup, uid),
         "{mem_cgroup} is not in its pod's cgroup"
     );
     let deadline = Instant::now() + LONG;
     loop {
         let s = summary(node, "").await;
         let (usage, working_set) = cgroup_memory(&mem_cgroup);
-        let cpu_ns = cgroup_value("cpuacct", &cpu_cgroup, "cpuacct.usage", None).unwrap();
+        let cpu_ns = cgroups::cpu_usage_ns(&cpu_cgroup).unwrap();
         let (pod_usage, pod_working_set) = cgroup_memory(&pod_mem_cgroup);
-        let pod_cpu_ns = cgroup_value("cpuacct", &pod_cpu_cgroup, "cpuacct.usage", None).unwrap();
+        let pod_cpu_ns = cgroups::cpu_usage_ns(&pod_cpu_cgroup).unwrap();
         let pod = pod_entry(&s, uid);
         let mem = pod.and_then(|p| container_entry(p, "mem"));
         let cpu = pod.and_then(|p| container_entry(p, "cpu"));
@@ -212,13 +213,7 @@ async fn summary_agrees_with_cgroups_and_statvfs() {
         .as_array()
         .and_then(|a| a.iter().find(|c| c["name"] == "pods"))
         .unwrap_or_else(|| panic!("no pods system container: {}", s["node"]));
-    let limit = cgroup_value(
-        "memory",
-        &format!("{}/kubepods", node.cgroup_root),
-        "memory.limit_in_bytes",
-        None,
-    )
-    .unwrap();
+    let limit = cgroups::memory_limit(&format!("{}/kubepods", node.cgroup_root)).unwrap();
     let m = &pods["memory"];
     assert_eq!(
         m["availableBytes"].as_u64().unwrap() + m["workingSetBytes"].as_u64().unwrap(),

@@ -62,6 +62,25 @@ pub enum AppError {
     /// A blocking start-up task failed.
     #[error("start-up task: {0}")]
     Join(#[source] tokio::task::JoinError),
+    /// The host is on cgroup v1 and `failCgroupV1` is set (Go's words).
+    #[error(
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is \
+         unsupported and will be removed in a future release"
+    )]
+    CgroupV1,
+    /// The runtime drives cgroups with another driver than ours (its RuntimeConfig).
+    #[error(
+        "cgroup driver mismatch: ferrolet is configured with cgroupDriver {ours:?}, but the \
+         container runtime reports {theirs:?} (CRI RuntimeConfig); configure both alike (for \
+         containerd and ferrolet-cri: the runc option SystemdCgroup / systemd_cgroup = {})",
+        *ours == "systemd"
+    )]
+    CgroupDriverMismatch {
+        /// Our `cgroupDriver`.
+        ours: String,
+        /// The runtime's.
+        theirs: &'static str,
+    },
     /// `ferrolet trace` failed.
     #[error(transparent)]
     Trace(#[from] crate::trace::TraceError),
@@ -121,6 +140,31 @@ async fn start_cpu_manager(
 
 /// Validates the node's cgroups against the configuration and builds the `kubepods` tree
 /// (None with `cgroupsPerQOS: false`), as Go's `NewContainerManager` + `Start` before any pod.
+/// Go 1.31+'s stance on cgroup v1: a warning, or a refusal with `failCgroupV1`.
+fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
+    let layout = crate::cm::cgroup::Layout::detect()
+        .map_err(|e| AppError::ContainerManager(crate::cm::CmError::Cgroup(e)))?;
+    let mode = layout.mode();
+    tracing::info!(
+        cgroup_version = mode.as_str(),
+        cgroup_driver = %config.cgroup_driver,
+        "cgroups: {} hierarchy, {} driver",
+        mode.as_str(),
+        config.cgroup_driver
+    );
+    if mode.is_v2() {
+        return Ok(());
+    }
+    if config.fail_cgroup_v1 {
+        return Err(AppError::CgroupV1);
+    }
+    tracing::warn!(
+        "cgroup v1 support is in maintenance mode, please migrate to cgroup v2 \
+         (failCgroupV1: true refuses to start on it)"
+    );
+    Ok(())
+}
+
 async fn start_container_manager(
     config: &Config,
 ) -> Result<Option<Arc<crate::cm::ContainerManager>>, AppError> {
@@ -155,6 +199,7 @@ async fn start_container_manager(
         tracing::info!(
             root = %cm.kubepods(),
             cgroups = cm.cgroups().layout().mode().as_str(),
+            driver = cm.cgroups().driver(),
             "container manager: the kubepods tree is set up"
         );
     }
@@ -227,6 +272,33 @@ async fn connect(config: &Config) -> Cri {
     }
 }
 
+/// Fails when the runtime reports another cgroup driver than ours (Go reads the same
+/// RuntimeConfig); a runtime without the call (containerd before 1.7) is taken at our word.
+async fn check_runtime_cgroup_driver(cri: &Cri, ours: &str) -> Result<(), AppError> {
+    let theirs = match cri.runtime_config().await {
+        Ok(r) => match r.linux.map(|l| l.cgroup_driver) {
+            Some(d) if d == ferrolet_proto::cri::CgroupDriver::Systemd as i32 => "systemd",
+            Some(_) => "cgroupfs",
+            None => return Ok(()),
+        },
+        Err(e) => {
+            tracing::info!(error = %e, "the container runtime does not report its cgroup driver; using ours");
+            return Ok(());
+        }
+    };
+    if theirs != ours {
+        return Err(AppError::CgroupDriverMismatch {
+            ours: ours.to_string(),
+            theirs,
+        });
+    }
+    tracing::info!(
+        cgroup_driver = theirs,
+        "the container runtime's cgroup driver matches ours"
+    );
+    Ok(())
+}
+
 async fn run(config: Config) -> Result<(), AppError> {
     tokio::fs::create_dir_all(&config.root_dir)
         .await
@@ -251,7 +323,9 @@ async fn run(config: Config) -> Result<(), AppError> {
     } else {
         None
     };
+    check_cgroup_version(&config)?;
     let cri = connect(&config).await;
+    check_runtime_cgroup_driver(&cri, &config.cgroup_driver).await?;
     let node = NodeContext {
         node_name: config.node_name.clone(),
         host_ip: node::host_ip().to_string(),
@@ -261,6 +335,7 @@ async fn run(config: Config) -> Result<(), AppError> {
         pod_logs_dir: config.pod_logs_dir.clone(),
         cgroup_root: config.cgroup_root.clone(),
         cgroups_per_qos: config.cgroups_per_qos,
+        systemd_cgroups: config.cgroup_driver == crate::config::SYSTEMD,
         memory_capacity: node::memory_capacity(),
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");

@@ -135,6 +135,17 @@ impl Cri {
         )
     }
 
+    /// RuntimeConfig: the runtime's cgroup driver.
+    pub async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse, CriError> {
+        call!(
+            self,
+            runtime,
+            runtime_config,
+            "RuntimeConfig",
+            cri::RuntimeConfigRequest::default()
+        )
+    }
+
     /// Status: the runtime's conditions (RuntimeReady, NetworkReady).
     pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
         call!(

@@ -47,6 +47,10 @@ pub struct Config {
     /// without a `runc create` + `start` of its own. `false`: every sandbox has a pause
     /// process, as with containerd.
     pub drop_infra_container: bool,
+    /// runc manages container cgroups through systemd (containerd's `SystemdCgroup` runc
+    /// option): a pod whose cgroup parent is a slice gets `<slice>:ferrolet-cri:<id>` scopes,
+    /// and RuntimeConfig reports the systemd driver, as the kubelet's must then be.
+    pub systemd_cgroup: bool,
     /// Layers downloaded at once per pull.
     pub max_concurrent_downloads: usize,
     /// Seconds between pull progress lines in the log.
@@ -129,6 +133,7 @@ impl Default for Config {
             snapshotter: "overlayfs".into(),
             sandbox_image: BUILTIN_PAUSE_IMAGE.into(),
             drop_infra_container: true,
+            systemd_cgroup: false,
             max_concurrent_downloads: 3,
             pull_progress_interval_secs: 5,
             shutdown_timeout_secs: 10,

@@ -167,7 +167,25 @@ impl PreparedSnapshot {
     }
 }
 
-/// A containerd container record with our conventions.
+/// The runc shim's options (containerd's `containerd.runc.v1.Options`), the one field we set.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RuncOptions {
+    /// runc manages cgroups through systemd (`--systemd-cgroup`).
+    #[prost(bool, tag = "9")]
+    systemd_cgroup: bool,
+}
+
+/// The runc shim's options for a task: none for the defaults, else `SystemdCgroup`.
+pub fn runc_options(systemd_cgroup: bool) -> Option<ferrolet_proto::prost_types::Any> {
+    use prost::Message;
+    systemd_cgroup.then(|| ferrolet_proto::prost_types::Any {
+        type_url: "containerd.runc.v1.Options".to_string(),
+        value: RuncOptions { systemd_cgroup }.encode_to_vec(),
+    })
+}
+
+/// A containerd container record with our conventions; `options` are the runc shim's
+/// ([`runc_options`]).
 pub fn container_record(
     id: &str,
     image: &str,
@@ -175,6 +193,7 @@ pub fn container_record(
     labels: HashMap<String, String>,
     spec: ferrolet_proto::prost_types::Any,
     metadata: ferrolet_proto::prost_types::Any,
+    options: Option<ferrolet_proto::prost_types::Any>,
 ) -> Container {
     Container {
         id: id.to_string(),
@@ -182,7 +201,7 @@ pub fn container_record(
         image: image.to_string(),
         runtime: Some(Runtime {
             name: RUNC_SHIM.to_string(),
-            options: None,
+            options,
         }),
         spec: Some(spec),
         snapshotter: snapshotter.to_string(),
@@ -251,6 +270,8 @@ pub struct TaskIo {
     pub stderr: String,
     /// Allocate a terminal.
     pub terminal: bool,
+    /// The runc shim's options ([`runc_options`]), as the container record has them.
+    pub options: Option<ferrolet_proto::prost_types::Any>,
 }
 
 /// Creates a container's task (runc create); returns its pid.
@@ -264,6 +285,7 @@ pub async fn create_task(cd: &Containerd, id: &str, rootfs: Vec<Mount>, io: Task
             stdout: io.stdout,
             stderr: io.stderr,
             terminal: io.terminal,
+            options: io.options,
             ..Default::default()
         })
         .await

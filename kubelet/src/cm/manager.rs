@@ -1,5 +1,6 @@
 //! The container manager proper, as the Go kubelet's `containerManagerImpl` with its QoS and
-//! pod container managers, for the cgroupfs driver:
+//! pod container managers (cgroupfs names below; the systemd driver's are
+//! `kubepods.slice`, `kubepods-burstable.slice`, `kubepods-burstable-pod<uid>.slice`):
 //!
 //! ```text
 //! <cgroupRoot>/kubepods                 node allocatable (memory, cpu shares, pids, huge pages)
@@ -17,10 +18,10 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use super::allocatable::{self, AllocatableError, Capacity};
-use super::cgroup::{CgroupError, CgroupManager, CgroupName, CgroupStats, Layout};
+use super::cgroup::{CgroupError, CgroupManager, CgroupName, CgroupStats, Layout, Systemd};
 use super::pod_config::resource_config_for_pod;
 use super::qos::qos_cgroup_configs;
-use super::{ResourceConfig, Settings};
+use super::{CgroupDriver, ResourceConfig, Settings};
 use crate::podspec::SpecError;
 use crate::podspec::qos::{QosClass, qos_class};
 use crate::types::Pod;
@@ -91,7 +92,10 @@ impl ContainerManager {
             .iter()
             .filter_map(|&s| crate::podspec::resources::hugepage_unit_size(s))
             .collect();
-        let cgroups = CgroupManager::new(layout).with_hugepage_sizes(size_names);
+        let mut cgroups = CgroupManager::new(layout).with_hugepage_sizes(size_names);
+        if settings.cgroup_driver == CgroupDriver::Systemd {
+            cgroups = cgroups.with_systemd(Systemd::connect().map_err(CgroupError::from)?);
+        }
         Self::start_on(settings, capacity, cgroups, hugepage_sizes).map(Some)
     }
 

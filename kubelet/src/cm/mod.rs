@@ -27,4 +27,4 @@ pub mod settings;
 
 pub use manager::{CmError, ContainerManager};
 pub use resource_config::ResourceConfig;
-pub use settings::{CpuManagerPolicy, Settings};
+pub use settings::{CgroupDriver, CpuManagerPolicy, Settings};

@@ -83,21 +83,34 @@ impl OomKill {
     }
 
     /// The last part of the victim's memory cgroup: a container's id when the victim ran in
-    /// one (the cgroupfs driver names a container's cgroup by its id); None in the root.
+    /// one (the cgroupfs driver names a container's cgroup by its id, the systemd driver a
+    /// scope `<prefix>-<id>.scope`); None in the root.
     pub fn victim_cgroup_name(&self) -> Option<&str> {
-        self.task_memcg
+        let last = self
+            .task_memcg
             .trim_end_matches('/')
             .rsplit('/')
             .next()
-            .filter(|c| !c.is_empty())
+            .filter(|c| !c.is_empty())?;
+        match last.strip_suffix(".scope") {
+            Some(scope) => scope.rsplit('-').next(),
+            None => Some(last),
+        }
     }
 
     /// The victim's container id and pod UID as the cgroupfs driver lays them out
-    /// (`…/pod<uid>/<container id>`); None when the victim is not in a pod's container.
+    /// (`…/pod<uid>/<container id>`) or the systemd driver
+    /// (`…/kubepods-burstable-pod<uid>.slice/<prefix>-<container id>.scope`, the uid's `-`
+    /// escaped as `_`); None when the victim is not in a pod's container.
     pub fn container(&self) -> Option<(String, String)> {
         let mut parts = self.task_memcg.trim_end_matches('/').rsplit('/');
-        let container = parts.next().filter(|c| !c.is_empty())?;
-        let pod = parts.next()?;
+        let mut container = parts.next().filter(|c| !c.is_empty())?;
+        let mut pod = parts.next()?.to_string();
+        if let Some(scope) = container.strip_suffix(".scope") {
+            container = scope.rsplit('-').next()?;
+            let slice = pod.strip_suffix(".slice")?;
+            pod = slice.rsplit('-').next()?.replace('_', "-");
+        }
         let uid = pod.strip_prefix("pod")?;
         (!uid.is_empty()).then(|| (container.to_string(), uid.to_string()))
     }
@@ -254,6 +267,19 @@ mod tests {
         };
         assert_eq!(flat.container(), None);
         assert_eq!(flat.victim_cgroup_name(), Some("0a1b2c"));
+    }
+
+    #[test]
+    fn a_kill_under_the_systemd_driver() {
+        let rec = "6,1236,5678903,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),\
+                   cpuset=x,mems_allowed=0,oom_memcg=/kubepods.slice/kubepods-burstable.slice/\
+                   kubepods-burstable-pod1f2e_99.slice/ferrolet-cri-0a1b2c.scope,\
+                   task_memcg=/kubepods.slice/kubepods-burstable.slice/\
+                   kubepods-burstable-pod1f2e_99.slice/ferrolet-cri-0a1b2c.scope,task=sh,pid=9,uid=0";
+        let k = parse_record(rec).unwrap();
+        assert_eq!(k.container(), Some(("0a1b2c".into(), "1f2e-99".into())));
+        assert_eq!(k.victim_cgroup_name(), Some("0a1b2c"));
+        assert_eq!(k.scope(true), OomScope::Container);
     }
 
     #[test]

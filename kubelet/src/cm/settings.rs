@@ -24,6 +24,16 @@ impl CpuManagerPolicy {
     }
 }
 
+/// How the kubelet's cgroups are made (`cgroupDriver`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// Directories and files under `/sys/fs/cgroup` (`cgroupfs`, the default).
+    #[default]
+    Cgroupfs,
+    /// Transient slice units made by systemd over D-Bus (`systemd`).
+    Systemd,
+}
+
 /// Everything the container manager is told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settings {
@@ -31,6 +41,8 @@ pub struct Settings {
     pub cgroups_per_qos: bool,
     /// Root of the tree (`cgroupRoot`, default "/"): `kubepods` is made under it.
     pub cgroup_root: String,
+    /// The cgroup driver (`cgroupDriver`, default `cgroupfs`).
+    pub cgroup_driver: CgroupDriver,
     /// What node allocatable is enforced on (`enforceNodeAllocatable`, default `["pods"]`):
     /// `pods`, `kube-reserved`, `system-reserved`, or `none`.
     pub enforce_node_allocatable: Vec<String>,
@@ -64,6 +76,7 @@ impl Default for Settings {
         Self {
             cgroups_per_qos: true,
             cgroup_root: "/".into(),
+            cgroup_driver: CgroupDriver::Cgroupfs,
             enforce_node_allocatable: vec!["pods".into()],
             kube_reserved: BTreeMap::new(),
             system_reserved: BTreeMap::new(),

@@ -15,11 +15,13 @@ use super::file::{
     boolean, duration, integer, invalid, keyed_map, nonempty, string, string_map, type_name,
 };
 use super::{Config, ConfigError, node};
-use crate::cm::{CpuManagerPolicy, Settings};
+use crate::cm::{CgroupDriver, CpuManagerPolicy, Settings};
 use crate::manifest::quantity::parse_quantity;
 
 /// The only cgroup driver ferrolet drives (Go's default).
 pub const CGROUPFS: &str = "cgroupfs";
+/// The systemd cgroup driver's name.
+pub const SYSTEMD: &str = "systemd";
 /// `enforceNodeAllocatable`: limit all pods together to node allocatable (Go's default).
 pub const ENFORCE_PODS: &str = "pods";
 const ENFORCE_KUBE_RESERVED: &str = "kube-reserved";
@@ -57,7 +59,7 @@ pub struct CmFlags {
     /// Create the QoS and pod cgroup tree (cgroupsPerQOS) [default: true].
     #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
     pub cgroups_per_qos: Option<bool>,
-    /// The cgroup driver; ferrolet drives cgroupfs only (cgroupDriver) [default: cgroupfs].
+    /// The cgroup driver, cgroupfs or systemd (cgroupDriver) [default: cgroupfs].
     #[arg(long, value_name = "DRIVER")]
     pub cgroup_driver: Option<String>,
     /// What node allocatable is enforced on, comma-separated: pods, kube-reserved,
@@ -99,9 +101,10 @@ pub struct CmFlags {
 }
 
 /// The KubeletConfiguration fields read here.
-pub(super) const FIELDS: [&str; 12] = [
+pub(super) const FIELDS: [&str; 13] = [
     "cgroupsPerQOS",
     "cgroupDriver",
+    "failCgroupV1",
     "enforceNodeAllocatable",
     "kubeReservedCgroup",
     "systemReservedCgroup",
@@ -120,6 +123,7 @@ pub(super) fn apply_field(c: &mut Config, key: &str, v: &Value) -> Result<(), Co
     match key {
         "cgroupsPerQOS" => set(&mut c.cgroups_per_qos, boolean(key, v)?),
         "cgroupDriver" => set(&mut c.cgroup_driver, nonempty(key, v)?),
+        "failCgroupV1" => set(&mut c.fail_cgroup_v1, boolean(key, v)?),
         // An explicit empty list enforces nothing; only an unset one is the default.
         "enforceNodeAllocatable" => set(&mut c.enforce_node_allocatable, string_list(key, v)?),
         "kubeReservedCgroup" => c.kube_reserved_cgroup = string(key, v)?.unwrap_or_default(),
@@ -291,17 +295,13 @@ pub(super) fn qos_reserved_memory(map: &BTreeMap<String, String>) -> Result<Opti
     Ok(memory)
 }
 
-/// `cgroupDriver`: cgroupfs only. The systemd driver makes every cgroup a transient unit
-/// through systemd's D-Bus API.
+/// `cgroupDriver`: cgroupfs, or systemd where systemd runs (it makes every cgroup a
+/// transient unit through its D-Bus API).
 pub(super) fn check_cgroup_driver(driver: &str, systemd_runs: bool) -> Result<(), ConfigError> {
     match driver {
         CGROUPFS => Ok(()),
-        "systemd" if systemd_runs => Err(invalid(
-            CGROUP_DRIVER,
-            "the \"systemd\" cgroup driver is not supported by ferrolet yet; use \"cgroupfs\" \
-             (and the cgroupfs driver in the container runtime too)",
-        )),
-        "systemd" => Err(invalid(
+        SYSTEMD if systemd_runs => Ok(()),
+        SYSTEMD => Err(invalid(
             CGROUP_DRIVER,
             "the \"systemd\" cgroup driver needs systemd as PID 1 (and its D-Bus API) to create \
              cgroups as units, and this node does not run systemd; use \"cgroupfs\" (and the \
@@ -310,8 +310,7 @@ pub(super) fn check_cgroup_driver(driver: &str, systemd_runs: bool) -> Result<()
         other => Err(invalid(
             CGROUP_DRIVER,
             format!(
-                "unknown cgroup driver {other:?}: ferrolet drives \"cgroupfs\" (the Go kubelet \
-                 also knows \"systemd\")"
+                "unknown cgroup driver {other:?}: ferrolet drives \"cgroupfs\" and \"systemd\""
             ),
         )),
     }
@@ -527,6 +526,11 @@ impl Config {
         Settings {
             cgroups_per_qos: self.cgroups_per_qos,
             cgroup_root: self.cgroup_root.clone(),
+            cgroup_driver: if self.cgroup_driver == SYSTEMD {
+                CgroupDriver::Systemd
+            } else {
+                CgroupDriver::Cgroupfs
+            },
             enforce_node_allocatable: self.enforce_node_allocatable.clone(),
             kube_reserved,
             system_reserved,

@@ -88,7 +88,6 @@ const IGNORED_FIELDS: &[(&str, &str)] = &[
     ("memoryReservationPolicy", ""),
     ("tracing", ""),
     ("localStorageCapacityIsolation", "true"),
-    ("failCgroupV1", "false"),
     ("userNamespaces", ""),
     ("podHousekeepingPeriod", ""),
 ];

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-pub use container_manager::CmFlags;
+pub use container_manager::{CmFlags, SYSTEMD};
 pub use flags::{Command, Flags, LogFormat, TraceCommand, TracePod};
 pub use node::{ChangeDetection, CloudProvider, TAINT_EXTERNAL_CLOUD_PROVIDER};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
@@ -101,9 +101,12 @@ pub struct Config {
     pub cgroup_root: String,
     /// Build the QoS and pod cgroup tree (`cgroupsPerQOS`, `--cgroups-per-qos`, true).
     pub cgroups_per_qos: bool,
-    /// The cgroup driver (`cgroupDriver`, `--cgroup-driver`, cgroupfs); the only one ferrolet
-    /// drives is cgroupfs.
+    /// The cgroup driver (`cgroupDriver`, `--cgroup-driver`, cgroupfs): `cgroupfs` or
+    /// `systemd`.
     pub cgroup_driver: String,
+    /// Refuse to start on a cgroup v1 host (`failCgroupV1`, false); otherwise v1 is warned
+    /// about at start-up, as the Go kubelet 1.31+ does.
+    pub fail_cgroup_v1: bool,
     /// What node allocatable is enforced on (`enforceNodeAllocatable`,
     /// `--enforce-node-allocatable`, `[pods]`): `pods`, `kube-reserved`, `system-reserved`,
     /// or `none`; an empty list enforces nothing.
@@ -248,6 +251,7 @@ impl Default for Config {
             cgroup_root: "/".into(),
             cgroups_per_qos: true,
             cgroup_driver: container_manager::CGROUPFS.into(),
+            fail_cgroup_v1: false,
             enforce_node_allocatable: vec![container_manager::ENFORCE_PODS.into()],
             kube_reserved_cgroup: String::new(),
             system_reserved_cgroup: String::new(),
@@ -946,11 +950,19 @@ volumeStatsAggPeriod: 0s
             "--node-labels=node.kubernetes.io/exclude-from-external-load-balancers=,tier=a",
             "--register-with-taints=node-role.kubernetes.io/control-plane:NoSchedule",
         ];
-        // kubeadm's own default driver is systemd, which ferrolet refuses at start-up.
-        assert_eq!(
-            invalid_field(with_file(KUBEADM_1_28, &args)),
-            "cgroupDriver (--cgroup-driver)"
-        );
+        // kubeadm's own default driver is systemd, which ferrolet takes where systemd runs
+        // and refuses elsewhere.
+        if std::path::Path::new("/run/systemd/system").is_dir() {
+            assert_eq!(
+                with_file(KUBEADM_1_28, &args).unwrap().0.cgroup_driver,
+                "systemd"
+            );
+        } else {
+            assert_eq!(
+                invalid_field(with_file(KUBEADM_1_28, &args)),
+                "cgroupDriver (--cgroup-driver)"
+            );
+        }
         let kubeadm = KUBEADM_1_28.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
         let (c, warnings) = with_file(&kubeadm, &args).unwrap();
         assert!(c.api_server_mode());

@@ -173,6 +173,7 @@ impl Kubelet {
                 root_dir: config.root_dir.clone(),
                 pod_logs_dir: config.pod_logs_dir.clone(),
                 cgroup_root: config.cgroup_root.clone(),
+                systemd_cgroups: node.systemd_cgroups,
                 memory_capacity: node.memory_capacity,
             },
         ));

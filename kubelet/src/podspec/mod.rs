@@ -67,6 +67,8 @@ pub struct NodeContext {
     pub cgroup_root: String,
     /// Pods go under `kubepods` per QoS class (`cgroupsPerQOS`); else straight under the root.
     pub cgroups_per_qos: bool,
+    /// The systemd cgroup driver names the pods' cgroups (`cgroupDriver: systemd`).
+    pub systemd_cgroups: bool,
     /// Bytes of memory on the node (oom_score_adj, downward-API defaults).
     pub memory_capacity: u64,
 }
@@ -182,6 +184,7 @@ pub(crate) mod testutil {
             pod_logs_dir: PathBuf::from("/var/log/pods"),
             cgroup_root: "/".into(),
             cgroups_per_qos: true,
+            systemd_cgroups: false,
             memory_capacity: 8 << 30,
         }
     }

@@ -60,7 +60,7 @@ pub fn sandbox_config(
             .collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: if node.cgroups_per_qos {
-                cgroup_parent(pod, &node.cgroup_root)
+                cgroup_parent(pod, &node.cgroup_root, node.systemd_cgroups)
             } else {
                 // Go's no-op pod container manager hands the runtime cgroupRoot itself.
                 node.cgroup_root.clone()
@@ -137,9 +137,33 @@ fn port_mappings(c: &Container) -> Vec<cri::PortMapping> {
     out
 }
 
-/// The pod's cgroup (cgroupfs names): `<cgroupRoot>/kubepods/pod<uid>` for Guaranteed pods,
-/// `.../kubepods/burstable/pod<uid>` and `.../kubepods/besteffort/pod<uid>` for the others.
-pub fn cgroup_parent(pod: &Pod, cgroup_root: &str) -> String {
+/// The pod's cgroup: `<cgroupRoot>/kubepods/pod<uid>` for Guaranteed pods,
+/// `.../kubepods/burstable/pod<uid>` and `.../kubepods/besteffort/pod<uid>` for the others;
+/// with the systemd driver (`systemd`) as [`systemd_cgroup`] lays that out.
+pub fn cgroup_parent(pod: &Pod, cgroup_root: &str, systemd: bool) -> String {
+    let path = cgroupfs_parent(pod, cgroup_root);
+    if systemd { systemd_cgroup(&path) } else { path }
+}
+
+/// A cgroupfs path (`/kubepods/burstable/pod12-34`) as the systemd driver lays it out (Go's
+/// `CgroupName.ToSystemd`): one slice per level, each named by the path to it joined with `-`,
+/// each component's own `-` escaped as `_`:
+/// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice`; `/` stays.
+pub fn systemd_cgroup(cgroupfs: &str) -> String {
+    let parts: Vec<String> = cgroupfs
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(|c| c.replace('-', "_"))
+        .collect();
+    if parts.is_empty() {
+        return "/".to_string();
+    }
+    (1..=parts.len())
+        .map(|i| format!("/{}.slice", parts[..i].join("-")))
+        .collect()
+}
+
+fn cgroupfs_parent(pod: &Pod, cgroup_root: &str) -> String {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
     let root = cgroup_root.trim_matches('/');
     let mut parts: Vec<&str> = Vec::new();
@@ -273,8 +297,20 @@ spec: {hostNetwork: true, containers: [{name: c}]}");
             let p = pod(&format!(
                 "metadata: {{name: p, uid: u1}}\nspec: {{containers: [{{name: c, resources: {resources}}}]}}"
             ));
-            assert_eq!(cgroup_parent(&p, root), want, "{resources} {root}");
+            assert_eq!(cgroup_parent(&p, root, false), want, "{resources} {root}");
         }
+        let p = pod("metadata: {name: p, uid: 12-34}\nspec: {containers: [{name: c}]}");
+        assert_eq!(
+            cgroup_parent(&p, "/", true),
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_34.slice"
+        );
+        assert_eq!(
+            cgroup_parent(&p, "/ferrolet-it/t-1", true),
+            "/ferrolet_it.slice/ferrolet_it-t_1.slice/ferrolet_it-t_1-kubepods.slice/\
+             ferrolet_it-t_1-kubepods-besteffort.slice/\
+             ferrolet_it-t_1-kubepods-besteffort-pod12_34.slice"
+        );
+        assert_eq!(systemd_cgroup("/"), "/");
     }
 
     #[test]

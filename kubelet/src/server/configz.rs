@@ -161,7 +161,15 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
             "verbosity": config.verbosity,
         }),
     );
-    let mut out = serde_json::to_vec(&json!({ "kubeletconfig": kc })).unwrap_or_default();
+    // Beside Go's object: what the node's cgroups are and the driver making them.
+    let cgroups = json!({
+        "version": crate::cm::cgroup::Layout::detect()
+            .map(|l| l.mode().as_str())
+            .unwrap_or("unknown"),
+        "driver": config.cgroup_driver,
+    });
+    let mut out =
+        serde_json::to_vec(&json!({ "kubeletconfig": kc, "cgroups": cgroups })).unwrap_or_default();
     out.push(b'\n');
     out
 }
@@ -172,6 +180,7 @@ pub fn configz(config: &Config, serving: Option<&ServingFiles>) -> Vec<u8> {
 fn container_manager(config: &Config, put: &mut impl FnMut(&str, Value)) {
     put("cgroupsPerQOS", json!(config.cgroups_per_qos));
     put("cgroupDriver", json!(config.cgroup_driver));
+    put("failCgroupV1", json!(config.fail_cgroup_v1));
     put(
         "cpuManagerPolicy",
         json!(config.cpu_manager_policy.as_str()),

@@ -165,6 +165,8 @@ pub struct NodeSettings {
     pub pod_logs_dir: PathBuf,
     /// `cgroupRoot`: pods live under `<cgroupRoot>/kubepods`.
     pub cgroup_root: String,
+    /// The systemd cgroup driver lays the kubelet's cgroups out (`kubepods.slice`...).
+    pub systemd_cgroups: bool,
     /// Memory capacity in bytes (MemTotal).
     pub memory_capacity: u64,
 }
@@ -328,6 +330,7 @@ impl StatsProvider {
             root_dir: &settings.root_dir,
             pod_logs_dir: &settings.pod_logs_dir,
             cgroup_root: &settings.cgroup_root,
+            systemd_cgroups: settings.systemd_cgroups,
             sandbox_stats: data.sandbox_stats.as_ref(),
             container_stats: &data.container_stats,
             root_fs,
@@ -423,7 +426,10 @@ impl StatsProvider {
             .ok()
             .and_then(|t| cgroup_of_process(&t, self.cgroups.is_unified()));
         let root = self.settings.cgroup_root.trim_end_matches('/');
-        let pods_cgroup = format!("{root}/kubepods");
+        let mut pods_cgroup = format!("{root}/kubepods");
+        if self.settings.systemd_cgroups {
+            pods_cgroup = crate::podspec::sandbox::systemd_cgroup(&pods_cgroup);
+        }
         let capacity = Some(self.settings.memory_capacity).filter(|c| *c > 0);
         for (name, cgroup, capacity) in [
             (SYSTEM_CONTAINER_KUBELET, own, None),

@@ -41,6 +41,8 @@ pub struct PodContext<'a> {
     pub pod_logs_dir: &'a Path,
     /// `cgroupRoot`.
     pub cgroup_root: &'a str,
+    /// The systemd cgroup driver lays the pods' cgroups out.
+    pub systemd_cgroups: bool,
     /// The runtime's pod sandbox stats by sandbox id; `None` when it does not implement them.
     pub sandbox_stats: Option<&'a BTreeMap<String, cri::PodSandboxStats>>,
     /// The runtime's container stats by container id (used without sandbox stats).
@@ -120,7 +122,7 @@ pub fn pod_stats(
     // runtime's pod sandbox stats only where that cgroup cannot be read (`cgroupsPerQOS:
     // false`), then the containers added up.
     let reading = spec
-        .map(|p| crate::podspec::sandbox::cgroup_parent(p, ctx.cgroup_root))
+        .map(|p| crate::podspec::sandbox::cgroup_parent(p, ctx.cgroup_root, ctx.systemd_cgroups))
         .and_then(|cg| (probe.cgroup)(&cg));
     let key = format!("pod/{}", runtime.uid);
     let cpu = reading

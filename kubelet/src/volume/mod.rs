@@ -447,6 +447,7 @@ fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError>
         pod_logs_dir: PathBuf::new(),
         cgroup_root: String::new(),
         cgroups_per_qos: true,
+        systemd_cgroups: false,
         memory_capacity: crate::node::memory_capacity(),
     };
     let mut out = PodVolumes::default();

@@ -163,9 +163,18 @@ pub fn from_any(any: &prost_types::Any) -> Result<Spec, OciError> {
     Ok(serde_json::from_slice(&any.value)?)
 }
 
-/// cgroups path of a container under the sandbox's parent (cgroupfs driver: "<parent>/<id>"; when the parent is empty, containerd's default "/k8s.io/<id>"-style path scoped by the namespace given).
-pub fn cgroups_path(parent: &str, namespace: &str, id: &str) -> String {
+/// Whether a pod's cgroup parent suits the systemd driver: none (runc's default slice), or a
+/// path whose last part is a slice.
+pub fn is_systemd_parent(parent: &str) -> bool {
+    parent.is_empty() || parent.trim_end_matches('/').ends_with(".slice")
+}
+
+/// cgroups path of a container under the sandbox's parent (cgroupfs driver: "<parent>/<id>"; when the parent is empty, containerd's default "/k8s.io/<id>"-style path scoped by the namespace given, or with the systemd driver `:ferrolet-cri:<id>`, a scope in runc's default slice).
+pub fn cgroups_path(parent: &str, namespace: &str, id: &str, systemd: bool) -> String {
     if parent.is_empty() {
+        if systemd {
+            return format!(":ferrolet-cri:{id}");
+        }
         return format!("/{}/{id}", namespace.trim_matches('/'));
     }
     // A systemd-driver parent (`kubepods-burstable.slice`) needs runc's `slice:prefix:name` form.
@@ -178,6 +187,34 @@ pub fn cgroups_path(parent: &str, namespace: &str, id: &str) -> String {
         return format!("{base}:ferrolet-cri:{id}");
     }
     format!("{}/{id}", parent.trim_end_matches('/'))
+}
+
+/// Where a container's cgroup is under the hierarchy's root: a cgroupfs path as it is; runc's
+/// systemd form `<slice>:<prefix>:<name>` as systemd lays it out, the slice expanded into its
+/// parents and the scope `<prefix>-<name>.scope` below it
+/// (`a-b.slice:p:id` → `/a.slice/a-b.slice/p-id.scope`; no slice is runc's `system.slice`).
+pub fn cgroup_dir(cgroups_path: &str) -> String {
+    let mut parts = cgroups_path.splitn(3, ':');
+    let (Some(slice), Some(prefix), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return cgroups_path.to_string();
+    };
+    let mut dir = String::new();
+    // runc's default slice for a scope given none.
+    let slice = if slice.is_empty() {
+        "system.slice"
+    } else {
+        slice
+    };
+    let unit = slice.strip_suffix(".slice").unwrap_or(slice);
+    if !unit.is_empty() && unit != "-" {
+        let levels: Vec<&str> = unit.split('-').collect();
+        for i in 1..=levels.len() {
+            dir.push('/');
+            dir.push_str(&levels[..i].join("-"));
+            dir.push_str(".slice");
+        }
+    }
+    format!("{dir}/{prefix}-{name}.scope")
 }
 
 /// This process's own oom_score_adj; requested values are clamped to at least it, since we lack CAP_SYS_RESOURCE (see ../shared/FACTS.md).
@@ -344,16 +381,31 @@ mod tests {
 
     #[test]
     fn cgroups_paths_follow_the_driver() {
-        assert_eq!(cgroups_path("", "k8s.io", "abc"), "/k8s.io/abc");
+        assert_eq!(cgroups_path("", "k8s.io", "abc", false), "/k8s.io/abc");
         assert_eq!(
-            cgroups_path("/kubepods/besteffort/pod1", "k8s.io", "abc"),
+            cgroups_path("/kubepods/besteffort/pod1", "k8s.io", "abc", false),
             "/kubepods/besteffort/pod1/abc"
         );
-        assert_eq!(cgroups_path("/kubepods/", "ns", "abc"), "/kubepods/abc");
         assert_eq!(
-            cgroups_path("/kubepods.slice/kubepods-pod1.slice", "ns", "abc"),
+            cgroups_path("/kubepods/", "ns", "abc", false),
+            "/kubepods/abc"
+        );
+        assert_eq!(
+            cgroups_path("/kubepods.slice/kubepods-pod1.slice", "ns", "abc", false),
             "kubepods-pod1.slice:ferrolet-cri:abc"
         );
+    }
+
+    #[test]
+    fn systemd_cgroups_paths_expand_as_systemd_lays_them_out() {
+        assert_eq!(
+            cgroup_dir("kubepods-burstable-pod1_2.slice:ferrolet-cri:abc"),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/\
+             ferrolet-cri-abc.scope"
+        );
+        assert_eq!(cgroup_dir("-.slice:p:x"), "/p-x.scope");
+        assert_eq!(cgroup_dir(":p:x"), "/system.slice/p-x.scope");
+        assert_eq!(cgroup_dir("/kubepods/pod1/abc"), "/kubepods/pod1/abc");
     }
 
     #[test]

@@ -32,6 +32,10 @@ const EXIT_RECHECK: Duration = Duration::from_secs(5);
 /// Type URL of a runtime spec's linux resources, for Tasks.Update.
 const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
 
+/// How long (10 ms steps) an exit by SIGKILL whose cgroup is gone waits for the shim's OOM
+/// event, which may come after the exit event.
+const OOM_EVENT_WAIT_STEPS: u32 = 30;
+
 impl RuntimeInner {
     /// Finds a container by id or unique prefix.
     pub fn container(&self, id: &str) -> Result<Arc<Container>> {
@@ -172,6 +176,7 @@ impl RuntimeInner {
                 .unwrap_or(""),
             self.cd.namespace(),
             id,
+            self.opts.systemd_cgroup,
         );
         let stop_signal = oci::stop_signal(
             image
@@ -267,6 +272,7 @@ impl RuntimeInner {
             labels,
             spec_any,
             store::metadata_any(&meta),
+            task::runc_options(self.opts.systemd_cgroup),
         );
         // StopPodSandbox and RemovePodSandbox hold the sandbox's lock for their whole run: a
         // container recorded while they run would be missed by them and outlive its pod.
@@ -388,6 +394,7 @@ impl RuntimeInner {
             stdout: fifos.stdout_str(),
             stderr: fifos.stderr_str(),
             terminal: c.meta.config.tty,
+            options: task::runc_options(self.opts.systemd_cgroup),
         };
         task::create_task(&self.cd, id, rootfs, task_io)
             .instrument(tracing::debug_span!("task_create"))
@@ -485,10 +492,24 @@ impl RuntimeInner {
         if c.status().state == ContainerState::Exited {
             return;
         }
-        // Read before the task (and with it the cgroup) goes.
-        let oom = c.oom_killed.load(Ordering::Relaxed)
-            || (exit_status == 128 + libc::SIGKILL as u32
-                && super::stats::cgroup_oom_killed(&c.meta.cgroups_path));
+        // Read before the task (and with it the cgroup) goes. A scope systemd removed with
+        // its last process leaves only the shim's OOM event, which may trail the exit event.
+        let killed = exit_status == 128 + libc::SIGKILL as u32;
+        let mut oom = c.oom_killed.load(Ordering::Relaxed);
+        if killed && !oom {
+            match super::stats::cgroup_oom_killed(&c.meta.cgroups_path) {
+                Some(found) => oom = found,
+                None => {
+                    for _ in 0..OOM_EVENT_WAIT_STEPS {
+                        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                        if c.oom_killed.load(Ordering::Relaxed) {
+                            oom = true;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
         // Nobody reads its stdin any more.
         c.set_stdin(None);
         // Reap first, as containerd does: once a container reads as exited, RemoveContainer
@@ -533,6 +554,23 @@ impl RuntimeInner {
             &c.meta.sandbox_id,
             ContainerEventType::ContainerStoppedEvent,
         );
+    }
+
+    /// Marks an exit already recorded as `Error` by SIGKILL as `OOMKilled` (the shim's OOM
+    /// event came after its exit event).
+    pub async fn record_late_oom(&self, c: &Container) {
+        let changed = c.update(|s| {
+            let late = s.state == ContainerState::Exited
+                && s.reason == "Error"
+                && s.exit_code == 128 + libc::SIGKILL;
+            if late {
+                s.reason = "OOMKilled".into();
+            }
+            late
+        });
+        if changed && let Err(e) = self.persist_container(c, false).await {
+            tracing::warn!(id = %c.meta.id, error = %e, "recording an OOM kill");
+        }
     }
 
     /// RemoveContainer: a running container is killed first. Removing again, or an unknown

@@ -85,6 +85,10 @@ fn apply(inner: &Arc<RuntimeInner>, envelope: Envelope) {
                 && let Some(c) = inner.containers.get_exact(&oom.container_id)
             {
                 c.oom_killed.store(true, Ordering::Relaxed);
+                // An exit recorded before the event read as Error: it was the OOM kill, as
+                // containerd's CRI updates a reason from a late TaskOOM.
+                let inner = inner.clone();
+                tokio::spawn(async move { inner.record_late_oom(&c).await });
             }
         }
         _ => {}

@@ -72,6 +72,8 @@ pub struct RuntimeOptions {
     pub drop_infra_container: bool,
     /// Runtime handlers accepted besides "" and "runc".
     pub runtime_handlers: Vec<String>,
+    /// runc drives cgroups through systemd (`systemd_cgroup`).
+    pub systemd_cgroup: bool,
 }
 
 impl RuntimeOptions {
@@ -84,6 +86,7 @@ impl RuntimeOptions {
             sandbox_image: c.sandbox_image.clone(),
             drop_infra_container: c.drop_infra_container,
             runtime_handlers: c.runtime_handlers.clone(),
+            systemd_cgroup: c.systemd_cgroup,
         }
     }
 }
@@ -140,6 +143,19 @@ impl Runtime {
         // Detected and logged (one line) now, so what this node cannot enforce is said at
         // start-up rather than found out per container.
         crate::oci::CgroupSupport::node();
+        tracing::info!(
+            cgroup_driver = if config.systemd_cgroup {
+                "systemd"
+            } else {
+                "cgroupfs"
+            },
+            "cgroup driver: {}",
+            if config.systemd_cgroup {
+                "systemd (runc makes each container a scope in its pod's slice)"
+            } else {
+                "cgroupfs"
+            }
+        );
         let inner = Arc::new(RuntimeInner {
             cd,
             images,
@@ -424,6 +440,8 @@ impl RuntimeService for Runtime {
         &self,
         _: Request<RuntimeConfigRequest>,
     ) -> Result<Response<RuntimeConfigResponse>, Status> {
-        Ok(Response::new(node::runtime_config()))
+        Ok(Response::new(node::runtime_config(
+            self.inner.opts.systemd_cgroup,
+        )))
     }
 }

@@ -9,11 +9,16 @@ const RUNTIME_READY: &str = "RuntimeReady";
 /// Condition type: pods can get a network.
 const NETWORK_READY: &str = "NetworkReady";
 
-/// RuntimeConfig: cgroupfs paths (we do not run under systemd).
-pub fn runtime_config() -> cri::RuntimeConfigResponse {
+/// RuntimeConfig: the cgroup driver runc is told to use, which the kubelet's must match.
+pub fn runtime_config(systemd_cgroup: bool) -> cri::RuntimeConfigResponse {
+    let driver = if systemd_cgroup {
+        cri::CgroupDriver::Systemd
+    } else {
+        cri::CgroupDriver::Cgroupfs
+    };
     cri::RuntimeConfigResponse {
         linux: Some(cri::LinuxRuntimeConfiguration {
-            cgroup_driver: cri::CgroupDriver::Cgroupfs as i32,
+            cgroup_driver: driver as i32,
         }),
     }
 }

@@ -87,6 +87,18 @@ impl RuntimeInner {
                     .collect::<String>()
             )));
         }
+        let parent = config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.as_str())
+            .unwrap_or("");
+        if self.opts.systemd_cgroup && !oci::is_systemd_parent(parent) {
+            return Err(RuntimeError::invalid(format!(
+                "RunPodSandbox: cgroup_parent {parent:?} is not a systemd slice \
+                 (`….slice`), but ferrolet-cri drives cgroups through systemd \
+                 (systemd_cgroup = true): configure the kubelet with cgroupDriver: systemd"
+            )));
+        }
         let id = store::new_id();
         let span = tracing::Span::current();
         span.record("pod", format!("{}/{}", meta.namespace, meta.name));
@@ -153,7 +165,12 @@ impl RuntimeInner {
             id: id.to_string(),
             name: name.to_string(),
             files: SandboxFiles::paths(&self.opts.root, &self.opts.state, id, &config),
-            cgroups_path: oci::cgroups_path(parent, self.cd.namespace(), id),
+            cgroups_path: oci::cgroups_path(
+                parent,
+                self.cd.namespace(),
+                id,
+                self.opts.systemd_cgroup,
+            ),
             pinned,
             config,
             runtime_handler,
@@ -309,12 +326,17 @@ impl RuntimeInner {
             labels,
             oci::to_any(&spec)?,
             store::metadata_any(meta),
+            task::runc_options(self.opts.systemd_cgroup),
         );
         let mounts = snapshot
             .commit(&self.cd, record)
             .instrument(tracing::debug_span!("pause_record"))
             .await?;
-        task::create_task(&self.cd, id, mounts, TaskIo::default())
+        let task_io = TaskIo {
+            options: task::runc_options(self.opts.systemd_cgroup),
+            ..TaskIo::default()
+        };
+        task::create_task(&self.cd, id, mounts, task_io)
             .instrument(tracing::debug_span!("pause_task_create"))
             .await?;
         let pid = task::start_task(&self.cd, id)
@@ -334,6 +356,7 @@ impl RuntimeInner {
             labels,
             oci::to_any(&spec)?,
             store::metadata_any(meta),
+            task::runc_options(self.opts.systemd_cgroup),
         );
         task::create_record(&self.cd, record)
             .instrument(tracing::debug_span!("sandbox_record"))

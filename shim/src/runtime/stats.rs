@@ -13,9 +13,11 @@ use crate::stats::{self, Sample};
 use crate::store::{labels_match, now_ns};
 
 /// Whether the kernel OOM-killed a process in a cgroup (cgroup v1 memory.oom_control, or v2
-/// memory.events), read before the cgroup goes away with the task.
-pub fn cgroup_oom_killed(cgroups_path: &str) -> bool {
-    let rel = cgroups_path.trim_start_matches('/');
+/// memory.events), read before the cgroup goes away with the task; `None` when it is gone
+/// already (systemd removes a scope as soon as its last process exits).
+pub fn cgroup_oom_killed(cgroups_path: &str) -> Option<bool> {
+    let dir = crate::oci::cgroup_dir(cgroups_path);
+    let rel = dir.trim_start_matches('/');
     let count = |path: String| -> Option<u64> {
         let text = std::fs::read_to_string(path).ok()?;
         text.lines()
@@ -28,7 +30,9 @@ pub fn cgroup_oom_killed(cgroups_path: &str) -> bool {
         format!("/sys/fs/cgroup/unified/{rel}/memory.events"),
     ]
     .into_iter()
-    .any(|p| count(p).is_some_and(|n| n > 0))
+    .filter_map(count)
+    .reduce(|a, b| a.max(b))
+    .map(|n| n > 0)
 }
 
 impl RuntimeInner {

@@ -4,9 +4,12 @@
 use std::io;
 use std::path::PathBuf;
 
-/// An error of the cgroupfs driver.
+/// An error of a cgroup driver.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
+    /// systemd (the systemd driver) did not make, change or stop a unit.
+    #[error(transparent)]
+    Systemd(#[from] super::systemd::SystemdError),
     /// A cgroup file or directory could not be read, made or removed.
     #[error("cgroup {cgroup}: {op} {}: {source}", path.display())]
     Io {

@@ -1,11 +1,17 @@
-//! The cgroupfs driver, as Go's `cgroup_manager_linux.go` over runc's `cgroups/fs` (v1) and
-//! `cgroups/fs2` (v2) writers: make, update, find and destroy a cgroup by its
-//! driver-neutral name, list its processes and sub-cgroups, read its usage.
+//! The cgroup drivers, as Go's `cgroup_manager_linux.go` over runc's `cgroups/fs` (v1),
+//! `cgroups/fs2` (v2) and `cgroups/systemd` managers: make, update, find and destroy a cgroup
+//! by its driver-neutral name, list its processes and sub-cgroups, read its usage.
+//!
+//! Both drivers write the same files; they differ in where a name lives and who makes it.
+//! cgroupfs: `/kubepods/burstable/pod<uid>`, made with mkdir. systemd:
+//! `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`, each a
+//! transient slice unit that systemd makes, given the limits as unit properties too.
 //!
 //! Synchronous (file system calls); async callers run it in `spawn_blocking`.
 //!
 //! - [`layout`]: which hierarchy the node has (v1, hybrid, v2) and where.
 //! - [`name`]: a cgroup's name as components (Go's `CgroupName`).
+//! - [`systemd`]: slices as transient units over systemd's D-Bus API.
 //! - `v1`, `v2`: the files each hierarchy is written through.
 //! - `stats`: memory and CPU usage.
 //! - `fs`: cgroup file operations (also on a plain scratch tree, for tests).
@@ -16,6 +22,7 @@ mod fs;
 pub mod layout;
 pub mod name;
 pub mod stats;
+pub mod systemd;
 mod v1;
 mod v2;
 
@@ -32,6 +39,7 @@ pub use error::CgroupError;
 pub use layout::Layout;
 pub use name::CgroupName;
 pub use stats::CgroupStats;
+pub use systemd::Systemd;
 
 use crate::cm::ResourceConfig;
 use crate::podspec::resources::hugepage_unit_size;
@@ -41,19 +49,46 @@ use crate::podspec::resources::hugepage_unit_size;
 const REMOVE_ATTEMPTS: u32 = 5;
 const REMOVE_FIRST_DELAY: Duration = Duration::from_millis(10);
 
-/// Makes, updates and removes cgroups on one node's hierarchy (the cgroupfs driver).
+/// Makes, updates and removes cgroups on one node's hierarchy.
 #[derive(Clone, Debug)]
 pub struct CgroupManager {
     layout: Layout,
     hugepage_sizes: Vec<String>,
+    /// The systemd driver's connection; the cgroupfs driver without.
+    systemd: Option<Systemd>,
 }
 
 impl CgroupManager {
-    /// A manager over `layout`.
+    /// A cgroupfs driver manager over `layout`.
     pub fn new(layout: Layout) -> CgroupManager {
         CgroupManager {
             layout,
             hugepage_sizes: Vec::new(),
+            systemd: None,
+        }
+    }
+
+    /// The systemd driver over `layout`, through `systemd`.
+    pub fn with_systemd(mut self, systemd: Systemd) -> CgroupManager {
+        self.systemd = Some(systemd);
+        self
+    }
+
+    /// The driver's name (`cgroupfs`, `systemd`).
+    pub fn driver(&self) -> &'static str {
+        if self.systemd.is_some() {
+            "systemd"
+        } else {
+            "cgroupfs"
+        }
+    }
+
+    /// The name whose cgroupfs path is where the driver keeps `name`.
+    fn on_disk(&self, name: &CgroupName) -> CgroupName {
+        if self.systemd.is_some() {
+            CgroupName::from_cgroupfs(&name.to_systemd())
+        } else {
+            name.clone()
         }
     }
 
@@ -71,7 +106,9 @@ impl CgroupManager {
     }
 
     /// `name`'s directory in `controller`'s hierarchy (v2: the one hierarchy).
+    #[cfg(test)]
     pub fn dir(&self, controller: &str, name: &CgroupName) -> Option<PathBuf> {
+        let name = self.on_disk(name);
         self.layout.mount_point(controller).map(|m| name.dir_in(m))
     }
 
@@ -79,6 +116,7 @@ impl CgroupManager {
     /// cpuset, memory, systemd, pids and hugetlb; v2 with each of the kubelet's available
     /// controllers enabled for it.
     pub fn exists(&self, name: &CgroupName) -> bool {
+        let name = &self.on_disk(name);
         if self.layout.mode().is_v2() {
             let (Ok(needed), Ok(enabled)) = (
                 v2::supported_controllers(&self.layout),
@@ -93,22 +131,39 @@ impl CgroupManager {
         ];
         CHECKED
             .iter()
-            .filter_map(|c| self.dir(c, name))
+            .filter_map(|c| self.layout.mount_point(c).map(|m| name.dir_in(m)))
             .all(|d| d.is_dir())
     }
 
     /// Makes `name` (and its missing parents) in every hierarchy, then writes `config`.
+    /// With the systemd driver the slice unit is started first, its limits given; systemd
+    /// pulls in the parent slices.
     pub fn create(&self, name: &CgroupName, config: &ResourceConfig) -> Result<(), CgroupError> {
-        if self.layout.mode().is_v2() {
-            v2::create(&self.layout, name)?;
-        } else {
-            v1::create(&self.layout, name)?;
+        if let Some(systemd) = &self.systemd {
+            let parent = name.clean();
+            let parent =
+                CgroupName::from_cgroupfs(&parent[..parent.len().saturating_sub(1)].join("/"));
+            systemd.start_slice(&name.to_systemd_unit(), &parent.to_systemd_unit(), config)?;
         }
-        self.update(name, config)
+        let on_disk = self.on_disk(name);
+        if self.layout.mode().is_v2() {
+            v2::create(&self.layout, &on_disk)?;
+        } else {
+            v1::create(&self.layout, &on_disk)?;
+        }
+        self.write(&on_disk, config)
     }
 
     /// Writes what `config` sets to the existing cgroup `name`.
     pub fn update(&self, name: &CgroupName, config: &ResourceConfig) -> Result<(), CgroupError> {
+        if let Some(systemd) = &self.systemd {
+            systemd.set_properties(&name.to_systemd_unit(), config)?;
+        }
+        self.write(&self.on_disk(name), config)
+    }
+
+    /// Writes `config` into the files of the cgroup at `name` (on disk).
+    fn write(&self, name: &CgroupName, config: &ResourceConfig) -> Result<(), CgroupError> {
         let hugetlb = self.hugetlb_limits(config);
         if self.layout.mode().is_v2() {
             v2::set(&self.layout, name, config, &hugetlb)
@@ -124,6 +179,10 @@ impl CgroupManager {
         if name.is_root() {
             return Err(CgroupError::DestroyRoot);
         }
+        if let Some(systemd) = &self.systemd {
+            systemd.stop(&name.to_systemd_unit())?;
+        }
+        let name = &self.on_disk(name);
         let mut left: Vec<PathBuf> = self
             .layout
             .hierarchies()
@@ -161,6 +220,7 @@ impl CgroupManager {
     /// The processes in `name` and the cgroups below it, in every hierarchy (Go's `Pids`);
     /// a cgroup that cannot be read is skipped.
     pub fn pids(&self, name: &CgroupName) -> Vec<i32> {
+        let name = &self.on_disk(name);
         let mut pids = BTreeSet::new();
         for h in self.layout.hierarchies() {
             fs::procs_below(&name.dir_in(h), &mut pids);
@@ -168,14 +228,25 @@ impl CgroupManager {
         pids.into_iter().collect()
     }
 
-    /// The names of the cgroups right below `name`, in any hierarchy, sorted.
+    /// The names (last components) of the cgroups right below `name`, in any hierarchy,
+    /// sorted. With the systemd driver, only slices: a runtime's scopes are not the kubelet's.
     pub fn children(&self, name: &CgroupName) -> Vec<String> {
+        let systemd = self.systemd.is_some();
+        let on_disk = self.on_disk(name);
         let names: BTreeSet<String> = self
             .layout
             .hierarchies()
             .into_iter()
-            .flat_map(|h| fs::sub_dirs(&name.dir_in(h)))
+            .flat_map(|h| fs::sub_dirs(&on_disk.dir_in(h)))
             .filter_map(|d| d.file_name()?.to_str().map(str::to_string))
+            .filter_map(|d| {
+                if !systemd {
+                    return Some(d);
+                }
+                d.ends_with(".slice")
+                    .then(|| CgroupName::from_systemd(&d).last().map(str::to_string))
+                    .flatten()
+            })
             .collect();
         names.into_iter().collect()
     }
@@ -183,12 +254,12 @@ impl CgroupManager {
     /// `name`'s memory usage in bytes (Go's `MemoryUsage`).
     #[cfg(test)]
     pub fn memory_usage(&self, name: &CgroupName) -> Result<u64, CgroupError> {
-        stats::memory_usage(&self.layout, name)
+        stats::memory_usage(&self.layout, &self.on_disk(name))
     }
 
     /// `name`'s memory and CPU usage.
     pub fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
-        stats::read(&self.layout, name)
+        stats::read(&self.layout, &self.on_disk(name))
     }
 
     /// The huge page limits to write: the config's by size name, then 0 for each node size it

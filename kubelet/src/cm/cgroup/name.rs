@@ -50,6 +50,38 @@ impl CgroupName {
         format!("/{}", self.clean().join("/"))
     }
 
+    /// The systemd driver's slice unit for this name: the last level of [`Self::to_systemd`]
+    /// (`kubepods-burstable-pod12_34.slice`); the root is `-.slice`.
+    pub fn to_systemd_unit(&self) -> String {
+        let path = self.to_systemd();
+        match path.rsplit('/').next() {
+            Some(unit) if !unit.is_empty() => unit.to_string(),
+            _ => "-.slice".to_string(),
+        }
+    }
+
+    /// The systemd driver's cgroup path (Go's `ToSystemd`):
+    /// `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice`.
+    pub fn to_systemd(&self) -> String {
+        crate::podspec::sandbox::systemd_cgroup(&self.to_cgroupfs())
+    }
+
+    /// The name of a systemd driver cgroup path or slice (Go's `ParseSystemdToCgroupName`):
+    /// the last component, `.slice` dropped, split at `-`, `_` unescaped.
+    pub fn from_systemd(path: &str) -> CgroupName {
+        let last = path.rsplit('/').find(|c| !c.is_empty()).unwrap_or("");
+        let unit = last.strip_suffix(".slice").unwrap_or(last);
+        if unit.is_empty() || unit == "-" {
+            return CgroupName(Vec::new());
+        }
+        CgroupName(unit.split('-').map(|c| c.replace('_', "-")).collect())
+    }
+
+    /// The last component; none for the root.
+    pub fn last(&self) -> Option<&str> {
+        self.clean().last().copied()
+    }
+
     /// The components from the root.
     #[cfg(test)]
     pub fn components(&self) -> &[String] {
@@ -116,6 +148,29 @@ mod tests {
         assert_eq!(CgroupName::from_cgroupfs(&pod.to_cgroupfs()), pod);
         assert_eq!(pod.parent().to_cgroupfs(), "/kubepods/burstable");
         assert_eq!(pod.to_string(), "/kubepods/burstable/pod1234-abcd");
+    }
+
+    #[test]
+    fn systemd_names_as_go() {
+        let pod = CgroupName::from_cgroupfs("/kubepods/burstable/pod12-34");
+        assert_eq!(pod.to_systemd_unit(), "kubepods-burstable-pod12_34.slice");
+        assert_eq!(
+            pod.to_systemd(),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12_34.slice"
+        );
+        assert_eq!(CgroupName::from_systemd(&pod.to_systemd()), pod);
+        assert_eq!(
+            CgroupName::from_systemd("kubepods-burstable-pod12_34.slice"),
+            pod
+        );
+        assert_eq!(CgroupName::root().to_systemd(), "/");
+        assert_eq!(CgroupName::root().to_systemd_unit(), "-.slice");
+        assert_eq!(CgroupName::from_systemd("/"), CgroupName::root());
+        assert_eq!(CgroupName::from_systemd("-.slice"), CgroupName::root());
+        assert_eq!(
+            CgroupName::from_cgroupfs("/kubepods").to_systemd(),
+            "/kubepods.slice"
+        );
     }
 
     #[test]

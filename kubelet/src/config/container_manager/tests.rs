@@ -413,7 +413,7 @@ fn go_s_container_manager_refusals() {
 }
 
 #[test]
-fn the_systemd_driver_is_refused_clearly() {
+fn the_systemd_driver_is_taken_where_systemd_runs_and_refused_clearly_elsewhere() {
     let (field, reason) = refusal(Err::<(Config, Vec<String>), _>(
         check_cgroup_driver("systemd", false).unwrap_err(),
     ));
@@ -424,11 +424,7 @@ fn the_systemd_driver_is_refused_clearly() {
             && reason.contains("use \"cgroupfs\""),
         "{reason}"
     );
-    let (_, reason) = refusal(Err(check_cgroup_driver("systemd", true).unwrap_err()));
-    assert!(
-        reason.contains("not supported by ferrolet yet") && reason.contains("use \"cgroupfs\""),
-        "{reason}"
-    );
+    check_cgroup_driver("systemd", true).unwrap();
     let (_, reason) = refusal(Err(check_cgroup_driver("cgroupv2", false).unwrap_err()));
     assert!(
         reason.starts_with("unknown cgroup driver \"cgroupv2\""),
@@ -438,18 +434,17 @@ fn the_systemd_driver_is_refused_clearly() {
 
     // At start-up, from the file or the flag, with the message for this machine.
     let systemd_runs = Path::new(SYSTEMD_RUNTIME_DIR).is_dir();
-    let want = match check_cgroup_driver("systemd", systemd_runs) {
-        Err(ConfigError::Invalid { reason, .. }) => reason,
-        other => panic!("{other:?}"),
-    };
     for (yaml, args) in [
         ("cgroupDriver: systemd\n", &[][..]),
         ("", &["--cgroup-driver=systemd"]),
     ] {
-        assert_eq!(
-            refusal(load(yaml, args)),
-            (CGROUP_DRIVER.into(), want.clone())
-        );
+        match check_cgroup_driver("systemd", systemd_runs) {
+            Ok(()) => assert_eq!(loaded(yaml, args).cgroup_driver, "systemd"),
+            Err(ConfigError::Invalid { reason, .. }) => {
+                assert_eq!(refusal(load(yaml, args)), (CGROUP_DRIVER.into(), reason));
+            }
+            Err(other) => panic!("{other:?}"),
+        }
     }
     let c = loaded("cgroupDriver: systemd\n", &["--cgroup-driver=cgroupfs"]);
     assert_eq!(
@@ -556,6 +551,7 @@ fn cm_settings_maps_every_field() {
     let want = Settings {
         cgroups_per_qos: true,
         cgroup_root: "/ferrolet".into(),
+        cgroup_driver: crate::cm::CgroupDriver::Cgroupfs,
         enforce_node_allocatable: vec!["pods".into(), "kube-reserved".into()],
         kube_reserved: map(&[("cpu", "500m"), ("memory", "1Gi")]),
         system_reserved: map(&[("memory", "512Mi")]),
