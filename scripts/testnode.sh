@@ -197,10 +197,17 @@ echo "runc: $(runc --version | head -n1)"'
 
 # The integration suites that touch cgroups, stats and the container manager, plus a
 # representative set of pod lifecycle, probe and streaming tests (make test-node).
+# An entry is a suite, or `suite:test,test` for some of its tests (exact names).
 # TESTNODE_SUITES (space-separated) picks others; FERROLET_CGROUP_DRIVER (systemd) is the
-# driver of ferrolet, ferrolet-cri and containerd's CRI in the guest.
-read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats kubelet_cpu_manager \
-cri_node_resources cri_runtime kubelet_lifecycle kubelet_probes kubelet_streaming}"
+# driver of ferrolet, ferrolet-cri and containerd's CRI in the guest. Not here: the CPU
+# manager's suite (its tests pin one of two CPUs; the stock UML kernel has one CPU and no
+# cpuset controller) and cri_node_resources (the missing v1 hugetlb hierarchy, a v1 matter).
+# Probes and streaming run on ferrolet-cri only, to keep the guest's part of CI near 15
+# minutes (a container run takes seconds in the guest).
+read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats cri_runtime \
+kubelet_lifecycle \
+kubelet_probes:a_failing_liveness_probe_restarts_the_container,readiness_follows_http_and_tcp_probes \
+kubelet_streaming:streaming_over_spdy,streaming_over_websocket}"
 DRIVER=${FERROLET_CGROUP_DRIVER:-systemd}
 
 # suites: builds the binaries and the suites' test executables here, then runs them in a guest.
@@ -209,14 +216,23 @@ suites() {
   cargo build -q --workspace --bins
   local list="$ROOT_DIR/target/testnode-suites.txt" args=()
   local s
-  for s in "${SUITES[@]}"; do args+=(--test "$s"); done
+  for s in "${SUITES[@]}"; do args+=(--test "${s%%:*}"); done
   cargo test -q -p ferrolet-integration --no-run --message-format=json "${args[@]}" 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
-        print(m["target"]["name"], m["executable"])' >"$list"
+        print(m["target"]["name"], m["executable"])' >"$list.exes"
+  # One line per entry: name, executable, the tests picked (comma-separated; none for all).
+  : >"$list"
+  local name exe
+  for s in "${SUITES[@]}"; do
+    name=${s%%:*}
+    exe=$(awk -v n="$name" '$1 == n {print $2}' "$list.exes")
+    [ -n "$exe" ] || die "no test executable for $name"
+    echo "$name $exe $([ "$s" = "$name" ] || echo "${s#*:}")" >>"$list"
+  done
   [ -s "$list" ] || die "no test executables were built"
   run bash scripts/testnode.sh guest-suites "$list" "$DRIVER"
 }
@@ -231,11 +247,15 @@ guest_suites() {
     tail -n 40 /tmp/env.log
     return 1
   fi
-  local failed=0 name exe out rc result
-  while read -r name exe; do
-    # As cargo runs them: from the package's dir.
+  local failed=0 name exe tests out rc result filter
+  while read -r name exe tests; do
+    # As cargo runs them: from the package's dir; picked tests by their exact names.
+    filter=()
+    [ -z "$tests" ] || { IFS=, read -r -a filter <<<"$tests"; filter+=(--exact); }
     rc=0
-    out=$(cd integration && "$exe" 2>&1) || rc=$?
+    out=$(cd integration && "$exe" "${filter[@]}" 2>&1) || rc=$?
+    # The whole output, for the host to read (the workspace is mounted read-write).
+    mkdir -p target/testnode-logs && printf '%s\n' "$out" >"target/testnode-logs/$name.log"
     result=$(grep '^test result' <<<"$out" | tail -n1)
     printf '%-22s %s\n' "$name" "${result:-no result (exit $rc)}"
     if [ "$rc" != 0 ]; then

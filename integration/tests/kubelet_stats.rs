@@ -3,7 +3,7 @@
 //! 5 % (on ferrolet-cri, which serves `ListPodSandboxStats`, and on containerd's own CRI, where
 //! the pod's figures come from its cgroup); the node's filesystem agrees with statvfs of the
 //! root dir; `?only_cpu_and_memory=true` leaves the filesystems out; and an `evictionHard`
-//! the node cannot meet (`nodefs.available: 99%`) makes DiskPressure true and logged while
+//! the node cannot meet (`nodefs.available`: the disk's size) makes DiskPressure true and logged while
 //! the static pod, critical as the Go kubelet deems static pods, keeps running.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
@@ -184,6 +184,16 @@ async fn start_stats_pod<N: RuntimeNode>(node: &KubeletNode<N>, tag: &str) -> St
 async fn summary_agrees_with_cgroups_and_statvfs() {
     let node = KubeletNode::start("stats").await;
     let uid = start_stats_pod(&node, "cri").await;
+    // Two of ferrolet's 10 s background samples later, the very first request has CPU rates,
+    // as the Go kubelet's (cadvisor's housekeeping samples behind it).
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let first = summary(&node, "only_cpu_and_memory=true").await;
+    let pod = pod_entry(&first, &uid).unwrap();
+    assert!(pod["cpu"]["usageNanoCores"].is_u64(), "{pod}");
+    for c in ["mem", "cpu"] {
+        let entry = container_entry(pod, c).unwrap();
+        assert!(entry["cpu"]["usageNanoCores"].is_u64(), "{entry}");
+    }
     let s = assert_agrees_with_cgroups(&node, &uid, "cri").await;
 
     // The node: its name, CPU and memory, nodefs = statvfs of the root dir.
@@ -297,10 +307,16 @@ async fn wait_log<N: RuntimeNode>(node: &KubeletNode<N>, needle: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_pressure_is_reported_and_the_static_pod_stays() {
+    // A threshold no node meets: the filesystem's size less a page, which the node's own
+    // files take (a percentage would not do: a fresh test node's disk may be more than 99 %
+    // free); not more than the size, which Go's allocatable check refuses.
+    std::fs::create_dir_all(ferrolet_integration::scratch::SCRATCH_ROOT).unwrap();
+    let fs = nix::sys::statvfs::statvfs(ferrolet_integration::scratch::SCRATCH_ROOT).unwrap();
+    let size = fs.blocks() * fs.fragment_size() - 4096;
     let node = KubeletNode::start_with(
         "pressure",
         KubeletOptions {
-            extra_config: "evictionHard: {\"nodefs.available\": \"99%\"}".into(),
+            extra_config: format!("evictionHard: {{\"nodefs.available\": \"{size}\"}}"),
             ..Default::default()
         },
     )

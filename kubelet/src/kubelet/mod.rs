@@ -5,6 +5,7 @@
 mod cgroups;
 pub mod cluster;
 mod cpu;
+mod cpu_sampling;
 mod eviction;
 mod oom;
 mod timeline;
@@ -355,6 +356,7 @@ impl Kubelet {
             runtime: self.pleg.clone(),
         });
         self.spawn_eviction_manager();
+        self.spawn_cpu_sampling();
         self.spawn_cpu_reconcile();
         let mut volumes_ready = self.volumes.spawn();
         let mut oom_killed = self.spawn_oom_watcher();
