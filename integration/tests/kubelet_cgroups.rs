@@ -7,8 +7,10 @@
 //! when ferrolet is killed with SIGKILL meanwhile (the restart sweeps the orphans), a
 //! Burstable pod getting its CPU request beside a BestEffort hog, and OOM kills for a pod's
 //! limit and for a container's own reported `OOMKilled` (the kernel's record in `/dev/kmsg`
-//! says which cgroup ran out) and counted in `/metrics`. Values are read from the files of the
-//! host's cgroup version (v1 here, v2 on the test node), in that version's units.
+//! says which cgroup ran out) and counted in `/metrics`, and a runtime reporting another cgroup
+//! driver (CRI RuntimeConfig) refused at start-up. Values are read from the files of the host's
+//! cgroup version (v1 here, v2 on the test node), in that version's units, where the driver
+//! under test (cgroupfs here, systemd on the test node) keeps them.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::io::{ErrorKind, Read, Seek, SeekFrom};
@@ -590,4 +592,85 @@ async fn oom_scenario<N: RuntimeNode>(node: KubeletNode<N>, idle: &str) {
 async fn pause_processes<N: RuntimeNode>(node: &KubeletNode<N>, pod: &Value) -> usize {
     let info = node.ready_sandbox_info(pod).await;
     usize::from(info["pid"].as_u64().expect("the sandbox's pid") > 0)
+}
+
+/// ferrolet with the cgroupfs driver against a runtime driving cgroups through systemd
+/// (ferrolet-cri's `systemd_cgroup`, containerd's `SystemdCgroup`): the runtime's CRI
+/// RuntimeConfig says so, and ferrolet stops at start-up naming both sides instead of handing
+/// the runtime cgroup paths it cannot use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_with_another_cgroup_driver_is_refused_at_start() {
+    use ferrolet_integration::pods::{CriNode, NodeOptions};
+    use ferrolet_integration::scratch::Scratch;
+    use std::process::{Command, Stdio};
+    // With the systemd driver under test the harness gives every ferrolet-cri the option.
+    let extra_config = if cgroups::systemd_driver() {
+        String::new()
+    } else {
+        "systemd_cgroup = true".to_string()
+    };
+    let cri = CriNode::start_with(
+        "driver-mismatch",
+        NodeOptions {
+            extra_config,
+            ..Default::default()
+        },
+    )
+    .await;
+    let scratch = Scratch::new("kubelet-driver-mismatch");
+    let config = scratch.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         kind: KubeletConfiguration\n\
+         cgroupDriver: cgroupfs\n\
+         cgroupsPerQOS: false\n\
+         enforceNodeAllocatable: []\n\
+         enableServer: false\n\
+         healthzPort: 0\n\
+         readOnlyPort: 0\n",
+    )
+    .unwrap();
+    let log = scratch.path().join("ferrolet.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let err = out.try_clone().unwrap();
+    let mut child = Command::new(ferrolet_integration::workspace_binary("ferrolet"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--root-dir")
+        .arg(scratch.path().join("root"))
+        .arg("--container-runtime-endpoint")
+        .arg(cri.cri.endpoint())
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + LONG;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ferrolet still runs after {LONG:?}:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!status.success(), "ferrolet started:\n{text}");
+    let want = "cgroup driver mismatch: ferrolet is configured with cgroupDriver \"cgroupfs\", \
+                but the container runtime reports \"systemd\" (CRI RuntimeConfig)";
+    assert!(text.contains(want), "no {want:?} in:\n{text}");
+    println!(
+        "refused: {}",
+        text.lines()
+            .find(|l| l.contains("mismatch"))
+            .unwrap_or_default()
+    );
+    cri.teardown().await;
 }
