@@ -33,8 +33,9 @@ const EXIT_RECHECK: Duration = Duration::from_secs(5);
 const RESOURCES_TYPE_URL: &str = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources";
 
 /// How long (10 ms steps) an exit by SIGKILL whose cgroup is gone waits for the shim's OOM
-/// event, which may come after the exit event.
-const OOM_EVENT_WAIT_STEPS: u32 = 30;
+/// event, which may come after the exit event (by more than 300 ms on a slow node); a later
+/// one still turns the reason into OOMKilled.
+const OOM_EVENT_WAIT_STEPS: u32 = 100;
 
 impl RuntimeInner {
     /// Finds a container by id or unique prefix.
