@@ -140,10 +140,11 @@ impl CgroupManager {
     /// pulls in the parent slices.
     pub fn create(&self, name: &CgroupName, config: &ResourceConfig) -> Result<(), CgroupError> {
         if let Some(systemd) = &self.systemd {
-            let parent = name.clean();
-            let parent =
-                CgroupName::from_cgroupfs(&parent[..parent.len().saturating_sub(1)].join("/"));
-            systemd.start_slice(&name.to_systemd_unit(), &parent.to_systemd_unit(), config)?;
+            systemd.start_slice(
+                &name.to_systemd_unit(),
+                &name.parent().to_systemd_unit(),
+                config,
+            )?;
         }
         let on_disk = self.on_disk(name);
         if self.layout.mode().is_v2() {

@@ -94,7 +94,6 @@ impl CgroupName {
     }
 
     /// The parent's name; the root is its own parent.
-    #[cfg(test)]
     pub fn parent(&self) -> CgroupName {
         let mut c = self.clean();
         c.pop();
