@@ -1107,6 +1107,49 @@ impl Drop for CgroupTree {
     }
 }
 
+/// Runs `ferrolet --config <config> --root-dir <root>` against `endpoint` until it exits (a
+/// start-up it must refuse), its output in `log`; the exit status and the log's text. Panics
+/// if it still runs after [`LONG`].
+pub async fn run_ferrolet_to_exit(
+    config: &Path,
+    root: &Path,
+    endpoint: &str,
+    log: &Path,
+) -> (std::process::ExitStatus, String) {
+    let out = std::fs::File::create(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let err = out
+        .try_clone()
+        .unwrap_or_else(|e| panic!("duplicating the log fd: {e}"));
+    let mut child = std::process::Command::new(workspace_binary("ferrolet"))
+        .arg("--config")
+        .arg(config)
+        .arg("--root-dir")
+        .arg(root)
+        .arg("--container-runtime-endpoint")
+        .arg(endpoint)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning ferrolet: {e}"));
+    let deadline = Instant::now() + LONG;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "ferrolet still runs after {LONG:?}:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    (status, std::fs::read_to_string(log).unwrap_or_default())
+}
+
 // ---------------------------------------------------------------------------------------------
 // Manifests.
 

@@ -602,7 +602,6 @@ async fn pause_processes<N: RuntimeNode>(node: &KubeletNode<N>, pod: &Value) -> 
 async fn a_runtime_with_another_cgroup_driver_is_refused_at_start() {
     use ferrolet_integration::pods::{CriNode, NodeOptions};
     use ferrolet_integration::scratch::Scratch;
-    use std::process::{Command, Stdio};
     // With the systemd driver under test the harness gives every ferrolet-cri the option.
     let extra_config = if cgroups::systemd_driver() {
         String::new()
@@ -631,37 +630,13 @@ async fn a_runtime_with_another_cgroup_driver_is_refused_at_start() {
          readOnlyPort: 0\n",
     )
     .unwrap();
-    let log = scratch.path().join("ferrolet.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let err = out.try_clone().unwrap();
-    let mut child = Command::new(ferrolet_integration::workspace_binary("ferrolet"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--root-dir")
-        .arg(scratch.path().join("root"))
-        .arg("--container-runtime-endpoint")
-        .arg(cri.cri.endpoint())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + LONG;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "ferrolet still runs after {LONG:?}:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    };
-    let text = std::fs::read_to_string(&log).unwrap();
+    let (status, text) = ferrolet_integration::kubelet::run_ferrolet_to_exit(
+        &config,
+        &scratch.path().join("root"),
+        &cri.cri.endpoint(),
+        &scratch.path().join("ferrolet.log"),
+    )
+    .await;
     assert!(!status.success(), "ferrolet started:\n{text}");
     let want = "cgroup driver mismatch: ferrolet is configured with cgroupDriver \"cgroupfs\", \
                 but the container runtime reports \"systemd\" (CRI RuntimeConfig)";

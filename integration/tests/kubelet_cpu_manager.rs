@@ -11,15 +11,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferrolet_integration::cgroups;
 use ferrolet_integration::cri::poll;
-use ferrolet_integration::kubelet::{KubeletNode, RuntimeNode, pod_phase, pod_uid, resources_pod};
+use ferrolet_integration::kubelet::{
+    KubeletNode, RuntimeNode, pod_phase, pod_uid, resources_pod, run_ferrolet_to_exit,
+};
 use ferrolet_integration::pods::{CriNode, LONG, pids_with_cmdline};
 use ferrolet_integration::scratch::Scratch;
-use ferrolet_integration::workspace_binary;
 use serde_json::Value;
 
 const CONFIG: &str = "cpuManagerPolicy: static
@@ -249,37 +249,13 @@ async fn a_state_file_of_another_policy_is_refused() {
          reservedSystemCPUs: \"0\"\n",
     )
     .unwrap();
-    let log = scratch.path().join("ferrolet.log");
-    let out = std::fs::File::create(&log).unwrap();
-    let err = out.try_clone().unwrap();
-    let mut child = Command::new(workspace_binary("ferrolet"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--root-dir")
-        .arg(&root)
-        .arg("--container-runtime-endpoint")
-        .arg(cri.cri.endpoint())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + LONG;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "ferrolet still runs after {LONG:?}:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let text = std::fs::read_to_string(&log).unwrap();
+    let (status, text) = run_ferrolet_to_exit(
+        &config,
+        &root,
+        &cri.cri.endpoint(),
+        &scratch.path().join("ferrolet.log"),
+    )
+    .await;
     assert!(!status.success(), "ferrolet started:\n{text}");
     let want = format!(
         "start cpu manager error: could not restore state from checkpoint: configured policy \
