@@ -53,6 +53,10 @@ pub async fn rotate_logs(cri: &Cri, pods: &[RuntimePod], limits: LogLimits) -> b
 }
 
 async fn rotate(cri: &Cri, id: &str, path: &Path, max_files: usize) -> Result<(), String> {
+    // Room first, as Go's rotation does: pruned after the rename, the runtime would fill the
+    // reopened log while the excess file still stood, and the container's logs would briefly
+    // hold one file more than `max_files`.
+    remove_oldest(path, max_files - 2).await;
     let rotated = PathBuf::from(format!("{}.{}", path.display(), stamp()));
     tokio::fs::rename(path, &rotated)
         .await
@@ -63,7 +67,6 @@ async fn rotate(cri: &Cri, id: &str, path: &Path, max_files: usize) -> Result<()
         return Err(format!("ReopenContainerLog: {e}"));
     }
     tracing::info!(container = id, rotated = %rotated.display(), "container log rotated");
-    remove_oldest(path, max_files - 1).await;
     Ok(())
 }
 
