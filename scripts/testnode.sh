@@ -204,12 +204,9 @@ echo "runc: $(runc --version | head -n1)"'
 # cpuset controller) and cri_node_resources (the missing v1 hugetlb hierarchy, a v1 matter).
 # Probes and streaming run on ferrolet-cri only, and of the CRI suite the tests that touch
 # cgroups, to keep the guest's part of CI near 15 minutes (a container run takes seconds in
-# the guest). Left out until fixed (issue #34): exit_codes_reasons_oom_kills_and_the_image_stop_signal.
-# Under the systemd driver ferrolet-cri knows an OOM kill only from containerd 1.6's shim
-# event, which the shim sometimes never sends when systemd removes the scope first (1 run in
-# 3 here); the kubelet's own OOM watcher still reports OOMKilled (kubelet_cgroups).
+# the guest).
 read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats \
-cri_runtime:stats_agree_with_the_cgroup_and_resources_update,a_pod_with_busybox_and_httpd_from_run_to_remove,stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing \
+cri_runtime:stats_agree_with_the_cgroup_and_resources_update,a_pod_with_busybox_and_httpd_from_run_to_remove,stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing,exit_codes_reasons_oom_kills_and_the_image_stop_signal \
 kubelet_lifecycle \
 kubelet_probes:a_failing_liveness_probe_restarts_the_container,readiness_follows_http_and_tcp_probes \
 kubelet_streaming:streaming_over_spdy,streaming_over_websocket}"

@@ -2,7 +2,8 @@
 //! kubelet's OOM watcher: the kernel's one-line summary (`oom-kill:constraint=…,oom_memcg=…,
 //! task_memcg=…,task=…,pid=…`, kernels ≥ 4.19) names the memory cgroup that ran out (the pod's
 //! or the container's own; none when the whole machine did) and the victim's, from which the
-//! kubelet tells a container's kill from a system OOM ([`OomScope`]).
+//! kubelet tells a container's kill from a system OOM ([`OomScope`]) and ferrolet-cri which of
+//! its containers to report `OOMKilled`.
 //!
 //! The reader is a thread of its own (reads of `/dev/kmsg` block), started at the end of the
 //! log so a restart does not report old kills again; it hands each kill to a channel.

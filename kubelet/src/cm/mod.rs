@@ -6,7 +6,6 @@
 //!   processes and usage.
 //! - [`resource_config`]: what a cgroup is given (Go's `ResourceConfig`), driver-neutral.
 //! - [`settings`]: the configuration the container manager runs with.
-//! - [`oom_watcher`]: kernel OOM kills from `/dev/kmsg`, attributed to pods' containers.
 //! - [`pod_config`]: a pod cgroup's resources (Go's `ResourceConfigForPod`).
 //! - [`qos`]: the Burstable and BestEffort cgroups' resources (Go's QoS `UpdateCgroups`).
 //! - [`allocatable`]: the `kubepods` and reserved cgroups' resources from node allocatable,
@@ -19,7 +18,6 @@ pub mod allocatable;
 pub mod cgroup;
 pub mod cpu_manager;
 pub mod manager;
-pub mod oom_watcher;
 pub mod pod_config;
 pub mod qos;
 pub mod resource_config;

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::Kubelet;
-use crate::cm::oom_watcher::{self, OomKill, OomScope};
 use crate::events::{EventRecorder, EventType, node_ref, reason};
 use crate::status::killed::OomNotes;
 use crate::types::RuntimePod;
+use ferrolet_cgroups::oom::{self, OomKill, OomScope};
 
 /// Where the kernel's log is read.
 const KMSG: &str = "/dev/kmsg";
@@ -70,7 +70,7 @@ impl Kubelet {
         let (tx, rx) = mpsc::channel(64);
         let kubelet = self.clone();
         tokio::spawn(async move {
-            let started = tokio::task::spawn_blocking(|| oom_watcher::watch(Path::new(KMSG))).await;
+            let started = tokio::task::spawn_blocking(|| oom::watch(Path::new(KMSG))).await;
             let mut kills = match started {
                 Ok(Ok(kills)) => kills,
                 Ok(Err(e)) => {

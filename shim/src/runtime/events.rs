@@ -1,6 +1,8 @@
 //! Task exits and OOM kills from containerd's event stream drive container and sandbox state
-//! (no polling); our own state changes go out to GetContainerEvents subscribers.
+//! (no polling); the kernel's own OOM reports (`/dev/kmsg`) back up the OOM events; our own
+//! state changes go out to GetContainerEvents subscribers.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -81,17 +83,50 @@ fn apply(inner: &Arc<RuntimeInner>, envelope: Envelope) {
             });
         }
         "/tasks/oom" => {
-            if let Ok(oom) = TaskOom::decode(event.value.as_slice())
-                && let Some(c) = inner.containers.get_exact(&oom.container_id)
-            {
-                c.oom_killed.store(true, Ordering::Relaxed);
-                // An exit recorded before the event read as Error: it was the OOM kill, as
-                // containerd's CRI updates a reason from a late TaskOOM.
-                let inner = inner.clone();
-                tokio::spawn(async move { inner.record_late_oom(&c).await });
+            if let Ok(oom) = TaskOom::decode(event.value.as_slice()) {
+                mark_oom_killed(inner, &oom.container_id);
             }
         }
         _ => {}
+    }
+}
+
+/// Records that the kernel OOM-killed a process of container `id` (if it is ours).
+fn mark_oom_killed(inner: &Arc<RuntimeInner>, id: &str) {
+    let Some(c) = inner.containers.get_exact(id) else {
+        return;
+    };
+    c.oom_killed.store(true, Ordering::Relaxed);
+    // An exit recorded before the event read as Error: it was the OOM kill, as containerd's
+    // CRI updates a reason from a late TaskOOM.
+    let inner = inner.clone();
+    tokio::spawn(async move { inner.record_late_oom(&c).await });
+}
+
+/// Follows the kernel's OOM kills in `/dev/kmsg` until the process ends. containerd's OOM
+/// event is not enough: under the systemd driver a container's scope goes with its last
+/// process, and containerd 1.6's shim, watching the scope's `memory.events`, then sometimes
+/// never sends it; the kernel names the victim's cgroup (the container's scope, or its cgroup
+/// under cgroupfs) in a line it writes before the kill.
+pub async fn follow_kernel_oom_kills(inner: Arc<RuntimeInner>, kmsg: &'static str) {
+    let started =
+        tokio::task::spawn_blocking(move || ferrolet_cgroups::oom::watch(Path::new(kmsg))).await;
+    let mut kills = match started {
+        Ok(Ok(kills)) => kills,
+        Ok(Err(e)) => {
+            tracing::warn!(path = kmsg, error = %e, "not reading kernel OOM kills; containerd's OOM events alone tell an OOM kill");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "starting the kernel OOM reader");
+            return;
+        }
+    };
+    while let Some(kill) = kills.recv().await {
+        if let Some(id) = kill.victim_cgroup_name() {
+            tracing::debug!(id, pid = kill.pid, "kernel OOM kill");
+            mark_oom_killed(&inner, id);
+        }
     }
 }
 

@@ -178,6 +178,7 @@ impl Runtime {
             std::time::Duration::from_secs(config.sweep_interval_secs),
         ));
         tokio::spawn(events::follow(inner.clone(), exits));
+        tokio::spawn(events::follow_kernel_oom_kills(inner.clone(), "/dev/kmsg"));
         tokio::spawn(stream_server.serve(inner.clone()));
         Ok(Self { inner })
     }
