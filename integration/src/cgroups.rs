@@ -143,19 +143,7 @@ pub fn keyed(controller: &str, cgroup: &str, file: &str, key: &str) -> Option<u6
 /// The cgroup of process `pid` in `controller`'s hierarchy (v2: its one cgroup).
 pub fn of_process(pid: u32, controller: &str) -> Option<String> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let unified = v2();
-    text.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let id = parts.next()?;
-        let controllers = parts.next()?;
-        let path = parts.next()?;
-        let found = if unified {
-            id == "0" && controllers.is_empty()
-        } else {
-            controllers.split(',').any(|c| c == controller)
-        };
-        found.then(|| path.to_string())
-    })
+    ferrolet_cgroups::usage::cgroup_of_process(&text, v2(), controller)
 }
 
 /// The memory limit; `None` when unlimited (v1's huge number, v2's `max`).

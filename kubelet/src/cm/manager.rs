@@ -18,7 +18,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use super::allocatable::{self, AllocatableError, Capacity};
-use super::cgroup::{CgroupError, CgroupManager, CgroupName, CgroupStats, Layout, Systemd};
+use super::cgroup::{CgroupError, CgroupManager, CgroupName, Layout, Systemd};
 use super::pod_config::resource_config_for_pod;
 use super::qos::qos_cgroup_configs;
 use super::{CgroupDriver, ResourceConfig, Settings};
@@ -303,20 +303,6 @@ impl ContainerManager {
             }
         }
         Err(CmError::Unkillable(name.to_cgroupfs()))
-    }
-
-    /// Usage of the whole tree (`kubepods`), for eviction's allocatable signal and the
-    /// Summary API's `pods` system container.
-    // The stats and eviction wiring is the next step of issue #19.
-    #[allow(dead_code)]
-    pub fn kubepods_stats(&self) -> Result<CgroupStats, CmError> {
-        Ok(self.cgroups.stats(&self.kubepods)?)
-    }
-
-    /// Usage of one pod's cgroup.
-    #[allow(dead_code)]
-    pub fn pod_stats(&self, pod: &Pod) -> Result<CgroupStats, CmError> {
-        Ok(self.cgroups.stats(&self.pod_cgroup(pod)?)?)
     }
 
     /// The node's capacity it was started with.

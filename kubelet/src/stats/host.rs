@@ -8,7 +8,7 @@ use std::path::Path;
 
 use nix::unistd::{SysconfVar, sysconf};
 
-use super::cgroup::{CgroupReading, Cgroupfs, MemoryReading};
+use super::cgroup::{self, CgroupReading, Hierarchy, MemoryUsage};
 use super::types::InterfaceStats;
 
 /// Interfaces cadvisor leaves out of a host's network stats: loopback and container ends.
@@ -16,11 +16,11 @@ const IGNORED_INTERFACE_PREFIXES: &[&str] = &["lo", "veth", "docker", "nerdctl"]
 
 /// The whole node's CPU and memory: the root cgroup on v1 (as cadvisor reads it), else
 /// `/proc/stat` and `/proc/meminfo`.
-pub fn node_reading(cgroups: &Cgroupfs, timestamp_ns: i64) -> CgroupReading {
+pub fn node_reading(cgroups: &Hierarchy, timestamp_ns: i64) -> CgroupReading {
     let root = if cgroups.is_unified() {
         None
     } else {
-        cgroups.read("/", timestamp_ns)
+        cgroup::read(cgroups, "/", timestamp_ns)
     };
     let mut reading = root.unwrap_or(CgroupReading {
         timestamp_ns,
@@ -66,7 +66,7 @@ pub fn proc_stat_cpu_ns(text: &str, ticks_per_second: u64) -> Option<u64> {
 
 /// Node memory from `/proc/meminfo` (cgroup v2 has no root memory.current): usage is total
 /// minus free, the working set usage minus inactive file pages.
-pub fn meminfo_memory(text: &str) -> Option<MemoryReading> {
+pub fn meminfo_memory(text: &str) -> Option<MemoryUsage> {
     let kb = |key: &str| -> Option<u64> {
         text.lines()
             .find_map(|l| l.strip_prefix(key))
@@ -75,13 +75,14 @@ pub fn meminfo_memory(text: &str) -> Option<MemoryReading> {
     };
     let total = kb("MemTotal:")?;
     let usage = total.saturating_sub(kb("MemFree:")?);
-    Some(MemoryReading {
+    Some(MemoryUsage {
         usage,
         working_set: usage.saturating_sub(kb("Inactive(file):").unwrap_or(0)),
         rss: kb("AnonPages:").unwrap_or(0),
         page_faults: 0,
         major_page_faults: 0,
         limit: None,
+        swap: None,
     })
 }
 

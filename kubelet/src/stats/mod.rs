@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use ferrolet_proto::cri;
 use futures::future::BoxFuture;
 
-use self::cgroup::{Cgroupfs, cgroup_of_process};
+use self::cgroup::{Hierarchy, cgroup_of_process};
 use self::host::{DiskUsage, FsInfo};
 use self::pods::{PodContext, Probe, time_from_ns};
 use self::rates::CpuRates;
@@ -175,7 +175,7 @@ pub struct NodeSettings {
 pub struct StatsProvider {
     source: Arc<dyn StatsSource>,
     settings: NodeSettings,
-    cgroups: Cgroupfs,
+    cgroups: Hierarchy,
     rates: CpuRates,
     du: Mutex<HashMap<PathBuf, (Instant, DiskUsage)>>,
     dedicated_image_fs: Mutex<Option<bool>>,
@@ -212,14 +212,14 @@ struct CriData {
 impl StatsProvider {
     /// A provider reading the runtime through `source` and the host's cgroupfs.
     pub fn new(source: Arc<dyn StatsSource>, settings: NodeSettings) -> Self {
-        Self::with_cgroupfs(source, settings, Cgroupfs::detect())
+        Self::with_cgroupfs(source, settings, Hierarchy::detect())
     }
 
     /// A provider on a given cgroupfs (tests).
     pub fn with_cgroupfs(
         source: Arc<dyn StatsSource>,
         settings: NodeSettings,
-        cgroups: Cgroupfs,
+        cgroups: Hierarchy,
     ) -> Self {
         Self {
             source,
@@ -317,7 +317,7 @@ impl StatsProvider {
         }
         let du = |p: &Path| Some(self.disk_usage(p));
         let fs = |p: &Path| host::fs_info(p).ok();
-        let cgroup = |cg: &str| self.cgroups.read(cg, now_ns);
+        let cgroup = |cg: &str| cgroup::read(&self.cgroups, cg, now_ns);
         let top_files = |p: &Path| host::top_level_files_usage(p);
         let probe = Probe {
             fs: &fs,
@@ -424,7 +424,7 @@ impl StatsProvider {
         let mut out = Vec::new();
         let own = std::fs::read_to_string("/proc/self/cgroup")
             .ok()
-            .and_then(|t| cgroup_of_process(&t, self.cgroups.is_unified()));
+            .and_then(|t| cgroup_of_process(&t, self.cgroups.is_unified(), "memory"));
         let root = self.settings.cgroup_root.trim_end_matches('/');
         let mut pods_cgroup = format!("{root}/kubepods");
         if self.settings.systemd_cgroups {
@@ -436,7 +436,7 @@ impl StatsProvider {
             (SYSTEM_CONTAINER_PODS, Some(pods_cgroup), capacity),
         ] {
             let Some(cgroup) = cgroup else { continue };
-            let Some(reading) = self.cgroups.read(&cgroup, now_ns) else {
+            let Some(reading) = cgroup::read(&self.cgroups, &cgroup, now_ns) else {
                 continue;
             };
             let created = self.cgroups.created(&cgroup).unwrap_or(now_ns);

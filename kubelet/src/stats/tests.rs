@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 
-use super::cgroup::{CgroupReading, Cgroupfs, MemoryReading, cgroup_of_process, parse_keyed};
+use super::cgroup::{self, CgroupReading, Hierarchy, MemoryUsage};
 use super::host::{self, DiskUsage, FsInfo};
 use super::pods::{PodContext, Probe, pod_stats, stats_sandbox, time_from_ns};
 use super::rates::CpuRates;
@@ -169,72 +169,24 @@ fn write(root: &Path, rel: &str, text: &str) {
 }
 
 #[test]
-fn cgroups_read_v1_and_v2() {
+fn a_cgroup_reading_carries_its_time_and_the_root_reads_as_the_root() {
     let v1 = tempfile::tempdir().unwrap();
     let r = v1.path();
     write(r, "cpuacct/kubepods/pod1/cpuacct.usage", "5000\n");
-    write(r, "memory/kubepods/pod1/memory.usage_in_bytes", "1000000\n");
-    write(
-        r,
-        "memory/kubepods/pod1/memory.stat",
-        "cache 5\ninactive_file 1\ntotal_inactive_file 200000\ntotal_rss 600000\ntotal_pgfault 42\ntotal_pgmajfault 2\n",
-    );
-    write(
-        r,
-        "memory/kubepods/pod1/memory.limit_in_bytes",
-        "9223372036854771712\n",
-    );
-    write(r, "pids/kubepods/pod1/pids.current", "3\n");
-    let cg = Cgroupfs::at(r, false);
-    assert!(cg.exists("/kubepods/pod1"));
-    let reading = cg.read("/kubepods/pod1", 7).unwrap();
+    write(r, "memory/kubepods/pod1/memory.usage_in_bytes", "1000\n");
+    write(r, "cpuacct/cpuacct.usage", "9000\n");
+    let cg = Hierarchy::at(r, false);
+    let reading = cgroup::read(&cg, "/kubepods/pod1", 7).unwrap();
     assert_eq!(
-        reading,
-        CgroupReading {
-            timestamp_ns: 7,
-            cpu_usage_ns: Some(5000),
-            memory: Some(MemoryReading {
-                usage: 1_000_000,
-                working_set: 800_000,
-                rss: 600_000,
-                page_faults: 42,
-                major_page_faults: 2,
-                limit: None,
-            }),
-            pids: Some(3),
-        }
+        (reading.timestamp_ns, reading.cpu_usage_ns),
+        (7, Some(5000))
     );
-    assert_eq!(cg.read("/kubepods/none", 7), None);
-
-    let v2 = tempfile::tempdir().unwrap();
-    let r = v2.path();
-    write(r, "kubepods/pod1/cpu.stat", "usage_usec 12\nuser_usec 10\n");
-    write(r, "kubepods/pod1/memory.current", "1000\n");
-    write(
-        r,
-        "kubepods/pod1/memory.stat",
-        "anon 300\ninactive_file 1500\npgfault 9\npgmajfault 1\n",
-    );
-    write(r, "kubepods/pod1/memory.max", "4096\n");
-    let reading = Cgroupfs::at(r, true).read("/kubepods/pod1", 1).unwrap();
-    assert_eq!(reading.cpu_usage_ns, Some(12_000));
-    let m = reading.memory.unwrap();
-    assert_eq!(
-        (m.usage, m.working_set, m.rss, m.limit),
-        (1000, 0, 300, Some(4096))
-    );
-    assert_eq!(reading.pids, None);
-
-    let proc_cgroup = "4:memory:/process_api/d7\n3:cpuset:/\n0::/user.slice\n";
-    assert_eq!(
-        cgroup_of_process(proc_cgroup, false).as_deref(),
-        Some("/process_api/d7")
-    );
-    assert_eq!(
-        cgroup_of_process(proc_cgroup, true).as_deref(),
-        Some("/user.slice")
-    );
-    assert_eq!(parse_keyed("a 1\nb x\nc 3").len(), 2);
+    assert_eq!(reading.memory.unwrap().usage, 1000);
+    assert_eq!(cgroup::read(&cg, "/", 8).unwrap().cpu_usage_ns, Some(9000));
+    // Unknown to every controller, or unreadable: no reading.
+    assert_eq!(cgroup::read(&cg, "/kubepods/none", 7), None);
+    write(r, "memory/kubepods/pod1/memory.usage_in_bytes", "lots\n");
+    assert_eq!(cgroup::read(&cg, "/kubepods/pod1", 7), None);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -353,7 +305,7 @@ fn pod_cgroup(cg: &str) -> Option<CgroupReading> {
     Some(CgroupReading {
         timestamp_ns: NOW,
         cpu_usage_ns: Some(777),
-        memory: Some(MemoryReading {
+        memory: Some(MemoryUsage {
             usage: 5000,
             working_set: 4000,
             ..Default::default()
@@ -650,7 +602,7 @@ fn provider(source: FakeRuntime, root: &Path, cgroups: &Path) -> Arc<StatsProvid
             systemd_cgroups: false,
             memory_capacity: 10_000_000,
         },
-        Cgroupfs::at(cgroups, false),
+        Hierarchy::at(cgroups, false),
     ))
 }
 
@@ -751,7 +703,7 @@ async fn a_runtime_without_an_image_fs_fails_the_summary() {
             systemd_cgroups: false,
             memory_capacity: 0,
         },
-        Cgroupfs::at(root.path(), false),
+        Hierarchy::at(root.path(), false),
     ));
     let err = p
         .summary(SummaryInput::default(), Scope::Full)

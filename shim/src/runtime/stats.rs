@@ -12,27 +12,13 @@ use crate::sandbox::Sandbox;
 use crate::stats::{self, Sample};
 use crate::store::{labels_match, now_ns};
 
-/// Whether the kernel OOM-killed a process in a cgroup (cgroup v1 memory.oom_control, or v2
+/// Whether the kernel OOM-killed a process in a cgroup (v1 memory.oom_control, or v2
 /// memory.events), read before the cgroup goes away with the task; `None` when it is gone
 /// already (systemd removes a scope as soon as its last process exits).
 pub fn cgroup_oom_killed(cgroups_path: &str) -> Option<bool> {
-    let dir = crate::oci::cgroup_dir(cgroups_path);
-    let rel = dir.trim_start_matches('/');
-    let count = |path: String| -> Option<u64> {
-        let text = std::fs::read_to_string(path).ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse().ok())
-    };
-    [
-        format!("/sys/fs/cgroup/memory/{rel}/memory.oom_control"),
-        format!("/sys/fs/cgroup/{rel}/memory.events"),
-        format!("/sys/fs/cgroup/unified/{rel}/memory.events"),
-    ]
-    .into_iter()
-    .filter_map(count)
-    .reduce(|a, b| a.max(b))
-    .map(|n| n > 0)
+    ferrolet_cgroups::usage::Hierarchy::detect()
+        .oom_kills(&crate::oci::cgroup_dir(cgroups_path))
+        .map(|n| n > 0)
 }
 
 impl RuntimeInner {

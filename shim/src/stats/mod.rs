@@ -8,7 +8,6 @@ mod metrics;
 mod net;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
 use ferrolet_proto::containerd::Containerd;
@@ -77,16 +76,16 @@ pub enum StatsError {
         #[source]
         source: tonic::Status,
     },
-    /// A cgroup path that is empty or climbs out of the hierarchy.
-    #[error("invalid cgroup path {0:?}")]
-    BadCgroup(String),
-    /// A cgroupfs file could not be read or parsed.
-    #[error("cgroup file {}: {source}", path.display())]
-    Cgroup {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+    /// A cgroup's files could not be read or parsed, or its path climbs out of the hierarchy.
+    #[error(transparent)]
+    Cgroup(#[from] ferrolet_cgroups::usage::UsageError),
+    /// A cgroup without cpu or memory counters: gone, or never made.
+    #[error("cgroup {cgroup:?} has no {what} counters")]
+    NoCounters {
+        /// The cgroup path.
+        cgroup: String,
+        /// `cpu` or `memory`.
+        what: &'static str,
     },
     /// The blocking read panicked or was cancelled.
     #[error("cgroup read task failed: {0}")]

@@ -300,7 +300,7 @@ fn write(dir: &Path, rel: &str, text: &str) {
 }
 
 #[test]
-fn reads_v1_cgroupfs() {
+fn pod_samples_come_from_the_cgroup_files() {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
     write(r, "cpuacct/kubepods/pod1/cpuacct.usage", "4000457548170\n");
@@ -315,6 +315,11 @@ fn reads_v1_cgroupfs() {
         "memory/kubepods/pod1/memory.stat",
         "cache 100\nrss 50\ntotal_rss 4096\ntotal_pgfault 9\ntotal_pgmajfault 1\ntotal_inactive_file 192\n",
     );
+    write(
+        r,
+        "memory/kubepods/pod1/memory.memsw.usage_in_bytes",
+        "10000\n",
+    );
     let s = read_sample(r, "/kubepods/pod1", 11).unwrap();
     assert_eq!(
         s,
@@ -327,103 +332,33 @@ fn reads_v1_cgroupfs() {
             rss: 4096,
             page_faults: 9,
             major_page_faults: 1,
-            swap_usage: None,
+            swap_usage: Some(1808),
         }
     );
-    write(
-        r,
-        "memory/kubepods/pod1/memory.memsw.usage_in_bytes",
-        "10000\n",
-    );
-    assert_eq!(
-        read_sample(r, "kubepods/pod1", 11).unwrap().swap_usage,
-        Some(1808)
-    );
-
     assert!(matches!(
         read_sample(r, "/kubepods/../../etc", 0),
-        Err(StatsError::BadCgroup(_))
+        Err(StatsError::Cgroup(_))
     ));
-    assert!(matches!(
-        read_sample(r, "/", 0),
-        Err(StatsError::BadCgroup(_))
-    ));
-    assert!(matches!(
-        read_sample(r, "/nope", 0),
-        Err(StatsError::Cgroup { .. })
-    ));
+    let err = read_sample(r, "/nope", 0).unwrap_err();
+    assert!(matches!(err, StatsError::NoCounters { .. }), "{err}");
     write(r, "memory/kubepods/pod1/memory.usage_in_bytes", "lots\n");
     let err = read_sample(r, "/kubepods/pod1", 0).unwrap_err();
     assert!(err.to_string().contains("memory.usage_in_bytes"), "{err}");
-}
 
-#[test]
-fn reads_v2_cgroupfs() {
-    let root = tempfile::tempdir().unwrap();
-    let r = root.path();
+    let v2 = tempfile::tempdir().unwrap();
+    let r = v2.path();
     write(r, "cgroup.controllers", "cpu memory pids\n");
-    write(
-        r,
-        "kubepods/pod1/cpu.stat",
-        "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n",
-    );
+    write(r, "kubepods/pod1/cpu.stat", "usage_usec 1500\n");
     write(r, "kubepods/pod1/memory.current", "1048576\n");
-    write(r, "kubepods/pod1/memory.max", "2097152\n");
+    write(r, "kubepods/pod1/memory.max", "max\n");
     write(
         r,
         "kubepods/pod1/memory.stat",
-        "anon 4096\nfile 8192\ninactive_file 1024\npgfault 30\npgmajfault 3\n",
+        "anon 4096\ninactive_file 1024\n",
     );
     let s = read_sample(r, "/kubepods/pod1", 0).unwrap();
-    assert_eq!(s.cpu_usage_ns, 1_500_000);
     assert_eq!(
-        (s.memory_usage, s.memory_limit),
-        (1_048_576, Some(2_097_152))
+        (s.cpu_usage_ns, s.working_set, s.memory_limit, s.swap_usage),
+        (1_500_000, 1_048_576 - 1024, None, Some(0))
     );
-    assert_eq!(s.working_set, 1_048_576 - 1024);
-    assert_eq!((s.rss, s.page_faults, s.major_page_faults), (4096, 30, 3));
-    assert_eq!(s.swap_usage, Some(0));
-    write(r, "kubepods/pod1/memory.max", "max\n");
-    assert_eq!(
-        read_sample(r, "/kubepods/pod1", 0).unwrap().memory_limit,
-        None
-    );
-}
-
-#[test]
-fn reads_this_hosts_cgroup_files() {
-    // The real files of our own cgroups must parse: every hierarchy we are in, v1 or v2.
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let mut checked = 0;
-    for line in own.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
-        let path = path.trim_start_matches('/');
-        let dir = match controllers {
-            "" => Path::new("/sys/fs/cgroup").join(path),
-            "memory" | "cpuacct" => Path::new("/sys/fs/cgroup").join(controllers).join(path),
-            _ => continue,
-        };
-        for (file, keyed) in [
-            ("memory.stat", true),
-            ("memory.usage_in_bytes", false),
-            ("memory.limit_in_bytes", false),
-            ("memory.current", false),
-            ("memory.max", false),
-            ("cpu.stat", true),
-            ("cpuacct.usage", false),
-        ] {
-            let path = dir.join(file);
-            if !path.exists() {
-                continue;
-            }
-            if keyed {
-                assert!(!super::cgroupfs::read_keyed(&path).unwrap().is_empty());
-            } else {
-                super::cgroupfs::read_u64(&path).unwrap();
-            }
-            checked += 1;
-        }
-    }
-    assert!(checked > 0, "no cgroup file found in {own}");
 }

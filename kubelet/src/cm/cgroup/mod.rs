@@ -13,7 +13,6 @@
 //! - [`name`]: a cgroup's name as components (Go's `CgroupName`).
 //! - [`systemd`]: slices as transient units over systemd's D-Bus API.
 //! - `v1`, `v2`: the files each hierarchy is written through.
-//! - `stats`: memory and CPU usage.
 //! - `fs`: cgroup file operations (also on a plain scratch tree, for tests).
 //! - `tests` (scratch trees) and `real_tree` (one ignored round trip on the real tree, root).
 
@@ -21,7 +20,6 @@ pub mod error;
 mod fs;
 pub mod layout;
 pub mod name;
-pub mod stats;
 pub mod systemd;
 mod v1;
 mod v2;
@@ -38,7 +36,6 @@ use std::time::Duration;
 pub use error::CgroupError;
 pub use layout::Layout;
 pub use name::CgroupName;
-pub use stats::CgroupStats;
 pub use systemd::Systemd;
 
 use crate::cm::ResourceConfig;
@@ -250,17 +247,6 @@ impl CgroupManager {
             })
             .collect();
         names.into_iter().collect()
-    }
-
-    /// `name`'s memory usage in bytes (Go's `MemoryUsage`).
-    #[cfg(test)]
-    pub fn memory_usage(&self, name: &CgroupName) -> Result<u64, CgroupError> {
-        stats::memory_usage(&self.layout, &self.on_disk(name))
-    }
-
-    /// `name`'s memory and CPU usage.
-    pub fn stats(&self, name: &CgroupName) -> Result<CgroupStats, CgroupError> {
-        stats::read(&self.layout, &self.on_disk(name))
     }
 
     /// The huge page limits to write: the config's by size name, then 0 for each node size it

@@ -73,8 +73,6 @@ fn real_tree_round_trip() {
     expected.sort();
     assert_eq!(pids, expected);
     assert_eq!(m.children(&pod), ["ctr"]);
-    let s = m.stats(&pod).unwrap();
-    println!("stats({pod}) = {s:?}");
 
     let out = Command::new("find")
         .args([
