@@ -20,7 +20,7 @@ CNI_CONF_DIR=/etc/ferrolet/cni/net.d
 REG_OPEN=127.0.0.1:5000
 REG_AUTH=127.0.0.1:5001
 AUTH_FILE=$ENV_DIR/registry-auth
-PACKAGES=(containerd runc containernetworking-plugins docker-registry busybox-static iproute2
+PACKAGES=(containerd runc crun containernetworking-plugins docker-registry busybox-static iproute2
   iptables protobuf-compiler skopeo apache2-utils python3-venv curl ca-certificates openssl)
 
 log() { printf '[env] %s\n' "$*"; }

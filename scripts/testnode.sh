@@ -25,7 +25,7 @@ SUITE=bookworm
 MIRROR=${TESTNODE_MIRROR:-http://deb.debian.org/debian}
 # What the guest needs to run the project's environment and tests offline: systemd and D-Bus,
 # the container stack and everything scripts/env.sh would otherwise install.
-PACKAGES=systemd,systemd-sysv,dbus,kmod,udev,procps,iproute2,iptables,containerd,runc,containernetworking-plugins,docker-registry,busybox-static,skopeo,apache2-utils,curl,ca-certificates,openssl,protobuf-compiler,python3-venv,util-linux,e2fsprogs,make
+PACKAGES=systemd,systemd-sysv,dbus,kmod,udev,procps,iproute2,iptables,containerd,runc,crun,containernetworking-plugins,docker-registry,busybox-static,skopeo,apache2-utils,curl,ca-certificates,openssl,protobuf-compiler,python3-venv,util-linux,e2fsprogs,make
 IMAGE_SIZE=6G
 
 log() { printf '[testnode] %s\n' "$*" >&2; }
@@ -206,7 +206,7 @@ echo "runc: $(runc --version | head -n1)"'
 # cgroups, to keep the guest's part of CI near 15 minutes (a container run takes seconds in
 # the guest).
 read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats \
-cri_runtime:stats_agree_with_the_cgroup_and_resources_update,a_pod_with_busybox_and_httpd_from_run_to_remove,stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing,exit_codes_reasons_oom_kills_and_the_image_stop_signal \
+cri_runtime:stats_agree_with_the_cgroup_and_resources_update,a_pod_with_busybox_and_httpd_from_run_to_remove,stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing,exit_codes_reasons_oom_kills_and_the_image_stop_signal,a_handler_with_its_own_binary_runs_its_pods_under_crun \
 kubelet_lifecycle \
 kubelet_probes:a_failing_liveness_probe_restarts_the_container,readiness_follows_http_and_tcp_probes \
 kubelet_streaming:streaming_over_spdy,streaming_over_websocket}"

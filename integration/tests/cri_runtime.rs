@@ -1303,3 +1303,99 @@ async fn a_pod_without_a_pause_process_does_not_need_the_sandbox_image() {
     node.assert_no_pod_leaks().await;
     node.teardown().await;
 }
+
+/// The state dir the runc shim gives its OCI runtime in a namespace (`--root`).
+fn runtime_root(namespace: &str) -> String {
+    format!("/run/containerd/runc/{namespace}")
+}
+
+/// Whether OCI runtime `binary` knows container `id` under `root`, and its status.
+fn runtime_state(binary: &str, root: &str, id: &str) -> Option<String> {
+    let out = std::process::Command::new(binary)
+        .args(["--root", root, "state", id])
+        .output()
+        .unwrap_or_else(|e| panic!("running {binary}: {e}"));
+    out.status.success().then(|| {
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        state["status"].as_str().unwrap_or_default().to_string()
+    })
+}
+
+/// A runtime handler with its own OCI runtime binary (`[runtimes.crun]`, containerd's
+/// `runtimes.crun.options.BinaryName`): its pods run under crun (crun knows them, runc does
+/// not), the default handler's under runc, exec works in both, and the CRI Status lists it.
+/// crun 1.8 refuses a hybrid cgroup host (these VMs): there the pod fails with crun's own
+/// reason and leaves nothing behind, and the test node (cgroup v2) runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_with_its_own_binary_runs_its_pods_under_crun() {
+    let node = CriNode::start_with(
+        "crun",
+        NodeOptions {
+            extra_config: "[runtimes.crun]\nbinary_name = \"/usr/bin/crun\"\n".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let api = node.api().await;
+    let handlers: Vec<String> = api
+        .client()
+        .status(ferrolet_proto::cri::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner()
+        .runtime_handlers
+        .into_iter()
+        .map(|h| h.name)
+        .collect();
+    assert_eq!(handlers, ["", "crun"]);
+    let image = node.pull("busybox").await;
+    let root = runtime_root(&node.ns.name);
+    let hybrid = !ferrolet_integration::cgroups::v2()
+        && std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers")
+            .is_ok_and(|c| !c.trim().is_empty());
+    let mut runs = vec![("on-runc", "")];
+    if hybrid {
+        let err = api
+            .run_pod_with_handler(&node.pod("on-crun").build(), "crun")
+            .await
+            .unwrap_err();
+        println!("crun on this hybrid host: {err}");
+        assert!(err.message().contains("hybrid mode not supported"), "{err}");
+    } else {
+        runs.insert(0, ("on-crun", "crun"));
+    }
+    let mut ids = Vec::new();
+    for (name, handler) in runs {
+        let pod = node.pod(name).build();
+        let sandbox = api.run_pod_with_handler(&pod, handler).await.unwrap();
+        let c = ContainerBuilder::new("main", &image.reference)
+            .shell("echo started; exec sleep 300")
+            .log_path("main.log")
+            .build();
+        let id = api.run_container(&sandbox, &pod, &c).await.unwrap();
+        assert_eq!(api.exec_ok(&id, &["echo", "exec-ok"]).await, "exec-ok\n");
+        ids.push((sandbox, id, handler));
+    }
+    for (_, id, handler) in &ids {
+        let (crun, runc) = (
+            runtime_state("crun", &root, id),
+            runtime_state("runc", &root, id),
+        );
+        println!("{handler:?}: crun state {crun:?}, runc state {runc:?}");
+        if *handler == "crun" {
+            assert_eq!((crun.as_deref(), runc), (Some("running"), None));
+        } else {
+            assert_eq!((runc.as_deref(), crun), (Some("running"), None));
+        }
+    }
+    for (sandbox, id, _) in &ids {
+        api.stop_container(id, 1).await.unwrap();
+        let status = api.wait_exited(id, LONG).await;
+        assert_eq!(status.exit_code, 137, "{status:?}");
+        api.remove_container(id).await.unwrap();
+        api.stop_pod(sandbox).await.unwrap();
+        api.remove_pod(sandbox).await.unwrap();
+        assert_eq!(runtime_state("crun", &root, id), None);
+    }
+    node.teardown().await;
+}

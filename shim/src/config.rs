@@ -35,8 +35,13 @@ pub struct Config {
     pub cni_bin_dirs: Vec<PathBuf>,
     /// CNI result cache (DEL after a restart relies on it).
     pub cni_cache_dir: PathBuf,
-    /// Runtime handlers accepted besides the default ("" and "runc" are always accepted).
+    /// Runtime handlers accepted besides the default ("" and "runc" are always accepted),
+    /// run by runc like the default.
     pub runtime_handlers: Vec<String>,
+    /// Runtime handlers run by another OCI runtime binary through containerd's runc shim
+    /// (`[runtimes.crun] binary_name = "/usr/bin/crun"`), as containerd's CRI plugin's
+    /// `runtimes.<name>.options.BinaryName`.
+    pub runtimes: std::collections::BTreeMap<String, RuntimeHandlerConfig>,
     /// Snapshotter images are unpacked into.
     pub snapshotter: String,
     /// Image a pod sandbox's pause process runs; the built-in one needs no registry.
@@ -97,6 +102,14 @@ pub struct X509KeyPairStreaming {
     pub tls_key_file: PathBuf,
 }
 
+/// One runtime handler of [`Config::runtimes`].
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeHandlerConfig {
+    /// The OCI runtime binary the shim runs instead of `runc` (a path, or a name on its PATH).
+    pub binary_name: String,
+}
+
 /// Registry configuration, per host (`[registry.hosts."docker.io"]`).
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -130,6 +143,7 @@ impl Default for Config {
             cni_bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             cni_cache_dir: "/var/lib/cni".into(),
             runtime_handlers: Vec::new(),
+            runtimes: Default::default(),
             snapshotter: "overlayfs".into(),
             sandbox_image: BUILTIN_PAUSE_IMAGE.into(),
             drop_infra_container: true,
@@ -255,6 +269,12 @@ impl Config {
                 reason: "enable_tls_streaming needs tls_cert_file and tls_key_file".into(),
             });
         }
+        if let Some((name, _)) = self.runtimes.iter().find(|(_, r)| r.binary_name.is_empty()) {
+            return Err(ConfigError::Invalid {
+                field: "runtimes",
+                reason: format!("runtime handler {name:?} needs a binary_name"),
+            });
+        }
         if self.max_concurrent_downloads == 0 {
             return Err(ConfigError::Invalid {
                 field: "max_concurrent_downloads",
@@ -323,6 +343,31 @@ mod tests {
         assert_eq!(t("").unwrap(), Some(Duration::from_secs(4 * 3600)));
         let err = t("4 hours").unwrap_err().to_string();
         assert!(err.contains("stream_idle_timeout"), "{err}");
+    }
+
+    #[test]
+    fn a_runtime_handler_names_its_binary() {
+        let c = Config::parse(
+            "runtime_handlers = [\"alias\"]\n[runtimes.crun]\nbinary_name = \"/usr/bin/crun\"\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let opts = crate::runtime::RuntimeOptions::from_config(&c);
+        assert_eq!(
+            opts.runtime_handlers.get("crun"),
+            Some(&Some("/usr/bin/crun".to_string()))
+        );
+        assert_eq!(opts.runtime_handlers.get("alias"), Some(&None));
+        // runc under its own name, the default cgroup driver: no options at all.
+        assert_eq!(opts.runc_options("alias"), None);
+        assert!(opts.runc_options("crun").is_some());
+        let err = Config::parse("[runtimes.crun]\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("crun") && err.contains("binary_name"), "{err}");
+        assert!(Config::parse("[runtimes.crun]\nbinary = \"x\"\n").is_err());
     }
 
     #[test]

@@ -5,6 +5,13 @@
 //! `busybox` is `docker.io/library/busybox:latest`, a first path component is a registry
 //! host only if it contains `.` or `:` or is `localhost`, and a reference with a digest but no
 //! tag gets no `latest`.
+//!
+//! Not `oci-spec`'s `distribution::Reference` (0.8.4), measured against this parser's test
+//! cases: it accepts three references distribution refuses (a digest in uppercase hex, a bare
+//! 64-hex image id as a repository, a host with `_`), refuses the IPv6 host `[::1]:5000` that
+//! distribution accepts, answers every malformed reference with "invalid reference format"
+//! where a client needs the cause (not lowercase, a bad digest), and takes 2.2 µs a parse
+//! (a regex) against 0.39 µs here.
 
 use std::fmt;
 

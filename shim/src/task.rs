@@ -167,20 +167,31 @@ impl PreparedSnapshot {
     }
 }
 
-/// The runc shim's options (containerd's `containerd.runc.v1.Options`), the one field we set.
+/// The runc shim's options (containerd's `containerd.runc.v1.Options`), the fields we set.
 #[derive(Clone, PartialEq, prost::Message)]
 struct RuncOptions {
+    /// The OCI runtime the shim runs instead of `runc` (`BinaryName`).
+    #[prost(string, tag = "6")]
+    binary_name: String,
     /// runc manages cgroups through systemd (`--systemd-cgroup`).
     #[prost(bool, tag = "9")]
     systemd_cgroup: bool,
 }
 
-/// The runc shim's options for a task: none for the defaults, else `SystemdCgroup`.
-pub fn runc_options(systemd_cgroup: bool) -> Option<ferrolet_proto::prost_types::Any> {
+/// The runc shim's options for a task: none for the defaults, else `SystemdCgroup` and the
+/// runtime binary of a handler that names one.
+pub fn runc_options(
+    systemd_cgroup: bool,
+    binary_name: Option<String>,
+) -> Option<ferrolet_proto::prost_types::Any> {
     use prost::Message;
-    systemd_cgroup.then(|| ferrolet_proto::prost_types::Any {
+    (systemd_cgroup || binary_name.is_some()).then(|| ferrolet_proto::prost_types::Any {
         type_url: "containerd.runc.v1.Options".to_string(),
-        value: RuncOptions { systemd_cgroup }.encode_to_vec(),
+        value: RuncOptions {
+            binary_name: binary_name.unwrap_or_default(),
+            systemd_cgroup,
+        }
+        .encode_to_vec(),
     })
 }
 
@@ -437,5 +448,20 @@ mod tests {
         let _fresh = delete_lock("task-c");
         let held = DELETING.lock().unwrap_or_else(PoisonError::into_inner);
         assert!(!held.contains_key("task-a"));
+    }
+
+    #[test]
+    fn runc_options_encode_as_containerd_s() {
+        use prost::Message;
+        assert_eq!(runc_options(false, None), None);
+        let any = runc_options(true, Some("/usr/bin/crun".into())).unwrap();
+        assert_eq!(any.type_url, "containerd.runc.v1.Options");
+        // BinaryName is field 6 (string), SystemdCgroup field 9 (bool) of runc's Options.
+        let mut want = vec![0x32, 13];
+        want.extend_from_slice(b"/usr/bin/crun");
+        want.extend_from_slice(&[0x48, 1]);
+        assert_eq!(any.value, want);
+        let back = RuncOptions::decode(any.value.as_slice()).unwrap();
+        assert!(back.systemd_cgroup);
     }
 }

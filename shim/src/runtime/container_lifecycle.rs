@@ -273,7 +273,7 @@ impl RuntimeInner {
             labels,
             spec_any,
             store::metadata_any(&meta),
-            task::runc_options(self.opts.systemd_cgroup),
+            self.opts.runc_options(&sb.meta.runtime_handler),
         );
         // StopPodSandbox and RemovePodSandbox hold the sandbox's lock for their whole run: a
         // container recorded while they run would be missed by them and outlive its pod.
@@ -381,6 +381,14 @@ impl RuntimeInner {
         }
     }
 
+    /// The runtime handler of a container's sandbox ("" if the sandbox is gone).
+    fn runtime_handler_of(&self, c: &Container) -> String {
+        self.sandboxes
+            .get_exact(&c.meta.sandbox_id)
+            .map(|sb| sb.meta.runtime_handler.clone())
+            .unwrap_or_default()
+    }
+
     /// Creates the task with its FIFOs and log pumps, then starts it.
     async fn start_task_io(&self, c: &Container) -> Result<u32> {
         let id = c.meta.id.as_str();
@@ -395,7 +403,7 @@ impl RuntimeInner {
             stdout: fifos.stdout_str(),
             stderr: fifos.stderr_str(),
             terminal: c.meta.config.tty,
-            options: task::runc_options(self.opts.systemd_cgroup),
+            options: self.opts.runc_options(&self.runtime_handler_of(c)),
         };
         task::create_task(&self.cd, id, rootfs, task_io)
             .instrument(tracing::debug_span!("task_create"))

@@ -70,8 +70,9 @@ pub struct RuntimeOptions {
     pub sandbox_image: String,
     /// Sandboxes that need no pause process run without one.
     pub drop_infra_container: bool,
-    /// Runtime handlers accepted besides "" and "runc".
-    pub runtime_handlers: Vec<String>,
+    /// Runtime handlers accepted besides "" and "runc", with the OCI runtime binary of each
+    /// (`None`: runc).
+    pub runtime_handlers: std::collections::BTreeMap<String, Option<String>>,
     /// runc drives cgroups through systemd (`systemd_cgroup`).
     pub systemd_cgroup: bool,
 }
@@ -85,9 +86,24 @@ impl RuntimeOptions {
             snapshotter: c.snapshotter.clone(),
             sandbox_image: c.sandbox_image.clone(),
             drop_infra_container: c.drop_infra_container,
-            runtime_handlers: c.runtime_handlers.clone(),
+            runtime_handlers: c
+                .runtime_handlers
+                .iter()
+                .map(|h| (h.clone(), None))
+                .chain(
+                    c.runtimes
+                        .iter()
+                        .map(|(h, r)| (h.clone(), Some(r.binary_name.clone()))),
+                )
+                .collect(),
             systemd_cgroup: c.systemd_cgroup,
         }
+    }
+
+    /// The runc shim's options for the containers of a sandbox of runtime `handler`.
+    pub fn runc_options(&self, handler: &str) -> Option<ferrolet_proto::prost_types::Any> {
+        let binary = self.runtime_handlers.get(handler).cloned().flatten();
+        crate::task::runc_options(self.systemd_cgroup, binary)
     }
 }
 

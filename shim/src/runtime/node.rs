@@ -66,13 +66,17 @@ impl RuntimeInner {
                 conditions: vec![runtime, network],
             }),
             info,
-            runtime_handlers: vec![cri::RuntimeHandler {
-                name: String::new(),
-                features: Some(cri::RuntimeHandlerFeatures {
-                    recursive_read_only_mounts: false,
-                    user_namespaces: false,
-                }),
-            }],
+            // The default ("") and each configured handler, as containerd lists its runtimes.
+            runtime_handlers: std::iter::once("")
+                .chain(self.opts.runtime_handlers.keys().map(String::as_str))
+                .map(|name| cri::RuntimeHandler {
+                    name: name.to_string(),
+                    features: Some(cri::RuntimeHandlerFeatures {
+                        recursive_read_only_mounts: false,
+                        user_namespaces: false,
+                    }),
+                })
+                .collect(),
             features: Some(cri::RuntimeFeatures {
                 supplemental_groups_policy: true,
             }),

@@ -76,13 +76,13 @@ impl RuntimeInner {
         }
         let handler = req.runtime_handler;
         if !DEFAULT_HANDLERS.contains(&handler.as_str())
-            && !self.opts.runtime_handlers.contains(&handler)
+            && !self.opts.runtime_handlers.contains_key(&handler)
         {
             return Err(RuntimeError::invalid(format!(
                 "RunPodSandbox: runtime handler {handler:?} is not configured (known: \"runc\"{})",
                 self.opts
                     .runtime_handlers
-                    .iter()
+                    .keys()
                     .map(|h| format!(", {h:?}"))
                     .collect::<String>()
             )));
@@ -326,14 +326,14 @@ impl RuntimeInner {
             labels,
             oci::to_any(&spec)?,
             store::metadata_any(meta),
-            task::runc_options(self.opts.systemd_cgroup),
+            self.opts.runc_options(&meta.runtime_handler),
         );
         let mounts = snapshot
             .commit(&self.cd, record)
             .instrument(tracing::debug_span!("pause_record"))
             .await?;
         let task_io = TaskIo {
-            options: task::runc_options(self.opts.systemd_cgroup),
+            options: self.opts.runc_options(&meta.runtime_handler),
             ..TaskIo::default()
         };
         task::create_task(&self.cd, id, mounts, task_io)
@@ -356,7 +356,7 @@ impl RuntimeInner {
             labels,
             oci::to_any(&spec)?,
             store::metadata_any(meta),
-            task::runc_options(self.opts.systemd_cgroup),
+            self.opts.runc_options(&meta.runtime_handler),
         );
         task::create_record(&self.cd, record)
             .instrument(tracing::debug_span!("sandbox_record"))
