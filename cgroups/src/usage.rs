@@ -32,8 +32,43 @@ pub struct MemoryUsage {
     pub swap: Option<u64>,
 }
 
+/// One line of a pressure file (`some avg10=0.12 avg60=0.05 avg300=0.01 total=12345`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PsiLine {
+    /// Stall time since the cgroup's creation, microseconds (the kernel's `total`, kept as
+    /// the Go kubelet keeps it).
+    pub total: u64,
+    /// Share of the last 10 s stalled, percent.
+    pub avg10: f64,
+    /// Share of the last 60 s stalled, percent.
+    pub avg60: f64,
+    /// Share of the last 300 s stalled, percent.
+    pub avg300: f64,
+}
+
+/// One resource's pressure (PSI): time some task stalled, and time all tasks did.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Psi {
+    /// At least one task stalled.
+    pub some: PsiLine,
+    /// Every non-idle task stalled at once.
+    pub full: PsiLine,
+}
+
+/// A cgroup's pressure stall information (cgroup v2 `cpu.pressure`, `memory.pressure`,
+/// `io.pressure`; none on v1 or a kernel without PSI).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pressure {
+    /// CPU pressure.
+    pub cpu: Option<Psi>,
+    /// Memory pressure.
+    pub memory: Option<Psi>,
+    /// IO pressure.
+    pub io: Option<Psi>,
+}
+
 /// One reading of a cgroup; a part is `None` when its controller does not know the cgroup.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {
     /// Cumulative CPU time, nanoseconds.
     pub cpu_usage_ns: Option<u64>,
@@ -41,6 +76,8 @@ pub struct Usage {
     pub memory: Option<MemoryUsage>,
     /// Tasks in the cgroup (pids controller).
     pub pids: Option<u64>,
+    /// Pressure stall information (v2 only).
+    pub pressure: Pressure,
 }
 
 /// Why a cgroup could not be read.
@@ -72,6 +109,9 @@ pub enum UsageError {
 pub struct Hierarchy {
     root: PathBuf,
     unified: bool,
+    /// The machine-wide pressure files (`/proc/pressure`), the root cgroup's when the root
+    /// has none of its own; `None` for a tree that is not the host's.
+    proc_pressure: Option<PathBuf>,
 }
 
 impl Default for Hierarchy {
@@ -83,7 +123,10 @@ impl Default for Hierarchy {
 impl Hierarchy {
     /// The host's `/sys/fs/cgroup`.
     pub fn detect() -> Self {
-        Self::detect_at("/sys/fs/cgroup")
+        Self {
+            proc_pressure: Some("/proc/pressure".into()),
+            ..Self::detect_at("/sys/fs/cgroup")
+        }
     }
 
     /// The hierarchy at `root`: unified (v2) when it has `cgroup.controllers`, else v1 with a
@@ -91,7 +134,11 @@ impl Hierarchy {
     pub fn detect_at(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let unified = root.join("cgroup.controllers").exists();
-        Self { root, unified }
+        Self {
+            root,
+            unified,
+            proc_pressure: None,
+        }
     }
 
     /// A tree laid out as v1 or v2 under `root`, whatever it holds (tests).
@@ -99,6 +146,7 @@ impl Hierarchy {
         Self {
             root: root.into(),
             unified,
+            proc_pressure: None,
         }
     }
 
@@ -135,9 +183,23 @@ impl Hierarchy {
         self.read_dir(&rel.to_string_lossy())
     }
 
-    /// Reads the root cgroup (the whole machine; v2 has no memory or cpu files there).
+    /// Reads the root cgroup (the whole machine; v2 has no memory files there, and its
+    /// pressure may be only in `/proc/pressure`).
     pub fn read_root(&self) -> Result<Usage, UsageError> {
-        self.read_dir("")
+        let mut usage = self.read_dir("")?;
+        if let (true, Some(proc)) = (self.unified, &self.proc_pressure) {
+            let p = &mut usage.pressure;
+            for (slot, file) in [
+                (&mut p.cpu, "cpu"),
+                (&mut p.memory, "memory"),
+                (&mut p.io, "io"),
+            ] {
+                if slot.is_none() {
+                    *slot = read_psi(&proc.join(file))?;
+                }
+            }
+        }
+        Ok(usage)
     }
 
     /// How many of `cgroup`'s processes the kernel OOM-killed (v1 `memory.oom_control`, v2
@@ -198,6 +260,7 @@ impl Hierarchy {
             cpu_usage_ns,
             memory,
             pids,
+            pressure: Pressure::default(),
         })
     }
 
@@ -222,10 +285,16 @@ impl Hierarchy {
             }
         };
         let pids = read_number(&dir.join("pids.current"))?;
+        let pressure = Pressure {
+            cpu: read_psi(&dir.join("cpu.pressure"))?,
+            memory: read_psi(&dir.join("memory.pressure"))?,
+            io: read_psi(&dir.join("io.pressure"))?,
+        };
         Ok(Usage {
             cpu_usage_ns,
             memory,
             pids,
+            pressure,
         })
     }
 }
@@ -298,6 +367,56 @@ fn read_keyed_opt(path: &Path) -> Result<Option<HashMap<String, u64>>, UsageErro
 /// `key value` lines; empty when the file does not exist.
 fn read_keyed(path: &Path) -> Result<HashMap<String, u64>, UsageError> {
     Ok(read_keyed_opt(path)?.unwrap_or_default())
+}
+
+/// A pressure file; `None` when it does not exist (v1, or a kernel built or booted without
+/// PSI, where reading it fails with `EOPNOTSUPP`).
+fn read_psi(path: &Path) -> Result<Option<Psi>, UsageError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(95) => {
+            return Ok(None);
+        }
+        Err(source) => {
+            return Err(UsageError::Io {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    parse_psi(&text).map(Some).ok_or_else(|| UsageError::Parse {
+        path: path.to_path_buf(),
+        content: text.trim().to_string(),
+    })
+}
+
+/// Parses a pressure file: a `some` line and, except for the machine's CPU on older
+/// kernels, a `full` line (all zero when absent).
+pub fn parse_psi(text: &str) -> Option<Psi> {
+    let mut psi = Psi::default();
+    let mut some_seen = false;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = line.split_whitespace();
+        let slot = match fields.next()? {
+            "some" => {
+                some_seen = true;
+                &mut psi.some
+            }
+            "full" => &mut psi.full,
+            _ => return None,
+        };
+        for field in fields {
+            let (key, value) = field.split_once('=')?;
+            match key {
+                "avg10" => slot.avg10 = value.parse().ok()?,
+                "avg60" => slot.avg60 = value.parse().ok()?,
+                "avg300" => slot.avg300 = value.parse().ok()?,
+                "total" => slot.total = value.parse().ok()?,
+                _ => {}
+            }
+        }
+    }
+    some_seen.then_some(psi)
 }
 
 /// Parses `key value` lines (memory.stat, cpu.stat), skipping any whose value is not one

@@ -40,6 +40,7 @@ fn reads_v1() {
                 swap: None,
             }),
             pids: Some(3),
+            pressure: Pressure::default(),
         }
     );
     // memsw counts memory and swap together.
@@ -110,6 +111,7 @@ fn reads_v2() {
                 swap: Some(0),
             }),
             pids: None,
+            pressure: Pressure::default(),
         }
     );
     write(r, "kubepods/pod1/memory.max", "max\n");
@@ -193,4 +195,61 @@ fn oom_kills_per_version() {
     let v2 = Hierarchy::at(r.join("unified"), true);
     assert_eq!(v2.oom_kills("kubepods/pod1/c1"), Some(1));
     assert_eq!(v2.oom_kills("/kubepods/../.."), None);
+}
+
+#[test]
+fn pressure_files_on_v2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    write(r, "cgroup.controllers", "cpu memory io\n");
+    write(
+        r,
+        "kubepods/pod1/cpu.pressure",
+        "some avg10=1.50 avg60=0.25 avg300=0.05 total=123456\nfull avg10=0.50 avg60=0.00 avg300=0.00 total=789\n",
+    );
+    write(
+        r,
+        "kubepods/pod1/io.pressure",
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+    );
+    let h = Hierarchy::detect_at(r);
+    let p = h.read("/kubepods/pod1").unwrap().pressure;
+    let cpu = p.cpu.unwrap();
+    assert_eq!(
+        (cpu.some.total, cpu.some.avg10, cpu.some.avg60),
+        (123456, 1.5, 0.25)
+    );
+    assert_eq!((cpu.full.total, cpu.full.avg10), (789, 0.5));
+    assert_eq!(p.memory, None);
+    assert_eq!(p.io.unwrap().some.total, 0);
+    // The machine's CPU line of kernels before 5.13 has no `full`.
+    let only_some = parse_psi("some avg10=0.00 avg60=0.00 avg300=0.00 total=5\n").unwrap();
+    assert_eq!(
+        (only_some.some.total, only_some.full),
+        (5, PsiLine::default())
+    );
+    for bad in [
+        "",
+        "full avg10=1 total=2",
+        "some avg10=x total=1",
+        "other total=1",
+    ] {
+        assert_eq!(parse_psi(bad), None, "{bad:?}");
+    }
+    write(r, "kubepods/pod1/memory.pressure", "garbage\n");
+    let err = h.read("/kubepods/pod1").unwrap_err().to_string();
+    assert!(err.contains("memory.pressure"), "{err}");
+}
+
+#[test]
+fn this_kernels_pressure_files_parse() {
+    // /proc/pressure has the root cgroup's format; a kernel without PSI has none.
+    for file in ["cpu", "memory", "io"] {
+        let path = Path::new("/proc/pressure").join(file);
+        match read_psi(&path) {
+            Ok(Some(psi)) => println!("{file}: {psi:?}"),
+            Ok(None) => println!("{file}: no PSI on this kernel"),
+            Err(e) => panic!("{e}"),
+        }
+    }
 }

@@ -237,6 +237,7 @@ fn memory(available: u64, ws: u64, at: i64) -> MemoryStats {
         rss_bytes: None,
         page_faults: None,
         major_page_faults: None,
+        psi: None,
     }
 }
 
@@ -249,12 +250,14 @@ fn summary(nodefs_available: u64, mem_available: u64, at: i64, pods: Vec<PodStat
                 start_time: time_from_ns(at),
                 cpu: None,
                 memory: Some(memory(mem_available, 1000, at)),
+                io: None,
                 rootfs: None,
                 logs: None,
             }],
             start_time: time_from_ns(at),
             cpu: None,
             memory: Some(memory(mem_available, 1000, at)),
+            io: None,
             network: None,
             fs: Some(fs(nodefs_available, 1000, 90, 100, at)),
             runtime: Some(RuntimeStats {
@@ -330,11 +333,13 @@ fn stats(name: &str, ws: u64, rootfs: u64, logs: u64, volume: u64) -> PodStats {
             start_time: time_from_ns(NOW),
             cpu: None,
             memory: Some(memory(0, ws, NOW)),
+            io: None,
             rootfs: Some(fs_used(rootfs)),
             logs: Some(fs_used(logs)),
         }],
         cpu: None,
         memory: Some(memory(0, ws, NOW)),
+        io: None,
         network: None,
         volume_stats: vec![VolumeStats {
             fs: fs_used(volume),

@@ -3,10 +3,10 @@
 //! pod stats. The files are read by ferrolet-cgroups' one reader of cgroupfs, v1 or v2, the
 //! one ferrolet-cri reads pod stats with.
 
-pub use ferrolet_cgroups::usage::{Hierarchy, MemoryUsage, cgroup_of_process};
+pub use ferrolet_cgroups::usage::{Hierarchy, MemoryUsage, Pressure, Psi, cgroup_of_process};
 
 /// One reading of a cgroup.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CgroupReading {
     /// When read, nanoseconds since the epoch.
     pub timestamp_ns: i64,
@@ -16,11 +16,13 @@ pub struct CgroupReading {
     pub memory: Option<MemoryUsage>,
     /// Tasks in the cgroup (pids controller).
     pub pids: Option<u64>,
+    /// Pressure stall information (cgroup v2 with PSI).
+    pub pressure: Pressure,
 }
 
 /// Reads `cgroup` (`/kubepods/pod<uid>`, `/` for the root) at `timestamp_ns`. Blocking: a few
-/// small file reads. `None` when neither the cpu nor the memory controller knows it, or a file
-/// of it cannot be read.
+/// small file reads. `None` when it has no cpu, memory or pressure files, or a file of it
+/// cannot be read.
 pub fn read(cgroups: &Hierarchy, cgroup: &str, timestamp_ns: i64) -> Option<CgroupReading> {
     let usage = if cgroup.trim_matches('/').is_empty() {
         cgroups.read_root()
@@ -30,10 +32,17 @@ pub fn read(cgroups: &Hierarchy, cgroup: &str, timestamp_ns: i64) -> Option<Cgro
     let usage = usage
         .map_err(|e| tracing::debug!(cgroup, error = %e, "reading a cgroup"))
         .ok()?;
-    (usage.cpu_usage_ns.is_some() || usage.memory.is_some()).then_some(CgroupReading {
+    let p = &usage.pressure;
+    let known = usage.cpu_usage_ns.is_some()
+        || usage.memory.is_some()
+        || p.cpu.is_some()
+        || p.memory.is_some()
+        || p.io.is_some();
+    known.then_some(CgroupReading {
         timestamp_ns,
         cpu_usage_ns: usage.cpu_usage_ns,
         memory: usage.memory,
         pids: usage.pids,
+        pressure: usage.pressure,
     })
 }

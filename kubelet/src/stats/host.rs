@@ -15,17 +15,17 @@ use super::types::InterfaceStats;
 const IGNORED_INTERFACE_PREFIXES: &[&str] = &["lo", "veth", "docker", "nerdctl"];
 
 /// The whole node's CPU and memory: the root cgroup on v1 (as cadvisor reads it), else
-/// `/proc/stat` and `/proc/meminfo`.
+/// `/proc/stat` and `/proc/meminfo`, with the root's pressure on v2.
 pub fn node_reading(cgroups: &Hierarchy, timestamp_ns: i64) -> CgroupReading {
-    let root = if cgroups.is_unified() {
-        None
-    } else {
-        cgroup::read(cgroups, "/", timestamp_ns)
-    };
-    let mut reading = root.unwrap_or(CgroupReading {
+    let mut reading = cgroup::read(cgroups, "/", timestamp_ns).unwrap_or(CgroupReading {
         timestamp_ns,
         ..Default::default()
     });
+    if cgroups.is_unified() {
+        // v2's root has no memory.current, and its cpu.stat is not what cadvisor reports.
+        reading.cpu_usage_ns = None;
+        reading.memory = None;
+    }
     if reading.cpu_usage_ns.is_none() {
         reading.cpu_usage_ns = std::fs::read_to_string("/proc/stat")
             .ok()

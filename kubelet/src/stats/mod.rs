@@ -389,6 +389,7 @@ impl StatsProvider {
                 &reading,
                 Some(settings.memory_capacity).filter(|c| *c > 0),
             ),
+            io: pods::io_from_cgroup(&reading),
             network: None,
             fs: None,
             runtime: None,
@@ -445,6 +446,7 @@ impl StatsProvider {
                 start_time: time_from_ns(created),
                 cpu: pods::cpu_from_cgroup(&reading, &format!("sys/{name}"), &self.rates),
                 memory: pods::memory_from_cgroup(&reading, capacity),
+                io: pods::io_from_cgroup(&reading),
                 rootfs: None,
                 logs: None,
             });

@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use ferrolet_proto::cri;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::cgroup::CgroupReading;
+use super::cgroup::{CgroupReading, Psi};
 use super::host::{DiskUsage, FsInfo};
 use super::rates::CpuRates;
 use super::types::{
-    ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, PodReference,
-    PodStats, ProcessStats, VolumeStats,
+    ContainerStats, CpuStats, FsStats, InterfaceStats, IoStats, MemoryStats, NetworkStats,
+    PodReference, PodStats, ProcessStats, PsiData, PsiStats, VolumeStats,
 };
 use crate::types::{Pod, RuntimePod, RuntimeSandbox};
 
@@ -153,6 +153,7 @@ pub fn pod_stats(
         containers,
         cpu,
         memory,
+        io: reading.as_ref().and_then(io_from_cgroup),
         network: None,
         volume_stats: Vec::new(),
         ephemeral_storage: None,
@@ -204,6 +205,7 @@ pub fn container_stats(
             time: now.clone(),
             usage_nano_cores: Some(0),
             usage_core_nano_seconds: Some(0),
+            psi: None,
         },
     };
     let memory = match raw.and_then(|r| r.memory.as_ref()) {
@@ -216,6 +218,7 @@ pub fn container_stats(
             rss_bytes: None,
             page_faults: None,
             major_page_faults: None,
+            psi: None,
         },
     };
     ContainerStats {
@@ -223,6 +226,7 @@ pub fn container_stats(
         start_time: time_from_ns(created_at),
         cpu: Some(cpu),
         memory: Some(memory),
+        io: None,
         rootfs: None,
         logs: None,
     }
@@ -236,6 +240,7 @@ pub fn cpu_from_cri(c: &cri::CpuUsage, key: &str, rates: &CpuRates) -> CpuStats 
         time: time_from_ns(c.timestamp),
         usage_nano_cores: c.usage_nano_cores.as_ref().map(|v| v.value).or(ours),
         usage_core_nano_seconds: usage,
+        psi: None,
     }
 }
 
@@ -250,6 +255,7 @@ pub fn memory_from_cri(m: &cri::MemoryUsage) -> MemoryStats {
         rss_bytes: v(&m.rss_bytes),
         page_faults: v(&m.page_faults),
         major_page_faults: v(&m.major_page_faults),
+        psi: None,
     }
 }
 
@@ -260,7 +266,30 @@ pub fn cpu_from_cgroup(r: &CgroupReading, key: &str, rates: &CpuRates) -> Option
         time: time_from_ns(r.timestamp_ns),
         usage_nano_cores: rates.rate(key, r.timestamp_ns, usage),
         usage_core_nano_seconds: Some(usage),
+        psi: r.pressure.cpu.map(psi_stats),
     })
+}
+
+/// IO of a cgroup reading: its pressure, when the kernel reports it.
+pub fn io_from_cgroup(r: &CgroupReading) -> Option<IoStats> {
+    let psi = r.pressure.io?;
+    Some(IoStats {
+        time: time_from_ns(r.timestamp_ns),
+        psi: Some(psi_stats(psi)),
+    })
+}
+
+fn psi_stats(p: Psi) -> PsiStats {
+    let data = |l: ferrolet_cgroups::usage::PsiLine| PsiData {
+        total: l.total,
+        avg10: l.avg10,
+        avg60: l.avg60,
+        avg300: l.avg300,
+    };
+    PsiStats {
+        full: data(p.full),
+        some: data(p.some),
+    }
 }
 
 /// Memory of a cgroup reading; `availableBytes` is the limit (or `capacity` for an unlimited
@@ -278,6 +307,7 @@ pub fn memory_from_cgroup(r: &CgroupReading, capacity: Option<u64>) -> Option<Me
         rss_bytes: Some(m.rss),
         page_faults: Some(m.page_faults),
         major_page_faults: Some(m.major_page_faults),
+        psi: r.pressure.memory.map(psi_stats),
     })
 }
 
@@ -293,6 +323,7 @@ fn sum_cpu(containers: &[ContainerStats]) -> Option<CpuStats> {
         time,
         usage_nano_cores: sum(|c| c.usage_nano_cores),
         usage_core_nano_seconds: sum(|c| c.usage_core_nano_seconds),
+        psi: None,
     })
 }
 
@@ -315,6 +346,7 @@ fn sum_memory(containers: &[ContainerStats]) -> Option<MemoryStats> {
         rss_bytes: sum(|m| m.rss_bytes),
         page_faults: sum(|m| m.page_faults),
         major_page_faults: sum(|m| m.major_page_faults),
+        psi: None,
     })
 }
 

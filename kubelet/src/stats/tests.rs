@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper::{Method, StatusCode};
 
-use super::cgroup::{self, CgroupReading, Hierarchy, MemoryUsage};
+use super::cgroup::{self, CgroupReading, Hierarchy, MemoryUsage, Pressure, Psi};
 use super::host::{self, DiskUsage, FsInfo};
 use super::pods::{PodContext, Probe, pod_stats, stats_sandbox, time_from_ns};
 use super::rates::CpuRates;
@@ -61,6 +61,7 @@ fn unknown_values_are_left_out() {
         containers: Vec::new(),
         cpu: None,
         memory: None,
+        io: None,
         network: None,
         volume_stats: Vec::new(),
         ephemeral_storage: None,
@@ -311,6 +312,7 @@ fn pod_cgroup(cg: &str) -> Option<CgroupReading> {
             ..Default::default()
         }),
         pids: Some(4),
+        ..Default::default()
     })
 }
 
@@ -801,4 +803,43 @@ async fn the_endpoint_answers_as_go_s_handler() {
         body,
         "Internal Error: failed to get imageFs stats: imageFs information is unavailable\n"
     );
+}
+
+#[test]
+fn pressure_goes_out_as_go_s_psi() {
+    let psi = Psi {
+        some: ferrolet_cgroups::usage::PsiLine {
+            total: 1234,
+            avg10: 1.5,
+            avg60: 0.25,
+            avg300: 0.0,
+        },
+        full: Default::default(),
+    };
+    let reading = CgroupReading {
+        timestamp_ns: NOW,
+        cpu_usage_ns: Some(1),
+        memory: Some(MemoryUsage::default()),
+        pressure: Pressure {
+            cpu: Some(psi),
+            memory: None,
+            io: Some(psi),
+        },
+        ..Default::default()
+    };
+    let cpu = pods::cpu_from_cgroup(&reading, "k", &CpuRates::default()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&cpu).unwrap()["psi"],
+        serde_json::json!({
+            "full": {"total": 0, "avg10": 0.0, "avg60": 0.0, "avg300": 0.0},
+            "some": {"total": 1234, "avg10": 1.5, "avg60": 0.25, "avg300": 0.0}
+        })
+    );
+    // No memory pressure read: no `psi` key at all.
+    let memory = pods::memory_from_cgroup(&reading, None).unwrap();
+    assert!(serde_json::to_value(&memory).unwrap().get("psi").is_none());
+    let io = serde_json::to_value(pods::io_from_cgroup(&reading).unwrap()).unwrap();
+    assert_eq!(io["psi"]["some"]["total"], 1234);
+    assert_eq!(io["time"], "2024-05-01T10:00:00Z");
+    assert_eq!(pods::io_from_cgroup(&CgroupReading::default()), None);
 }

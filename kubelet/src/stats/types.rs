@@ -36,6 +36,9 @@ pub struct NodeStats {
     /// Memory of the whole node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// IO pressure (cgroup v2 with PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// The node's network interfaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
@@ -99,6 +102,9 @@ pub struct PodStats {
     /// Memory of the pod's cgroup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// IO pressure (cgroup v2 with PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// The pod's network namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
@@ -135,6 +141,9 @@ pub struct ContainerStats {
     /// Its memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// IO pressure (cgroup v2 with PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// Its writable layer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
@@ -199,6 +208,41 @@ pub struct CpuStats {
     /// CPU time used since creation, in nanoseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// CPU pressure (cgroup v2 with PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// IO stats: its pressure (Go 1.34's `IOStats`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IoStats {
+    /// When sampled.
+    pub time: Time,
+    /// IO pressure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// One resource's pressure stall information.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PsiStats {
+    /// Time every non-idle task stalled at once.
+    pub full: PsiData,
+    /// Time at least one task stalled.
+    pub some: PsiData,
+}
+
+/// One line of a pressure file.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PsiData {
+    /// Stall time, cumulative, in the kernel's microseconds (as Go passes it on).
+    pub total: u64,
+    /// Percent of the last 10 s stalled.
+    pub avg10: f64,
+    /// Percent of the last 60 s stalled.
+    pub avg60: f64,
+    /// Percent of the last 300 s stalled.
+    pub avg300: f64,
 }
 
 /// Memory usage.
@@ -225,6 +269,9 @@ pub struct MemoryStats {
     /// Major page faults, cumulative.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    /// Memory pressure (cgroup v2 with PSI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// A volume's filesystem usage.
