@@ -649,3 +649,58 @@ async fn a_runtime_with_another_cgroup_driver_is_refused_at_start() {
     );
     cri.teardown().await;
 }
+
+/// The `MemoryQoS` gate (Go's alpha, acted on only on cgroup v2): `memory.min` protects what
+/// a Burstable pod asks for on its container, its pod, the Burstable QoS cgroup and
+/// `kubepods`; the container's `memory.high` sits `memoryThrottlingFactor` of the way from
+/// request to limit, page-rounded. On v1 the gate is accepted and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_qos_protects_requests_and_throttles_towards_limits() {
+    let node = KubeletNode::start_with_config(
+        "memory-qos",
+        "featureGates: {MemoryQoS: true}\nmemoryThrottlingFactor: 0.8",
+    )
+    .await;
+    let marker = "sleep 3741";
+    node.write_manifest(
+        "b.yaml",
+        &resources_pod(
+            "burstable",
+            "{requests: {memory: 64Mi}, limits: {memory: 128Mi}}",
+            &format!("exec {marker}"),
+        ),
+    );
+    let pod = node.wait_running("burstable").await;
+    assert!(
+        !node.kubelet_log().contains("featureGates.MemoryQoS"),
+        "the gate is acted on, not reported as ignored"
+    );
+    let kubepods = format!("{}/kubepods", node.cgroup_root);
+    let ppath = format!("{kubepods}/burstable/pod{}", pod_uid(&pod));
+    let pids = pids_with_cmdline(marker);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let container = cgroups::of_process(pids[0], "memory").unwrap();
+    let min = |cgroup: &str| cgroups::read("memory", cgroup, "memory.min");
+    if cgroups::v2() {
+        let request = (64u64 << 20).to_string();
+        // floor((64Mi + 0.8 × 64Mi) / 4096) × 4096
+        assert_eq!(
+            cgroups::read("memory", &container, "memory.high"),
+            "120795136"
+        );
+        for cgroup in [
+            container.as_str(),
+            &ppath,
+            &format!("{kubepods}/burstable"),
+            &kubepods,
+        ] {
+            assert_eq!(min(cgroup), request, "memory.min of {cgroup}");
+        }
+        println!(
+            "memory.min {request} on the container {container}, its pod, burstable, kubepods; memory.high 120795136"
+        );
+    } else {
+        assert!(!cgroups::dir("memory", &ppath).join("memory.min").exists());
+    }
+    node.teardown().await;
+}

@@ -165,6 +165,40 @@ fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
     Ok(())
 }
 
+/// The container side of the `MemoryQoS` gate (Go's `enforceMemoryQoS`: the gate, on
+/// cgroup v2): the throttling factor and the node's allocatable memory (Go's
+/// `GetNodeAllocatableAbsolute`) for containers' `memory.high`.
+async fn memory_qos(config: &Config) -> Option<crate::podspec::resources::MemoryQos> {
+    let settings = config.cm_settings();
+    if !settings.memory_qos || !ferrolet_cgroups::usage::Hierarchy::detect().is_unified() {
+        return None;
+    }
+    let root = config.root_dir.clone();
+    let factor = config.memory_throttling_factor;
+    let allocatable = tokio::task::spawn_blocking(move || {
+        let machine = crate::node_status::machine::read(&root);
+        let capacity = crate::cm::allocatable::Capacity::from_machine(
+            &machine,
+            crate::cm::allocatable::kernel_pid_max(),
+        );
+        crate::cm::allocatable::allocatable_absolute(
+            &capacity,
+            &settings.kube_reserved,
+            &settings.system_reserved,
+        )
+        .map(|a| a.memory)
+    })
+    .await;
+    match allocatable {
+        Ok(Ok(memory)) => Some(crate::podspec::resources::MemoryQos {
+            throttling_factor: factor,
+            allocatable_memory: memory,
+        }),
+        // Refused again, with its reason, when the container manager starts.
+        _ => None,
+    }
+}
+
 async fn start_container_manager(
     config: &Config,
 ) -> Result<Option<Arc<crate::cm::ContainerManager>>, AppError> {
@@ -337,6 +371,7 @@ async fn run(config: Config) -> Result<(), AppError> {
         cgroups_per_qos: config.cgroups_per_qos,
         systemd_cgroups: config.cgroup_driver == crate::config::SYSTEMD,
         memory_capacity: node::memory_capacity(),
+        memory_qos: memory_qos(&config).await,
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
     let (seams, statuses) = match &credentials {

@@ -221,11 +221,18 @@ impl ContainerManager {
             self.settings.cpu_cfs_quota,
             u64::try_from(self.settings.cpu_cfs_quota_period.as_micros()).unwrap_or(100_000),
             self.settings.pod_pids_limit,
+            self.memory_qos(),
         )?;
         let _held = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         self.update_qos_locked(active)?;
         self.cgroups.create(&name, &config)?;
         Ok(true)
+    }
+
+    /// Whether `memory.min` protects pods' requests: the `MemoryQoS` gate, on cgroup v2 only
+    /// (Go's `enforceMemoryQoS`).
+    fn memory_qos(&self) -> bool {
+        self.settings.memory_qos && self.cgroups.layout().mode().is_v2()
     }
 
     /// Rewrites the QoS cgroups for the `active` pods (Go's `UpdateCgroups`).
@@ -240,6 +247,7 @@ impl ContainerManager {
             self.allocatable_memory,
             self.settings.qos_reserved_memory_percent,
             &self.hugepage_sizes,
+            self.memory_qos(),
         );
         self.cgroups
             .update(&self.kubepods.join(BURSTABLE)?, &configs.burstable)?;

@@ -3,7 +3,7 @@
 
 use crate::cm::ResourceConfig;
 use crate::podspec::SpecError;
-use crate::podspec::pod_resources::{hugepage_amounts, millis, pod_limits, pod_requests};
+use crate::podspec::pod_resources::{hugepage_amounts, millis, pod_limits, pod_requests, units};
 use crate::podspec::qos::{QosClass, qos_class};
 use crate::podspec::resources::{MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares};
 use crate::types::Pod;
@@ -22,13 +22,15 @@ use crate::types::Pod;
 ///
 /// Go computes the quota over the fixed 100ms period unless the `CustomCPUCFSQuotaPeriod`
 /// gate is on, and refuses another `cpuCFSQuotaPeriod` without it: using the given period is
-/// the same for every configuration Go accepts. Not done: cgroup v2 `memory.min` (the
-/// `MemoryQoS` alpha gate), pod-level resources (1.32 alpha) and in-place resize.
+/// the same for every configuration Go accepts. With `memory_qos` (the `MemoryQoS` gate on
+/// cgroup v2), `memory.min` is the pod's memory request when it has one. Not done: pod-level
+/// resources (1.32 alpha) and in-place resize.
 pub fn resource_config_for_pod(
     pod: &Pod,
     enforce_cpu_limits: bool,
     cpu_period_us: u64,
     pod_pids_limit: i64,
+    memory_qos: bool,
 ) -> Result<ResourceConfig, SpecError> {
     let requests = pod_requests(pod)?;
     let limits = pod_limits(pod)?;
@@ -43,6 +45,9 @@ pub fn resource_config_for_pod(
     let mut config = ResourceConfig {
         hugepage_limits: hugepage_amounts(&requests),
         pids_limit: (pod_pids_limit > 0).then_some(pod_pids_limit),
+        memory_min: memory_qos
+            .then(|| units(requests.get("memory")))
+            .filter(|m| *m > 0),
         ..Default::default()
     };
     match class {
@@ -201,10 +206,10 @@ pub(crate) mod tests {
             ("fractions", config(Some(1), 2, Some(1000), &[])),
         ];
         for (name, want) in table {
-            let got = resource_config_for_pod(&case(name), true, 100_000, -1).unwrap();
+            let got = resource_config_for_pod(&case(name), true, 100_000, -1, false).unwrap();
             assert_eq!(got, want, "{name}");
             // cpuCFSQuota off: the quota Go would set is -1, the rest unchanged.
-            let off = resource_config_for_pod(&case(name), false, 100_000, 0).unwrap();
+            let off = resource_config_for_pod(&case(name), false, 100_000, 0, false).unwrap();
             let want_off = ResourceConfig {
                 cpu_quota: want.cpu_quota.map(|_| -1),
                 ..want
@@ -216,14 +221,15 @@ pub(crate) mod tests {
     #[test]
     fn period_and_pids() {
         // Go 1.28.7 with CustomCPUCFSQuotaPeriod on: the quota follows the period.
-        let got = resource_config_for_pod(&case("guaranteed"), true, 50_000, 1024).unwrap();
+        let got = resource_config_for_pod(&case("guaranteed"), true, 50_000, 1024, false).unwrap();
         assert_eq!(got.cpu_quota, Some(55_000));
         assert_eq!(got.cpu_period, Some(50_000));
         assert_eq!(got.pids_limit, Some(1024));
-        let got = resource_config_for_pod(&case("burstable-all-limits"), true, 50_000, -1).unwrap();
+        let got = resource_config_for_pod(&case("burstable-all-limits"), true, 50_000, -1, false)
+            .unwrap();
         assert_eq!(got.cpu_quota, Some(25_500));
         assert_eq!(got.pids_limit, None);
-        let got = resource_config_for_pod(&case("besteffort"), true, 100_000, 100).unwrap();
+        let got = resource_config_for_pod(&case("besteffort"), true, 100_000, 100, false).unwrap();
         assert_eq!(got.pids_limit, Some(100));
         assert_eq!(got.hugepage_limits, BTreeMap::new());
     }
@@ -234,7 +240,17 @@ pub(crate) mod tests {
         let p = pod("metadata: {name: p, uid: u}
 spec:
   containers: [{name: a, image: x, resources: {limits: {cpu: 500m, memory: 128Mi}}}]");
-        let got = resource_config_for_pod(&p, true, 100_000, -1).unwrap();
+        let got = resource_config_for_pod(&p, true, 100_000, -1, false).unwrap();
         assert_eq!(got, config(Some(128 << 20), 512, Some(50_000), &[]));
+    }
+
+    #[test]
+    fn memory_qos_sets_the_pod_s_memory_min() {
+        let on = resource_config_for_pod(&case("burstable-all-limits"), true, 100_000, -1, true)
+            .unwrap();
+        let requests = pod_requests(&case("burstable-all-limits")).unwrap();
+        assert_eq!(on.memory_min, Some(units(requests.get("memory"))));
+        let best_effort = resource_config_for_pod(&case("besteffort"), true, 100_000, -1, true);
+        assert_eq!(best_effort.unwrap().memory_min, None);
     }
 }

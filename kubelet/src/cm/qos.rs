@@ -40,13 +40,17 @@ pub struct QosConfigs {
 ///   systemReserved, not less the eviction threshold.
 ///
 /// A pod whose quantities do not parse (it got no containers either) counts as asking for
-/// nothing. Not done: Go's retry that lowers a limit below current usage to the usage after
-/// a failed write (it reads the cgroup), and cgroup v2 `memory.min` (`MemoryQoS` alpha gate).
+/// nothing. With `memory_qos` (the `MemoryQoS` gate on cgroup v2), `memory.min` protects
+/// what the pods ask for, as Go's `setMemoryQoS`: Burstable the Burstable pods' memory
+/// requests, `kubepods` those plus the Guaranteed pods' (unset while zero). Not done: Go's
+/// retry that lowers a limit below current usage to the usage after a failed write (it reads
+/// the cgroup).
 pub fn qos_cgroup_configs(
     pods: &[&Pod],
     allocatable_memory: i64,
     qos_reserved_memory_percent: Option<i64>,
     hugepage_sizes: &[u64],
+    memory_qos: bool,
 ) -> QosConfigs {
     let (mut burstable_cpu_milli, mut guaranteed_memory, mut burstable_memory) = (0i64, 0i64, 0i64);
     for pod in pods {
@@ -91,6 +95,11 @@ pub fn qos_cgroup_configs(
         configs.burstable.memory = Some(burstable_limit);
         configs.besteffort.memory = Some(besteffort_limit);
     }
+    if memory_qos {
+        let guaranteed_min = guaranteed_memory.saturating_add(burstable_memory);
+        configs.burstable.memory_min = Some(burstable_memory).filter(|m| *m > 0);
+        configs.guaranteed.memory_min = Some(guaranteed_min).filter(|m| *m > 0);
+    }
     configs
 }
 
@@ -107,7 +116,7 @@ mod tests {
     fn configs(percent: Option<i64>) -> QosConfigs {
         let pods = go_pods();
         let active: Vec<&Pod> = pods.iter().collect();
-        qos_cgroup_configs(&active, 8 * GI, percent, &SIZES)
+        qos_cgroup_configs(&active, 8 * GI, percent, &SIZES, false)
     }
 
     #[test]
@@ -153,13 +162,44 @@ mod tests {
 
     #[test]
     fn no_pods_and_no_allocatable() {
-        let got = qos_cgroup_configs(&[], 0, Some(50), &[]);
+        let got = qos_cgroup_configs(&[], 0, Some(50), &[], false);
         assert_eq!(got.burstable.cpu_shares, Some(2));
         assert_eq!(got.burstable.memory, None);
         assert!(got.burstable.hugepage_limits.is_empty());
         let pods = go_pods();
         // Go: one Burstable pod of 1500m → 1536 shares.
-        let got = qos_cgroup_configs(&[&pods[4]], 8 * GI, None, &[]);
+        let got = qos_cgroup_configs(&[&pods[4]], 8 * GI, None, &[], false);
         assert_eq!(got.burstable.cpu_shares, Some(1536));
+    }
+
+    #[test]
+    fn memory_qos_protects_the_requests() {
+        let pods = go_pods();
+        let active: Vec<&Pod> = pods.iter().collect();
+        let off = qos_cgroup_configs(&active, 8 * GI, None, &[], false);
+        assert_eq!(
+            (off.guaranteed.memory_min, off.burstable.memory_min),
+            (None, None)
+        );
+        let on = qos_cgroup_configs(&active, 8 * GI, None, &[], true);
+        let (mut guaranteed, mut burstable) = (0, 0);
+        for p in &active {
+            let memory = units(pod_requests(p).unwrap().get("memory"));
+            match qos_class(p) {
+                QosClass::Guaranteed => guaranteed += memory,
+                QosClass::Burstable => burstable += memory,
+                QosClass::BestEffort => {}
+            }
+        }
+        assert!(burstable > 0 && guaranteed > 0);
+        assert_eq!(on.burstable.memory_min, Some(burstable));
+        assert_eq!(on.guaranteed.memory_min, Some(guaranteed + burstable));
+        assert_eq!(on.besteffort.memory_min, None);
+        let empty = qos_cgroup_configs(&[], 8 * GI, None, &[], true);
+        assert_eq!(empty.guaranteed, off_guaranteed_default());
+    }
+
+    fn off_guaranteed_default() -> ResourceConfig {
+        qos_cgroup_configs(&[], 8 * GI, None, &[], false).guaranteed
     }
 }

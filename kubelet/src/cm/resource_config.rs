@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 pub struct ResourceConfig {
     /// Memory limit in bytes (`memory.limit_in_bytes` / `memory.max`).
     pub memory: Option<i64>,
+    /// Memory protected from reclaim, bytes: cgroup v2 `memory.min`, set only under the
+    /// `MemoryQoS` gate (Go's `Unified["memory.min"]`); v1 has no such file.
+    pub memory_min: Option<i64>,
     /// CPU shares (`cpu.shares`; v2 `cpu.weight` from it).
     pub cpu_shares: Option<u64>,
     /// CFS quota in µs; -1 for none (`cpu.cfs_quota_us` / `cpu.max`).

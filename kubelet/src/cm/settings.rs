@@ -69,6 +69,9 @@ pub struct Settings {
     pub cpu_cfs_quota: bool,
     /// The CFS period (`cpuCFSQuotaPeriod`, default 100ms).
     pub cpu_cfs_quota_period: Duration,
+    /// The `MemoryQoS` gate: `memory.min` on the QoS and pod cgroups (acted on only on
+    /// cgroup v2).
+    pub memory_qos: bool,
 }
 
 impl Default for Settings {
@@ -89,6 +92,7 @@ impl Default for Settings {
             reserved_system_cpus: String::new(),
             cpu_cfs_quota: true,
             cpu_cfs_quota_period: Duration::from_millis(100),
+            memory_qos: false,
         }
     }
 }

@@ -12,7 +12,7 @@ use ferrolet_proto::go_duration::{format_duration, parse_duration, parse_duratio
 use serde_yaml_ng::Value;
 
 use super::file::{
-    boolean, duration, integer, invalid, keyed_map, nonempty, string, string_map, type_name,
+    boolean, duration, float, integer, invalid, keyed_map, nonempty, string, string_map, type_name,
 };
 use super::{Config, ConfigError, node};
 use crate::cm::{CgroupDriver, CpuManagerPolicy, Settings};
@@ -33,9 +33,16 @@ const ENFORCE_NONE: &str = "none";
 pub const GATE_CUSTOM_CPU_CFS_QUOTA_PERIOD: &str = "CustomCPUCFSQuotaPeriod";
 /// Gate under which `qosReserved` is acted on (alpha, off by default in Go 1.28-1.32).
 pub const GATE_QOS_RESERVED: &str = "QOSReserved";
+/// Gate under which cgroup v2's `memory.min` and `memory.high` protect and throttle pods'
+/// memory (alpha, off by default in Go 1.28-1.34).
+pub const GATE_MEMORY_QOS: &str = "MemoryQoS";
 /// The feature gates ferrolet acts on; setting any other one to true is reported as not
 /// implemented.
-pub const HONOURED_FEATURE_GATES: &[&str] = &[GATE_CUSTOM_CPU_CFS_QUOTA_PERIOD, GATE_QOS_RESERVED];
+pub const HONOURED_FEATURE_GATES: &[&str] = &[
+    GATE_CUSTOM_CPU_CFS_QUOTA_PERIOD,
+    GATE_QOS_RESERVED,
+    GATE_MEMORY_QOS,
+];
 
 /// Where systemd keeps its runtime state: present exactly when systemd is PID 1 (the test
 /// of systemd's own `sd_booted`).
@@ -49,6 +56,7 @@ const QOS_RESERVED: &str = "qosReserved (--qos-reserved)";
 const CPU_MANAGER_POLICY: &str = "cpuManagerPolicy (--cpu-manager-policy)";
 const RESERVED_CPUS: &str = "reservedSystemCPUs (--reserved-cpus)";
 const CFS_QUOTA_PERIOD: &str = "cpuCFSQuotaPeriod (--cpu-cfs-quota-period)";
+const MEMORY_THROTTLING_FACTOR: &str = "memoryThrottlingFactor";
 
 /// Go's default `cpuCFSQuotaPeriod`.
 const DEFAULT_CFS_QUOTA_PERIOD: Duration = Duration::from_millis(100);
@@ -101,7 +109,7 @@ pub struct CmFlags {
 }
 
 /// The KubeletConfiguration fields read here.
-pub(super) const FIELDS: [&str; 13] = [
+pub(super) const FIELDS: [&str; 14] = [
     "cgroupsPerQOS",
     "cgroupDriver",
     "failCgroupV1",
@@ -115,6 +123,7 @@ pub(super) const FIELDS: [&str; 13] = [
     "reservedSystemCPUs",
     "cpuCFSQuota",
     "cpuCFSQuotaPeriod",
+    "memoryThrottlingFactor",
 ];
 
 /// Applies one of [`FIELDS`] from the file, with Go's defaulting (an unset pointer or a zero
@@ -134,6 +143,11 @@ pub(super) fn apply_field(c: &mut Config, key: &str, v: &Value) -> Result<(), Co
             integer(key, v, i64::MIN, i64::MAX)?.map(|n| n.max(-1)),
         ),
         "qosReserved" => c.qos_reserved = string_map(key, v)?,
+        // Go's defaulting: unset or 0 is 0.9.
+        "memoryThrottlingFactor" => set(
+            &mut c.memory_throttling_factor,
+            float(key, v)?.filter(|f| *f != 0.0),
+        ),
         "cpuManagerPolicy" => {
             if let Some(p) = nonempty(key, v)? {
                 c.cpu_manager_policy = cpu_manager_policy(&p)?;
@@ -407,6 +421,13 @@ impl Config {
                 ),
             ));
         }
+        let factor = self.memory_throttling_factor;
+        if factor <= 0.0 || factor > 1.0 {
+            return Err(invalid(
+                MEMORY_THROTTLING_FACTOR,
+                format!("{factor} must be greater than 0 and less than or equal to 1.0"),
+            ));
+        }
         self.check_enforcement()?;
         if !self.reserved_system_cpus.is_empty() {
             if !self.system_reserved_cgroup.is_empty() || !self.kube_reserved_cgroup.is_empty() {
@@ -543,6 +564,7 @@ impl Config {
             reserved_system_cpus: self.reserved_system_cpus.clone(),
             cpu_cfs_quota: self.cpu_cfs_quota,
             cpu_cfs_quota_period: self.cpu_cfs_quota_period,
+            memory_qos: self.feature_gate(GATE_MEMORY_QOS),
         }
     }
 }

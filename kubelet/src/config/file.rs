@@ -84,7 +84,6 @@ const IGNORED_FIELDS: &[(&str, &str)] = &[
     ("enableProfilingHandler", "true"),
     ("enableDebugFlagsHandler", "true"),
     ("seccompDefault", "false"),
-    ("memoryThrottlingFactor", "0.9"),
     ("memoryReservationPolicy", ""),
     ("tracing", ""),
     ("localStorageCapacityIsolation", "true"),
@@ -434,6 +433,21 @@ pub(super) fn boolean(key: &str, v: &Value) -> Result<Option<bool>, ConfigError>
         other => Err(invalid(
             key,
             format!("must be true or false, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// A number.
+pub(super) fn float(key: &str, v: &Value) -> Result<Option<f64>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| invalid(key, format!("{n} is not a number"))),
+        other => Err(invalid(
+            key,
+            format!("must be a number, not {}", type_name(other)),
         )),
     }
 }

@@ -121,6 +121,9 @@ pub struct Config {
     /// Requests kept from lower QoS classes, resource → percentage (`qosReserved`,
     /// `--qos-reserved`; only `memory`, as `50%`; acted on under the `QOSReserved` gate).
     pub qos_reserved: BTreeMap<String, String>,
+    /// How far towards the memory limit `memory.high` sits, under the `MemoryQoS` gate on
+    /// cgroup v2 (`memoryThrottlingFactor`, (0, 1]).
+    pub memory_throttling_factor: f64,
     /// The CPU manager's policy (`cpuManagerPolicy`, `--cpu-manager-policy`, none).
     pub cpu_manager_policy: crate::cm::CpuManagerPolicy,
     /// How often the CPU manager reconciles (`cpuManagerReconcilePeriod`,
@@ -257,6 +260,7 @@ impl Default for Config {
             system_reserved_cgroup: String::new(),
             pod_pids_limit: -1,
             qos_reserved: BTreeMap::new(),
+            memory_throttling_factor: 0.9,
             cpu_manager_policy: crate::cm::CpuManagerPolicy::None,
             cpu_manager_reconcile_period: Duration::from_secs(10),
             reserved_system_cpus: String::new(),

@@ -71,6 +71,8 @@ pub struct NodeContext {
     pub systemd_cgroups: bool,
     /// Bytes of memory on the node (oom_score_adj, downward-API defaults).
     pub memory_capacity: u64,
+    /// Containers' `memory.min`/`memory.high` (the `MemoryQoS` gate on cgroup v2); `None`: off.
+    pub memory_qos: Option<resources::MemoryQos>,
 }
 
 /// Per-container inputs known at sync time.
@@ -186,6 +188,7 @@ pub(crate) mod testutil {
             cgroups_per_qos: true,
             systemd_cgroups: false,
             memory_capacity: 8 << 30,
+            memory_qos: None,
         }
     }
 

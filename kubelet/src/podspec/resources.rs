@@ -173,7 +173,57 @@ pub fn linux_resources(
     container: &Container,
     node: &NodeContext,
 ) -> Result<cri::LinuxContainerResources, SpecError> {
-    linux_resources_with(pod, container, node.memory_capacity, CgroupFacts::node())
+    let mut r = linux_resources_with(pod, container, node.memory_capacity, CgroupFacts::node())?;
+    if let Some(qos) = &node.memory_qos {
+        r.unified.extend(qos.unified(container)?);
+    }
+    Ok(r)
+}
+
+/// The container side of the `MemoryQoS` gate on cgroup v2 (Go's `enforceMemoryQoS`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MemoryQos {
+    /// `memoryThrottlingFactor`: how far from the request towards the limit `memory.high` is.
+    pub throttling_factor: f64,
+    /// The node's allocatable memory (capacity less the reservations), the ceiling of a
+    /// container without a memory limit.
+    pub allocatable_memory: i64,
+}
+
+/// The page size `memory.high` is rounded down to (Go's `defaultPageSize`).
+const PAGE_SIZE: i64 = 4096;
+
+impl MemoryQos {
+    /// A container's `memory.min` (its memory request) and `memory.high`
+    /// (`floor((request + factor × (limit or allocatable − request)) / page) × page`, only
+    /// when the request differs from the limit and the result exceeds the request), as Go's
+    /// `generateLinuxContainerResources`.
+    pub fn unified(&self, container: &Container) -> Result<BTreeMap<String, String>, SpecError> {
+        let request = request(container, "memory")?.map_or(0, |q| to_i64(q.value_ceil()));
+        let limit = limit(container, "memory")?.map_or(0, |q| to_i64(q.value_ceil()));
+        let mut unified = BTreeMap::new();
+        if request != 0 {
+            unified.insert("memory.min".to_string(), request.to_string());
+        }
+        if request != limit {
+            let ceiling = if limit != 0 {
+                limit
+            } else {
+                self.allocatable_memory
+            };
+            let high = if ceiling > 0 {
+                let h = (request as f64 + (ceiling - request) as f64 * self.throttling_factor)
+                    / PAGE_SIZE as f64;
+                h.floor() as i64 * PAGE_SIZE
+            } else {
+                0
+            };
+            if high != 0 && high > request {
+                unified.insert("memory.high".to_string(), high.to_string());
+            }
+        }
+        Ok(unified)
+    }
 }
 
 /// The container's CRI linux resources given the node's memory and cgroup facts.
@@ -552,5 +602,43 @@ spec:
         assert!(a.cpu_milli >= 1000);
         assert_eq!(a.memory, (8 << 30) - (100 << 20));
         assert!(a.ephemeral_storage > 0);
+    }
+
+    #[test]
+    fn memory_qos_as_go_sets_it() {
+        let gi = GI as i64;
+        let qos = MemoryQos {
+            throttling_factor: 0.9,
+            allocatable_memory: 8 * gi,
+        };
+        let container = |resources: &str| {
+            let p = pod(&format!(
+                "spec:\n  containers:\n  - name: c\n    image: i\n    resources: {resources}\n"
+            ));
+            p.spec.unwrap().containers.remove(0)
+        };
+        let unified = |resources: &str| qos.unified(&container(resources)).unwrap();
+        // Burstable: floor((64Mi + 0.9 × 64Mi) / 4096) × 4096.
+        let u = unified("{requests: {memory: 64Mi}, limits: {memory: 128Mi}}");
+        assert_eq!(u["memory.min"], "67108864");
+        assert_eq!(u["memory.high"], "127504384");
+        // Equal request and limit: protected, never throttled.
+        let u = unified("{requests: {memory: 64Mi}, limits: {memory: 64Mi}}");
+        assert_eq!(u.keys().collect::<Vec<_>>(), ["memory.min"]);
+        // No limit: towards the node's allocatable memory.
+        let u = unified("{requests: {memory: 1Gi}}");
+        let high = ((gi as f64 + 7.0 * gi as f64 * 0.9) / 4096.0).floor() as i64 * 4096;
+        assert_eq!(u["memory.high"], high.to_string());
+        // Only a limit: the request defaults to it, as the API server's defaulting does, so
+        // the memory is protected and not throttled.
+        let u = unified("{limits: {memory: 100Mi}}");
+        assert_eq!(u.keys().collect::<Vec<_>>(), ["memory.min"]);
+        assert_eq!(u["memory.min"], "104857600");
+        // BestEffort without an allocatable figure: nothing.
+        let none = MemoryQos {
+            allocatable_memory: 0,
+            ..qos
+        };
+        assert!(none.unified(&container("{}")).unwrap().is_empty());
     }
 }

@@ -449,6 +449,7 @@ fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError>
         cgroups_per_qos: true,
         systemd_cgroups: false,
         memory_capacity: crate::node::memory_capacity(),
+        memory_qos: None,
     };
     let mut out = PodVolumes::default();
     for v in volumes {

@@ -230,6 +230,9 @@ fn resource_properties(config: &ResourceConfig) -> Vec<(&'static str, Value<'sta
     if let Some(memory) = config.memory.filter(|m| *m != 0) {
         properties.push(("MemoryMax", Value::from(limit(memory))));
     }
+    if let Some(min) = config.memory_min.filter(|m| *m > 0) {
+        properties.push(("MemoryMin", Value::from(limit(min))));
+    }
     if let Some(weight) = config.cpu_shares.and_then(cpu_shares_to_weight) {
         properties.push(("CPUWeight", Value::from(weight)));
     }
@@ -275,6 +278,7 @@ mod tests {
         assert!(resource_properties(&ResourceConfig::default()).is_empty());
         let config = ResourceConfig {
             memory: Some(64 << 20),
+            memory_min: Some(32 << 20),
             cpu_shares: Some(1024),
             cpu_quota: Some(-1),
             cpu_period: Some(100_000),
@@ -289,6 +293,7 @@ mod tests {
             names,
             [
                 "MemoryMax",
+                "MemoryMin",
                 "CPUWeight",
                 "CPUQuotaPerSecUSec",
                 "CPUQuotaPeriodUSec",

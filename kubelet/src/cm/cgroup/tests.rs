@@ -42,6 +42,7 @@ fn v2_tree(controllers: &str) -> (TempDir, CgroupManager) {
 fn config() -> ResourceConfig {
     ResourceConfig {
         memory: Some(1 << 30),
+        memory_min: None,
         cpu_shares: Some(1024),
         cpu_quota: Some(50_000),
         cpu_period: Some(100_000),
@@ -167,6 +168,13 @@ fn v2_create_update_destroy() {
     m.update(&pod, &unlimited).unwrap();
     assert_eq!(cat(&dir, "memory.max"), "max");
     assert_eq!(cat(&dir, "cpu.max"), "max 100000");
+    assert!(!dir.join("memory.min").exists());
+    let protected = ResourceConfig {
+        memory_min: Some(64 << 20),
+        ..Default::default()
+    };
+    m.update(&pod, &protected).unwrap();
+    assert_eq!(cat(&dir, "memory.min"), "67108864");
     assert_eq!(cat(&dir, "pids.max"), "max");
     assert_eq!(cat(&dir, "cpu.weight"), "39");
 

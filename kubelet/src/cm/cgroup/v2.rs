@@ -117,6 +117,10 @@ pub(super) fn set(
         need("memory", "memory.max")?;
         fs::write(&cg, &dir, "memory.max", &limit(memory))?;
     }
+    if let Some(min) = r.memory_min.filter(|m| *m > 0) {
+        need("memory", "memory.min")?;
+        fs::write(&cg, &dir, "memory.min", &min.to_string())?;
+    }
     if let Some(weight) = r.cpu_shares.and_then(cpu_shares_to_weight) {
         need("cpu", "cpu.weight")?;
         fs::write(&cg, &dir, "cpu.weight", &weight.to_string())?;

@@ -461,15 +461,49 @@ fn the_systemd_driver_is_taken_where_systemd_runs_and_refused_clearly_elsewhere(
 fn feature_gates_ferrolet_does_not_act_on_are_reported() {
     let (c, warnings) = load(
         "featureGates: {QOSReserved: true, CustomCPUCFSQuotaPeriod: false, MemoryQoS: true, \
-         NodeSwap: false}\n",
+         NodeSwap: false, InPlacePodVerticalScaling: true}\n",
         &[],
     )
     .unwrap();
-    assert_eq!(c.feature_gates.len(), 4);
+    assert_eq!(c.feature_gates.len(), 5);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
-        warnings[0].ends_with(": featureGates.MemoryQoS"),
+        warnings[0].ends_with(": featureGates.InPlacePodVerticalScaling"),
         "{warnings:?}"
+    );
+    assert!(c.cm_settings().memory_qos);
+}
+
+#[test]
+fn the_memory_throttling_factor_is_go_s() {
+    assert_eq!(loaded("", &[]).memory_throttling_factor, 0.9);
+    assert_eq!(
+        loaded("memoryThrottlingFactor: 0\n", &[]).memory_throttling_factor,
+        0.9
+    );
+    assert_eq!(
+        loaded("memoryThrottlingFactor: 1\n", &[]).memory_throttling_factor,
+        1.0
+    );
+    assert_eq!(
+        loaded("memoryThrottlingFactor: 0.5\n", &[]).memory_throttling_factor,
+        0.5
+    );
+    let (field, reason) = refusal(load("memoryThrottlingFactor: 1.5\n", &[]));
+    assert_eq!(field, "memoryThrottlingFactor");
+    assert_eq!(
+        reason,
+        "1.5 must be greater than 0 and less than or equal to 1.0"
+    );
+    assert!(
+        refusal(load("memoryThrottlingFactor: -0.1\n", &[]))
+            .1
+            .contains("-0.1")
+    );
+    assert!(
+        refusal(load("memoryThrottlingFactor: high\n", &[]))
+            .1
+            .contains("number")
     );
 }
 
@@ -564,6 +598,7 @@ fn cm_settings_maps_every_field() {
         reserved_system_cpus: String::new(),
         cpu_cfs_quota: false,
         cpu_cfs_quota_period: Duration::from_millis(100),
+        memory_qos: false,
     };
     assert_eq!(c.cm_settings(), want);
 
