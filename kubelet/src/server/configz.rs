@@ -195,6 +195,10 @@ fn container_manager(config: &Config, put: &mut impl FnMut(&str, Value)) {
         "cpuCFSQuotaPeriod",
         json!(go_duration(config.cpu_cfs_quota_period)),
     );
+    put(
+        "memoryThrottlingFactor",
+        json!(config.memory_throttling_factor),
+    );
     let maps = [
         ("qosReserved", &config.qos_reserved),
         ("kubeReserved", &config.kube_reserved),
@@ -317,6 +321,7 @@ mod tests {
         assert_eq!(d["cpuManagerReconcilePeriod"], "10s");
         assert_eq!(d["cpuCFSQuota"], true);
         assert_eq!(d["cpuCFSQuotaPeriod"], "100ms");
+        assert_eq!(d["memoryThrottlingFactor"], 0.9);
         for omitted in [
             "qosReserved",
             "reservedSystemCPUs",
