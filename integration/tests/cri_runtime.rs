@@ -1391,7 +1391,10 @@ async fn a_handler_with_its_own_binary_runs_its_pods_under_crun() {
     for (sandbox, id, _) in &ids {
         api.stop_container(id, 1).await.unwrap();
         let status = api.wait_exited(id, LONG).await;
-        assert_eq!(status.exit_code, 137, "{status:?}");
+        // SIGTERM where the pod's pause process is PID 1 (a handler other than the default
+        // gets one, and these pods share its PID namespace), SIGKILL where the sleep is PID 1
+        // and ignores SIGTERM.
+        assert!([137, 143].contains(&status.exit_code), "{status:?}");
         api.remove_container(id).await.unwrap();
         api.stop_pod(sandbox).await.unwrap();
         api.remove_pod(sandbox).await.unwrap();

@@ -169,11 +169,11 @@ pub fn is_systemd_parent(parent: &str) -> bool {
     parent.is_empty() || parent.trim_end_matches('/').ends_with(".slice")
 }
 
-/// cgroups path of a container under the sandbox's parent (cgroupfs driver: "<parent>/<id>"; when the parent is empty, containerd's default "/k8s.io/<id>"-style path scoped by the namespace given, or with the systemd driver `:ferrolet-cri:<id>`, a scope in runc's default slice).
+/// cgroups path of a container under the sandbox's parent (cgroupfs driver: "<parent>/<id>"; when the parent is empty, containerd's default "/k8s.io/<id>"-style path scoped by the namespace given, or with the systemd driver `system.slice:ferrolet-cri:<id>`, a scope in runc's default slice, named: crun 1.8 refuses an empty slice).
 pub fn cgroups_path(parent: &str, namespace: &str, id: &str, systemd: bool) -> String {
     if parent.is_empty() {
         if systemd {
-            return format!(":ferrolet-cri:{id}");
+            return format!("system.slice:ferrolet-cri:{id}");
         }
         return format!("/{}/{id}", namespace.trim_matches('/'));
     }
@@ -393,6 +393,14 @@ mod tests {
         assert_eq!(
             cgroups_path("/kubepods.slice/kubepods-pod1.slice", "ns", "abc", false),
             "kubepods-pod1.slice:ferrolet-cri:abc"
+        );
+        assert_eq!(
+            cgroups_path("", "ns", "abc", true),
+            "system.slice:ferrolet-cri:abc"
+        );
+        assert_eq!(
+            cgroup_dir(&cgroups_path("", "ns", "abc", true)),
+            "/system.slice/ferrolet-cri-abc.scope"
         );
     }
 
