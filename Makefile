@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test test-node test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -42,6 +42,13 @@ fuzz:
 # packages and cached; binaries and tests are built on the host and run in the guest).
 test-node:
 	scripts/testnode.sh suites
+
+## test-node-containerd2: the test node's cgroup suites (kubelet_cgroups, and the CRI suite's
+# cgroup, OOM-reason and crun tests) on containerd 2.x (scripts/containerd2.sh's) in the guest,
+# with the systemd driver. About 7 minutes; not part of CI, whose 60 minutes it would crowd.
+TESTNODE_CONTAINERD2_SUITES ?= kubelet_cgroups cri_runtime:stats_agree_with_the_cgroup_and_resources_update,exit_codes_reasons_oom_kills_and_the_image_stop_signal,a_handler_with_its_own_binary_runs_its_pods_under_crun
+test-node-containerd2:
+	TESTNODE_CONTAINERD2=1 TESTNODE_SUITES="$(TESTNODE_CONTAINERD2_SUITES)" scripts/testnode.sh suites
 
 ## test-containerd2: the CRI and kubelet suites again, on containerd 2.x (sid's, fetched by
 # scripts/containerd2.sh into a private directory; the system's runc), ferrolet-cri's and

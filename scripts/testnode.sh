@@ -199,7 +199,8 @@ echo "runc: $(runc --version | head -n1)"'
 # representative set of pod lifecycle, probe and streaming tests (make test-node).
 # An entry is a suite, or `suite:test,test` for some of its tests (exact names).
 # TESTNODE_SUITES (space-separated) picks others; FERROLET_CGROUP_DRIVER (systemd) is the
-# driver of ferrolet, ferrolet-cri and containerd's CRI in the guest. Not here: the CPU
+# driver of ferrolet, ferrolet-cri and containerd's CRI in the guest; TESTNODE_CONTAINERD2=1
+# runs them on containerd 2.x (make test-node-containerd2). Not here: the CPU
 # manager's suite (its tests pin one of two CPUs; the stock UML kernel has one CPU and no
 # cpuset controller) and cri_node_resources (the missing v1 hugetlb hierarchy, a v1 matter).
 # Probes and streaming run on ferrolet-cri only, and of the CRI suite the tests that touch
@@ -236,14 +237,28 @@ for line in sys.stdin:
     echo "$name $exe $([ "$s" = "$name" ] || echo "${s#*:}")" >>"$list"
   done
   [ -s "$list" ] || die "no test executables were built"
-  run bash scripts/testnode.sh guest-suites "$list" "$DRIVER"
+  # TESTNODE_CONTAINERD2=1: the suites' own containerd is 2.x (scripts/containerd2.sh's),
+  # copied into the workspace the guest mounts.
+  local containerd_bin=
+  if [ -n "${TESTNODE_CONTAINERD2:-}" ]; then
+    containerd_bin="$ROOT_DIR/target/testnode-containerd2"
+    mkdir -p "$containerd_bin"
+    cp -a "$(scripts/containerd2.sh)/." "$containerd_bin/"
+  fi
+  run bash scripts/testnode.sh guest-suites "$list" "$DRIVER" "$containerd_bin"
 }
 
-# guest-suites LIST (inside the guest): the environment, then each "name executable" of LIST.
+# guest-suites LIST DRIVER [CONTAINERD_BIN] (inside the guest): the environment, then each
+# "name executable" of LIST; the suites' containerd from CONTAINERD_BIN when given.
 guest_suites() {
   export FERROLET_OFFLINE=1 FERROLET_CGROUP_DRIVER=$2
+  local containerd=containerd
+  if [ -n "${3:-}" ]; then
+    export FERROLET_CONTAINERD_BIN=$3
+    containerd=$3/containerd
+  fi
   echo "guest: cgroup fs $(stat -fc %T /sys/fs/cgroup) ($(cat /sys/fs/cgroup/cgroup.controllers)), $(uname -sr), $(nproc) cpu"
-  echo "guest: $(systemctl --version | head -n1); $(containerd --version); $(runc --version | head -n1)"
+  echo "guest: $(systemctl --version | head -n1); the suites' $("$containerd" --version); $(runc --version | head -n1)"
   echo "guest: cgroup driver $2 (ferrolet cgroupDriver, ferrolet-cri systemd_cgroup, containerd's SystemdCgroup)"
   if ! scripts/env.sh up >/tmp/env.log 2>&1; then
     tail -n 40 /tmp/env.log
@@ -280,6 +295,6 @@ case "${1:-}" in
   run) shift; run "$@" ;;
   info) info ;;
   suites) suites ;;
-  guest-suites) guest_suites "$2" "${3:-systemd}" ;;
+  guest-suites) guest_suites "$2" "${3:-systemd}" "${4:-}" ;;
   *) echo "usage: $0 build|run CMD...|info|suites" >&2; exit 2 ;;
 esac
