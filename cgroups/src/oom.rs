@@ -194,8 +194,15 @@ fn key_values(text: &str) -> Vec<(&str, &str)> {
 }
 
 /// Starts the reader thread on `path` (`/dev/kmsg`) from the end of the log; kills arrive on
-/// the returned channel until the receiver is dropped.
-pub fn watch(path: &Path) -> std::io::Result<mpsc::Receiver<OomKill>> {
+/// the returned channel until the receiver is dropped. The log is opened on the blocking pool.
+pub async fn watch(path: &Path) -> std::io::Result<mpsc::Receiver<OomKill>> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || start(&path))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+fn start(path: &Path) -> std::io::Result<mpsc::Receiver<OomKill>> {
     let mut file = File::open(path)?;
     // kmsg seeks by record: SEEK_END skips everything already logged.
     file.seek(SeekFrom::End(0))?;

@@ -11,6 +11,9 @@ use std::path::{Component, Path, PathBuf};
 /// multiple, so the sentinel is not exactly `i64::MAX` (containerd and cadvisor use the same).
 const UNLIMITED: u64 = 1 << 62;
 
+/// Linux's errno for an operation not supported (what a pressure file answers with PSI off).
+const EOPNOTSUPP: i32 = 95;
+
 /// Memory of one cgroup.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemoryUsage {
@@ -374,7 +377,7 @@ fn read_keyed(path: &Path) -> Result<HashMap<String, u64>, UsageError> {
 fn read_psi(path: &Path) -> Result<Option<Psi>, UsageError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(95) => {
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(EOPNOTSUPP) => {
             return Ok(None);
         }
         Err(source) => {

@@ -167,41 +167,40 @@ fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
 
 /// The container side of the `MemoryQoS` gate (Go's `enforceMemoryQoS`: the gate, on
 /// cgroup v2): the throttling factor and the node's allocatable memory (Go's
-/// `GetNodeAllocatableAbsolute`) for containers' `memory.high`.
-async fn memory_qos(config: &Config) -> Option<crate::podspec::resources::MemoryQos> {
+/// `GetNodeAllocatableAbsolute`, from the capacity the container manager started with) for
+/// containers' `memory.high`.
+fn memory_qos(
+    config: &Config,
+    capacity: &crate::cm::allocatable::Capacity,
+) -> Option<crate::podspec::resources::MemoryQos> {
     let settings = config.cm_settings();
     if !settings.memory_qos || !ferrolet_cgroups::usage::Hierarchy::detect().is_unified() {
         return None;
     }
-    let root = config.root_dir.clone();
-    let factor = config.memory_throttling_factor;
-    let allocatable = tokio::task::spawn_blocking(move || {
-        let machine = crate::node_status::machine::read(&root);
-        let capacity = crate::cm::allocatable::Capacity::from_machine(
-            &machine,
-            crate::cm::allocatable::kernel_pid_max(),
-        );
-        crate::cm::allocatable::allocatable_absolute(
-            &capacity,
-            &settings.kube_reserved,
-            &settings.system_reserved,
-        )
-        .map(|a| a.memory)
+    // The container manager's start has already refused reservations that do not parse.
+    let allocatable = crate::cm::allocatable::allocatable_absolute(
+        capacity,
+        &settings.kube_reserved,
+        &settings.system_reserved,
+    )
+    .ok()?;
+    Some(crate::podspec::resources::MemoryQos {
+        throttling_factor: config.memory_throttling_factor,
+        allocatable_memory: allocatable.memory,
     })
-    .await;
-    match allocatable {
-        Ok(Ok(memory)) => Some(crate::podspec::resources::MemoryQos {
-            throttling_factor: factor,
-            allocatable_memory: memory,
-        }),
-        // Refused again, with its reason, when the container manager starts.
-        _ => None,
-    }
 }
 
+/// The container manager (none without `cgroupsPerQOS`), and the node's capacity it was
+/// started with.
 async fn start_container_manager(
     config: &Config,
-) -> Result<Option<Arc<crate::cm::ContainerManager>>, AppError> {
+) -> Result<
+    (
+        Option<Arc<crate::cm::ContainerManager>>,
+        crate::cm::allocatable::Capacity,
+    ),
+    AppError,
+> {
     let settings = config.cm_settings();
     let root = config.root_dir.clone();
     let eviction = config.eviction.clone();
@@ -224,11 +223,11 @@ async fn start_container_manager(
             &settings.system_reserved,
             &hard,
         )?;
-        crate::cm::ContainerManager::start(settings, capacity)
+        crate::cm::ContainerManager::start(settings, capacity.clone()).map(|cm| (cm, capacity))
     })
     .await
     .map_err(|e| AppError::ContainerManager(crate::cm::CmError::Join(e.to_string())))?;
-    let cm = started.map_err(AppError::ContainerManager)?;
+    let (cm, capacity) = started.map_err(AppError::ContainerManager)?;
     if let Some(cm) = &cm {
         tracing::info!(
             root = %cm.kubepods(),
@@ -237,7 +236,7 @@ async fn start_container_manager(
             "container manager: the kubepods tree is set up"
         );
     }
-    Ok(cm.map(Arc::new))
+    Ok((cm.map(Arc::new), capacity))
 }
 
 /// Runs the kubelet with the process's arguments until a termination signal.
@@ -360,7 +359,7 @@ async fn run(config: Config) -> Result<(), AppError> {
     check_cgroup_version(&config)?;
     let cri = connect(&config).await;
     check_runtime_cgroup_driver(&cri, &config.cgroup_driver).await?;
-    let node = NodeContext {
+    let mut node = NodeContext {
         node_name: config.node_name.clone(),
         host_ip: node::host_ip().to_string(),
         cluster_dns: config.cluster_dns.clone(),
@@ -371,7 +370,8 @@ async fn run(config: Config) -> Result<(), AppError> {
         cgroups_per_qos: config.cgroups_per_qos,
         systemd_cgroups: config.cgroup_driver == crate::config::SYSTEMD,
         memory_capacity: node::memory_capacity(),
-        memory_qos: memory_qos(&config).await,
+        // Known once the container manager has the node's capacity.
+        memory_qos: None,
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
     let (seams, statuses) = match &credentials {
@@ -392,7 +392,8 @@ async fn run(config: Config) -> Result<(), AppError> {
     let events = seams.events.clone();
     let streaming = server::streaming::Streaming::new(Arc::new(cri.clone()));
     let secure = secure.map(|s| s.with_streaming(streaming));
-    let cm = start_container_manager(&config).await?;
+    let (cm, capacity) = start_container_manager(&config).await?;
+    node.memory_qos = memory_qos(&config, &capacity);
     let cpu = start_cpu_manager(&config, &cri).await?;
     let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu).await;
     tokio::spawn(crate::heap::release_free_pages());

@@ -70,15 +70,10 @@ impl Kubelet {
         let (tx, rx) = mpsc::channel(64);
         let kubelet = self.clone();
         tokio::spawn(async move {
-            let started = tokio::task::spawn_blocking(|| oom::watch(Path::new(KMSG))).await;
-            let mut kills = match started {
-                Ok(Ok(kills)) => kills,
-                Ok(Err(e)) => {
-                    tracing::warn!(path = KMSG, error = %e, "OOM watcher not started: OOM kills are neither counted nor attributed");
-                    return;
-                }
+            let mut kills = match oom::watch(Path::new(KMSG)).await {
+                Ok(kills) => kills,
                 Err(e) => {
-                    tracing::warn!(error = %e, "OOM watcher not started");
+                    tracing::warn!(path = KMSG, error = %e, "OOM watcher not started: OOM kills are neither counted nor attributed");
                     return;
                 }
             };

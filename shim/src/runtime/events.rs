@@ -109,16 +109,10 @@ fn mark_oom_killed(inner: &Arc<RuntimeInner>, id: &str) {
 /// never sends it; the kernel names the victim's cgroup (the container's scope, or its cgroup
 /// under cgroupfs) in a line it writes before the kill.
 pub async fn follow_kernel_oom_kills(inner: Arc<RuntimeInner>, kmsg: &'static str) {
-    let started =
-        tokio::task::spawn_blocking(move || ferrolet_cgroups::oom::watch(Path::new(kmsg))).await;
-    let mut kills = match started {
-        Ok(Ok(kills)) => kills,
-        Ok(Err(e)) => {
-            tracing::warn!(path = kmsg, error = %e, "not reading kernel OOM kills; containerd's OOM events alone tell an OOM kill");
-            return;
-        }
+    let mut kills = match ferrolet_cgroups::oom::watch(Path::new(kmsg)).await {
+        Ok(kills) => kills,
         Err(e) => {
-            tracing::warn!(error = %e, "starting the kernel OOM reader");
+            tracing::warn!(path = kmsg, error = %e, "not reading kernel OOM kills; containerd's OOM events alone tell an OOM kill");
             return;
         }
     };
