@@ -15,11 +15,17 @@
 # TESTNODE_DIR (default /var/lib/ferrolet/testnode) holds the images; TESTNODE_MEM (3G) is the
 # guest's RAM, which UML keeps in /dev/shm; TESTNODE_TIMEOUT (3600) bounds a run in seconds;
 # TESTNODE_KEEP=1 keeps a run's dir (the job, its output, the guest's console) in /tmp.
+# TESTNODE_KERNEL boots another UML kernel than Debian's `linux` (one built with SMP, cpusets
+# and PSI, for the CPU manager's suite and pressure stats: built in, as the image holds only
+# the stock kernel's modules), with TESTNODE_KERNEL_ARGS added to its command line
+# (`ncpus=2 seccomp=on` for such a kernel's two CPUs).
 set -euo pipefail
 
 ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${TESTNODE_DIR:-/var/lib/ferrolet/testnode}
 MEM=${TESTNODE_MEM:-3G}
+KERNEL=${TESTNODE_KERNEL:-linux}
+read -r -a KERNEL_ARGS <<<"${TESTNODE_KERNEL_ARGS:-}"
 TIMEOUT=${TESTNODE_TIMEOUT:-3600}
 SUITE=bookworm
 MIRROR=${TESTNODE_MIRROR:-http://deb.debian.org/debian}
@@ -162,8 +168,8 @@ run() {
   } >"$share/job.sh"
   : >"$share/output"
   # The guest's RAM is a file UML maps; /dev/shm keeps it off the disk.
-  TMPDIR=/dev/shm setsid timeout --kill-after=30 "$TIMEOUT" linux "mem=$MEM" "ubd0=$cow,$img" \
-    root=/dev/ubda rw init=/lib/systemd/systemd systemd.unified_cgroup_hierarchy=1 \
+  TMPDIR=/dev/shm setsid timeout --kill-after=30 "$TIMEOUT" "$KERNEL" "mem=$MEM" "ubd0=$cow,$img" \
+    "${KERNEL_ARGS[@]}" root=/dev/ubda rw init=/lib/systemd/systemd systemd.unified_cgroup_hierarchy=1 \
     "testnode.share=$share" con=null con0=null,fd:1 </dev/null >"$share/console" 2>&1 &
   UML_PID=$!
   tail -n +1 -f --pid="$UML_PID" "$share/output" &

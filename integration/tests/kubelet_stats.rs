@@ -4,7 +4,8 @@
 //! the pod's figures come from its cgroup); the node's filesystem agrees with statvfs of the
 //! root dir; `?only_cpu_and_memory=true` leaves the filesystems out; and an `evictionHard`
 //! the node cannot meet (`nodefs.available`: the disk's size) makes DiskPressure true and logged while
-//! the static pod, critical as the Go kubelet deems static pods, keeps running.
+//! the static pod, critical as the Go kubelet deems static pods, keeps running. Where the
+//! kernel keeps pressure stall information on cgroup v2, node, pods and containers carry it.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::time::{Duration, Instant};
@@ -261,6 +262,24 @@ async fn summary_agrees_with_cgroups_and_statvfs() {
         "{pod}"
     );
 
+    // Pressure stall information (Go 1.34's `psi`) where the kernel keeps it per cgroup.
+    let expected = psi_expected();
+    for (what, entry) in [("node", &s["node"]), ("pod", pod), ("container", mem)] {
+        for resource in ["cpu", "memory", "io"] {
+            let psi = entry.get(resource).and_then(|r| r.get("psi"));
+            match psi {
+                Some(psi) => assert!(
+                    expected
+                        && psi["some"]["total"].is_u64()
+                        && psi["some"]["avg10"].is_number()
+                        && psi["full"]["total"].is_u64(),
+                    "{what} {resource}: psi {psi} (expected: {expected})"
+                ),
+                None => assert!(!expected, "{what} {resource}: no psi in {entry}"),
+            }
+        }
+    }
+
     // CPU and memory only: no filesystems, networks or volumes.
     let small = summary(&node, "only_cpu_and_memory=true").await;
     assert!(small["node"].get("fs").is_none() && small["node"].get("runtime").is_none());
@@ -290,6 +309,13 @@ async fn summary_agrees_with_cgroups_on_containerd_cri() {
         "{pod}"
     );
     node.teardown().await;
+}
+
+/// Whether the kernel keeps pressure stall information where the Summary API reads it: PSI
+/// on, and cgroup v2 (Go's figures come from cadvisor's v2 reader alone).
+fn psi_expected() -> bool {
+    std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        && std::fs::read_to_string("/proc/pressure/cpu").is_ok()
 }
 
 /// Polls ferrolet's log until it has `needle`.

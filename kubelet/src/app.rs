@@ -140,8 +140,9 @@ async fn start_cpu_manager(
 
 /// Validates the node's cgroups against the configuration and builds the `kubepods` tree
 /// (None with `cgroupsPerQOS: false`), as Go's `NewContainerManager` + `Start` before any pod.
-/// Go 1.31+'s stance on cgroup v1: a warning, or a refusal with `failCgroupV1`.
-fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
+/// Go 1.31+'s stance on cgroup v1: a warning, or a refusal with `failCgroupV1`. The layout
+/// found is the one the rest of start-up uses.
+fn check_cgroup_version(config: &Config) -> Result<crate::cm::cgroup::Layout, AppError> {
     let layout = crate::cm::cgroup::Layout::detect()
         .map_err(|e| AppError::ContainerManager(crate::cm::CmError::Cgroup(e)))?;
     let mode = layout.mode();
@@ -153,7 +154,7 @@ fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
         config.cgroup_driver
     );
     if mode.is_v2() {
-        return Ok(());
+        return Ok(layout);
     }
     if config.fail_cgroup_v1 {
         return Err(AppError::CgroupV1);
@@ -162,7 +163,7 @@ fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
         "cgroup v1 support is in maintenance mode, please migrate to cgroup v2 \
          (failCgroupV1: true refuses to start on it)"
     );
-    Ok(())
+    Ok(layout)
 }
 
 /// The container side of the `MemoryQoS` gate (Go's `enforceMemoryQoS`: the gate, on
@@ -172,9 +173,10 @@ fn check_cgroup_version(config: &Config) -> Result<(), AppError> {
 fn memory_qos(
     config: &Config,
     capacity: &crate::cm::allocatable::Capacity,
+    mode: crate::cm::cgroup::layout::Mode,
 ) -> Option<crate::podspec::resources::MemoryQos> {
     let settings = config.cm_settings();
-    if !settings.memory_qos || !ferrolet_cgroups::usage::Hierarchy::detect().is_unified() {
+    if !settings.memory_qos || !mode.is_v2() {
         return None;
     }
     // The container manager's start has already refused reservations that do not parse.
@@ -194,6 +196,7 @@ fn memory_qos(
 /// started with.
 async fn start_container_manager(
     config: &Config,
+    layout: crate::cm::cgroup::Layout,
 ) -> Result<
     (
         Option<Arc<crate::cm::ContainerManager>>,
@@ -223,7 +226,8 @@ async fn start_container_manager(
             &settings.system_reserved,
             &hard,
         )?;
-        crate::cm::ContainerManager::start(settings, capacity.clone()).map(|cm| (cm, capacity))
+        crate::cm::ContainerManager::start(settings, capacity.clone(), layout)
+            .map(|cm| (cm, capacity))
     })
     .await
     .map_err(|e| AppError::ContainerManager(crate::cm::CmError::Join(e.to_string())))?;
@@ -356,7 +360,8 @@ async fn run(config: Config) -> Result<(), AppError> {
     } else {
         None
     };
-    check_cgroup_version(&config)?;
+    let cgroup_layout = check_cgroup_version(&config)?;
+    let cgroup_mode = cgroup_layout.mode();
     let cri = connect(&config).await;
     check_runtime_cgroup_driver(&cri, &config.cgroup_driver).await?;
     let mut node = NodeContext {
@@ -392,8 +397,8 @@ async fn run(config: Config) -> Result<(), AppError> {
     let events = seams.events.clone();
     let streaming = server::streaming::Streaming::new(Arc::new(cri.clone()));
     let secure = secure.map(|s| s.with_streaming(streaming));
-    let (cm, capacity) = start_container_manager(&config).await?;
-    node.memory_qos = memory_qos(&config, &capacity);
+    let (cm, capacity) = start_container_manager(&config, cgroup_layout).await?;
+    node.memory_qos = memory_qos(&config, &capacity, cgroup_mode);
     let cpu = start_cpu_manager(&config, &cri).await?;
     let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu).await;
     tokio::spawn(crate::heap::release_free_pages());

@@ -80,12 +80,16 @@ pub struct ContainerManager {
 
 impl ContainerManager {
     /// Validates the node against the settings and builds the top of the tree: `kubepods`
-    /// with node allocatable, the reserved cgroups' limits when enforced, the QoS cgroups.
-    pub fn start(settings: Settings, capacity: Capacity) -> Result<Option<Self>, CmError> {
+    /// with node allocatable, the reserved cgroups' limits when enforced, the QoS cgroups, in
+    /// the node's cgroup `layout`.
+    pub fn start(
+        settings: Settings,
+        capacity: Capacity,
+        layout: Layout,
+    ) -> Result<Option<Self>, CmError> {
         if !settings.cgroups_per_qos {
             return Ok(None);
         }
-        let layout = Layout::detect()?;
         layout.validate_required_controllers()?;
         let hugepage_sizes: Vec<u64> = capacity.hugepages.keys().copied().collect();
         let size_names = hugepage_sizes

@@ -87,11 +87,7 @@ impl RuntimeInner {
                     .collect::<String>()
             )));
         }
-        let parent = config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.as_str())
-            .unwrap_or("");
+        let parent = cgroup_parent(&config);
         if self.opts.systemd_cgroup && !oci::is_systemd_parent(parent) {
             return Err(RuntimeError::invalid(format!(
                 "RunPodSandbox: cgroup_parent {parent:?} is not a systemd slice \
@@ -134,11 +130,7 @@ impl RuntimeInner {
             .unwrap_or_default();
         let host_network = ns_opts.network == NamespaceMode::Node as i32;
         let netns = (!host_network).then(|| self.network.netns_path(id));
-        let parent = config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.as_str())
-            .unwrap_or("");
+        let parent = cgroup_parent(&config);
         let pinned = self.needs_no_pause(&config, &runtime_handler).then(|| {
             PinnedNamespaces::paths(
                 &self.opts.state.join("sandboxes").join(id),
@@ -550,4 +542,13 @@ fn pauseless_image_config() -> crate::image_config::ImageConfig {
     let mut config = crate::image_config::ImageConfig::default();
     config.set_config(Some(defaults));
     config
+}
+
+/// The pod's cgroup parent as the kubelet sent it ("" for none).
+fn cgroup_parent(config: &cri::PodSandboxConfig) -> &str {
+    config
+        .linux
+        .as_ref()
+        .map(|l| l.cgroup_parent.as_str())
+        .unwrap_or("")
 }
