@@ -229,6 +229,24 @@ impl Hierarchy {
         files.into_iter().filter_map(count).max()
     }
 
+    /// The child of `cgroup` whose name holds `id`, as cadvisor finds a container below its
+    /// pod: `<id>` (cgroupfs), `cri-containerd-<id>.scope` or `ferrolet-cri-<id>.scope`
+    /// (systemd). `None` when there is none or `cgroup` cannot be listed.
+    pub fn child_with(&self, cgroup: &str, id: &str) -> Option<String> {
+        let rel = relative(cgroup).ok()?;
+        if id.is_empty() {
+            return None;
+        }
+        let dir = self.dir("cpu", &rel.to_string_lossy());
+        std::fs::read_dir(dir)
+            .ok()?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .find(|name| name.contains(id))
+            .map(|name| format!("/{}/{name}", rel.display()))
+    }
+
     fn read_dir(&self, rel: &str) -> Result<Usage, UsageError> {
         if self.unified {
             self.read_v2(&self.dir("", rel))

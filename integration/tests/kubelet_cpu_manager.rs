@@ -236,17 +236,27 @@ async fn a_state_file_of_another_policy_is_refused() {
     )
     .unwrap();
     let config = scratch.path().join("config.yaml");
+    // The runtime's cgroup driver (the test node's is systemd), or the driver check stops the
+    // start before the CPU manager's.
+    let driver = if cgroups::systemd_driver() {
+        "systemd"
+    } else {
+        "cgroupfs"
+    };
     std::fs::write(
         &config,
-        "apiVersion: kubelet.config.k8s.io/v1beta1\n\
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\n\
          kind: KubeletConfiguration\n\
+         cgroupDriver: {driver}\n\
          cgroupsPerQOS: false\n\
          enforceNodeAllocatable: []\n\
          enableServer: false\n\
          healthzPort: 0\n\
          readOnlyPort: 0\n\
          cpuManagerPolicy: static\n\
-         reservedSystemCPUs: \"0\"\n",
+         reservedSystemCPUs: \"0\"\n"
+        ),
     )
     .unwrap();
     let (status, text) = run_ferrolet_to_exit(

@@ -253,3 +253,40 @@ fn this_kernels_pressure_files_parse() {
         }
     }
 }
+
+#[test]
+fn a_container_is_found_below_its_pod_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    write(r, "cgroup.controllers", "cpu memory\n");
+    write(
+        r,
+        "kubepods.slice/pod.slice/ferrolet-cri-abc123.scope/cpu.stat",
+        "",
+    );
+    write(
+        r,
+        "kubepods.slice/pod.slice/cri-containerd-def456.scope/cpu.stat",
+        "",
+    );
+    write(r, "kubepods/pod1/789/cpu.stat", "");
+    write(r, "kubepods/pod1/cpu.stat", "");
+    let h = Hierarchy::detect_at(r);
+    let find = |cg: &str, id: &str| h.child_with(cg, id);
+    assert_eq!(
+        find("/kubepods.slice/pod.slice", "abc123").as_deref(),
+        Some("/kubepods.slice/pod.slice/ferrolet-cri-abc123.scope")
+    );
+    assert_eq!(
+        find("kubepods.slice/pod.slice", "def456").as_deref(),
+        Some("/kubepods.slice/pod.slice/cri-containerd-def456.scope")
+    );
+    assert_eq!(
+        find("/kubepods/pod1", "789").as_deref(),
+        Some("/kubepods/pod1/789")
+    );
+    assert_eq!(find("/kubepods/pod1", "nothere"), None);
+    assert_eq!(find("/kubepods/pod1", ""), None);
+    assert_eq!(find("/kubepods/missing", "789"), None);
+    assert_eq!(find("/../etc", "789"), None);
+}

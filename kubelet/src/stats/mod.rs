@@ -318,12 +318,20 @@ impl StatsProvider {
         let du = |p: &Path| Some(self.disk_usage(p));
         let fs = |p: &Path| host::fs_info(p).ok();
         let cgroup = |cg: &str| cgroup::read(&self.cgroups, cg, now_ns);
+        let container_cgroup = |pod: &str, id: &str| {
+            let found = self
+                .cgroups
+                .is_unified()
+                .then(|| self.cgroups.child_with(pod, id));
+            cgroup::read(&self.cgroups, &found.flatten()?, now_ns)
+        };
         let top_files = |p: &Path| host::top_level_files_usage(p);
         let probe = Probe {
             fs: &fs,
             du: &du,
             top_files: &top_files,
             cgroup: &cgroup,
+            container_cgroup: &container_cgroup,
             now_ns,
         };
         let ctx = PodContext {

@@ -29,6 +29,9 @@ pub struct Probe<'a> {
     pub top_files: &'a dyn Fn(&Path) -> DiskUsage,
     /// A cgroup's counters.
     pub cgroup: &'a dyn Fn(&str) -> Option<CgroupReading>,
+    /// The counters of a container's cgroup, found below its pod's cgroup by the container's
+    /// id (cgroup v2 only: what is taken from them is pressure, which v1 has not).
+    pub container_cgroup: &'a dyn Fn(&str, &str) -> Option<CgroupReading>,
     /// Now, nanoseconds since the epoch.
     pub now_ns: i64,
 }
@@ -100,6 +103,8 @@ pub fn pod_stats(
         .filter(|c| c.sandbox_id == sandbox.id && c.state == cri::ContainerState::ContainerRunning)
         .collect();
     running.sort_by(|a, b| a.name.cmp(&b.name).then(a.created_at.cmp(&b.created_at)));
+    let pod_cgroup = spec
+        .map(|p| crate::podspec::sandbox::cgroup_parent(p, ctx.cgroup_root, ctx.systemd_cgroups));
     let mut containers = Vec::new();
     let mut raw_containers = Vec::new();
     for c in running {
@@ -109,6 +114,14 @@ pub fn pod_stats(
             .or_else(|| ctx.container_stats.get(&c.id));
         raw_containers.extend(raw);
         let mut stats = container_stats(&c.name, c.created_at, &c.id, raw, probe.now_ns, rates);
+        // CRI 1.32 carries no pressure: Go 1.34 takes a container's from cadvisor, that is
+        // from its cgroup.
+        if let Some(r) = pod_cgroup
+            .as_deref()
+            .and_then(|cg| (probe.container_cgroup)(cg, &c.id))
+        {
+            add_pressure(&mut stats, &r);
+        }
         if !ctx.cpu_and_memory_only {
             stats.rootfs = raw
                 .and_then(|r| r.writable_layer.as_ref())
@@ -121,9 +134,7 @@ pub fn pod_stats(
     // container manager's pod cgroup, which holds the sandbox and every container); the
     // runtime's pod sandbox stats only where that cgroup cannot be read (`cgroupsPerQOS:
     // false`), then the containers added up.
-    let reading = spec
-        .map(|p| crate::podspec::sandbox::cgroup_parent(p, ctx.cgroup_root, ctx.systemd_cgroups))
-        .and_then(|cg| (probe.cgroup)(&cg));
+    let reading = pod_cgroup.as_deref().and_then(|cg| (probe.cgroup)(cg));
     let key = format!("pod/{}", runtime.uid);
     let cpu = reading
         .as_ref()
@@ -277,6 +288,17 @@ pub fn io_from_cgroup(r: &CgroupReading) -> Option<IoStats> {
         time: time_from_ns(r.timestamp_ns),
         psi: Some(psi_stats(psi)),
     })
+}
+
+/// A container's pressure, from a reading of its cgroup.
+fn add_pressure(stats: &mut ContainerStats, r: &CgroupReading) {
+    if let Some(cpu) = stats.cpu.as_mut() {
+        cpu.psi = r.pressure.cpu.map(psi_stats);
+    }
+    if let Some(memory) = stats.memory.as_mut() {
+        memory.psi = r.pressure.memory.map(psi_stats);
+    }
+    stats.io = io_from_cgroup(r);
 }
 
 fn psi_stats(p: Psi) -> PsiStats {

@@ -301,6 +301,31 @@ fn no_cgroup(_: &str) -> Option<CgroupReading> {
     None
 }
 
+fn no_container_cgroup(_: &str, _: &str) -> Option<CgroupReading> {
+    None
+}
+
+/// Container `c1`'s cgroup, below the pod's, has pressure files; `c2`'s is not found.
+fn container_pressure(pod: &str, id: &str) -> Option<CgroupReading> {
+    assert_eq!(pod, "/k/kubepods/besteffort/poduid1");
+    let psi = Psi {
+        some: ferrolet_cgroups::usage::PsiLine {
+            total: 99,
+            ..Default::default()
+        },
+        full: Default::default(),
+    };
+    (id == "c1").then(|| CgroupReading {
+        timestamp_ns: NOW,
+        pressure: Pressure {
+            cpu: Some(psi),
+            memory: Some(psi),
+            io: Some(psi),
+        },
+        ..Default::default()
+    })
+}
+
 fn pod_cgroup(cg: &str) -> Option<CgroupReading> {
     assert_eq!(cg, "/k/kubepods/besteffort/poduid1");
     Some(CgroupReading {
@@ -352,6 +377,7 @@ fn the_ready_sandbox_is_the_pod_s() {
         du: &fake_du,
         top_files: &fake_top,
         cgroup: &no_cgroup,
+        container_cgroup: &no_container_cgroup,
         now_ns: NOW,
     };
     assert!(pod_stats(&none_ready, None, &ctx(None, &empty, false), &probe, &rates).is_none());
@@ -406,6 +432,7 @@ fn pod_stats_from_sandbox_stats() {
         du: &fake_du,
         top_files: &fake_top,
         cgroup: &no_cgroup,
+        container_cgroup: &no_container_cgroup,
         now_ns: NOW,
     };
     let spec = spec();
@@ -489,6 +516,7 @@ fn without_sandbox_stats_the_pod_cgroup_or_the_containers_sum() {
         du: &fake_du,
         top_files: &fake_top,
         cgroup: &pod_cgroup,
+        container_cgroup: &container_pressure,
         now_ns: NOW,
     };
     let stats = pod_stats(
@@ -506,6 +534,26 @@ fn without_sandbox_stats_the_pod_cgroup_or_the_containers_sum() {
     assert_eq!(stats.memory.as_ref().unwrap().working_set_bytes, Some(4000));
     assert_eq!(stats.process_stats.as_ref().unwrap().process_count, Some(4));
     assert!(stats.network.is_none());
+    // A container's pressure is its own cgroup's; its CPU and memory stay the runtime's.
+    let with_psi = |name: &str| {
+        let c = stats.containers.iter().find(|c| c.name == name).unwrap();
+        let cpu = c.cpu.as_ref().unwrap();
+        (
+            cpu.usage_core_nano_seconds,
+            cpu.psi.as_ref().map(|p| p.some.total),
+            c.memory
+                .as_ref()
+                .unwrap()
+                .psi
+                .as_ref()
+                .map(|p| p.some.total),
+            c.io.as_ref()
+                .and_then(|io| io.psi.as_ref())
+                .map(|p| p.some.total),
+        )
+    };
+    assert_eq!(with_psi("web"), (Some(1000), Some(99), Some(99), Some(99)));
+    assert_eq!(with_psi("side"), (Some(2000), None, None, None));
 
     // No cgroup either: the containers added up.
     let probe = Probe {
