@@ -78,6 +78,93 @@ pub fn is_container_cgroup(path: &str, pod: &str, id: &str) -> bool {
                 .is_some_and(|s| s.ends_with(&format!("-{id}"))))
 }
 
+/// Starts the systemd slice a cgroup ([`node_path`]) is, as a transient unit asking for every
+/// controller the kubelet checks its cgroup root for (cpu, memory, pids, io, and cpuset where
+/// the kernel has it). A directory merely made there is not enough: systemd decides which
+/// controllers a slice's children get from the units below it, and drops those none asks
+/// for whenever another unit of the slice starts or stops, which made a parallel test's
+/// kubelet find its root without `cpu` or `cpuset` and refuse it. `false` without the
+/// systemd driver or when the path is not a slice.
+pub fn start_slice(cgroup: &str) -> bool {
+    let path = node_path(cgroup);
+    let Some(unit) = path.rsplit('/').next().filter(|u| u.ends_with(".slice")) else {
+        return false;
+    };
+    if !systemd_driver() {
+        return false;
+    }
+    let mut props: Vec<String> = [
+        "CPUWeight",
+        "t",
+        "100",
+        "MemoryAccounting",
+        "b",
+        "true",
+        "TasksAccounting",
+        "b",
+        "true",
+        "IOAccounting",
+        "b",
+        "true",
+    ]
+    .map(String::from)
+    .to_vec();
+    let cpus = std::fs::read_to_string("/sys/fs/cgroup/cpuset.cpus.effective").unwrap_or_default();
+    let mask = cpu_mask(cpus.trim());
+    if !mask.is_empty() {
+        props.extend(["AllowedCPUs".into(), "ay".into(), mask.len().to_string()]);
+        props.extend(mask.iter().map(u8::to_string));
+    }
+    let count = if mask.is_empty() { 4 } else { 5 };
+    let started = std::process::Command::new("busctl")
+        .args([
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            unit,
+            "fail",
+            &count.to_string(),
+        ])
+        .args(&props)
+        .arg("0")
+        .status();
+    if !started.as_ref().is_ok_and(|s| s.success()) {
+        panic!("starting slice {unit}: {started:?}");
+    }
+    // The job is queued: wait until the slice's cgroup is there.
+    for _ in 0..100 {
+        if std::path::Path::new("/sys/fs/cgroup")
+            .join(path.trim_start_matches('/'))
+            .is_dir()
+        {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("slice {unit} has no cgroup after its start");
+}
+
+/// A cpuset list (`0-1,3`) as systemd's `AllowedCPUs` bit mask, lowest CPU in the first byte.
+fn cpu_mask(list: &str) -> Vec<u8> {
+    let mut mask = Vec::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) else {
+            continue;
+        };
+        for cpu in a..=b {
+            if mask.len() <= cpu / 8 {
+                mask.resize(cpu / 8 + 1, 0);
+            }
+            mask[cpu / 8] |= 1 << (cpu % 8);
+        }
+    }
+    mask
+}
+
 /// Stops the systemd slice a cgroup ([`node_path`]) is, with every unit below it (the
 /// kubelet's slices, runc's scopes), when the tests run with the systemd driver.
 pub fn stop_slice(cgroup: &str) {
@@ -249,6 +336,13 @@ pub fn has_controller(controller: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_become_systemd_masks() {
+        assert_eq!(cpu_mask("0-1"), [3]);
+        assert_eq!(cpu_mask("0,2-3,9"), [0b1101, 0b10]);
+        assert!(cpu_mask("").is_empty());
+    }
 
     #[test]
     fn shares_convert_to_weights_as_go_does_on_v2() {

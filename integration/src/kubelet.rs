@@ -1012,8 +1012,11 @@ impl CgroupTree {
 
     /// Makes the tree's top in every hierarchy (the v1 controllers and the unified one). On
     /// v2 the controllers are delegated down to it, as a node's init does for the kubelet's
-    /// cgroup root.
+    /// cgroup root; with the systemd driver it is a slice systemd started with them.
     fn create(&self) {
+        if crate::cgroups::v2() && crate::cgroups::start_slice(&self.path) {
+            return;
+        }
         let v2 = crate::cgroups::v2();
         let top = self.on_disk();
         for h in crate::cgroups::hierarchies() {

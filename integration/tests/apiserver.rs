@@ -631,6 +631,115 @@ async fn token_and_subject_access_reviews() {
     ));
 }
 
+/// The storage kinds the volume manager reads: claims and volumes start Pending and move on
+/// through their status subresource only; classes, CSI drivers and nodes are cluster-scoped;
+/// a VolumeAttachment is attached only when its status says so.
+#[tokio::test]
+async fn storage_objects_follow_the_real_server() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass, VolumeAttachment};
+    let server = server(ApiServerOptions::default()).await;
+    let client = client(&server, "kubernetes-admin", &["system:masters"]).await;
+    let pp = PostParams::default();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-1"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": "/tmp/pv-1"}},
+        "status": {"phase": "Bound"}
+    }))
+    .unwrap();
+    let created = pvs.create(&pp, &pv).await.unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-1",
+                 "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    let created = claims.create(&pp, &claim).await.unwrap();
+    assert_eq!(created.status.unwrap().phase.as_deref(), Some("Pending"));
+    // The main resource ignores status; the status subresource sets it.
+    let mut bound = claims.get("data").await.unwrap();
+    bound.status.as_mut().unwrap().phase = Some("Bound".into());
+    let replaced = claims.replace("data", &pp, &bound).await.unwrap();
+    assert_eq!(replaced.status.unwrap().phase.as_deref(), Some("Pending"));
+    let patched = claims
+        .patch_status(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.status.unwrap().phase.as_deref(), Some("Bound"));
+    let elsewhere: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "other");
+    assert_eq!(api_code(elsewhere.get("data").await.unwrap_err()).0, 404);
+
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": "hostpath"}, "provisioner": "hostpath.csi.k8s.io",
+        "volumeBindingMode": "WaitForFirstConsumer"
+    }))
+    .unwrap();
+    classes.create(&pp, &class).await.unwrap();
+    let drivers: Api<CSIDriver> = Api::all(client.clone());
+    let driver: CSIDriver = serde_json::from_value(json!({
+        "metadata": {"name": "hostpath.csi.k8s.io"},
+        "spec": {"attachRequired": false, "podInfoOnMount": true,
+                 "volumeLifecycleModes": ["Persistent", "Ephemeral"]}
+    }))
+    .unwrap();
+    drivers.create(&pp, &driver).await.unwrap();
+    let nodes: Api<CSINode> = Api::all(client.clone());
+    let node: CSINode = serde_json::from_value(json!({
+        "metadata": {"name": "n1"},
+        "spec": {"drivers": [{"name": "hostpath.csi.k8s.io", "nodeID": "n1",
+                              "topologyKeys": ["topology.hostpath.csi/node"]}]}
+    }))
+    .unwrap();
+    nodes.create(&pp, &node).await.unwrap();
+    assert_eq!(nodes.get("n1").await.unwrap().spec.drivers[0].node_id, "n1");
+    let attachments: Api<VolumeAttachment> = Api::all(client.clone());
+    let attachment: VolumeAttachment = serde_json::from_value(json!({
+        "metadata": {"name": "csi-123"},
+        "spec": {"attacher": "hostpath.csi.k8s.io", "nodeName": "n1",
+                 "source": {"persistentVolumeName": "pv-1"}},
+        "status": {"attached": true}
+    }))
+    .unwrap();
+    let created = attachments.create(&pp, &attachment).await.unwrap();
+    assert!(!created.status.unwrap().attached);
+    let attached = attachments
+        .patch_status(
+            "csi-123",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"attached": true}})),
+        )
+        .await
+        .unwrap();
+    assert!(attached.status.unwrap().attached);
+    assert_eq!(
+        (
+            pvs.list(&ListParams::default()).await.unwrap().items.len(),
+            classes
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+            drivers
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .len(),
+        ),
+        (1, 1, 1)
+    );
+}
+
 #[tokio::test]
 async fn csr_approval_signs_with_the_ca() {
     let server = server(ApiServerOptions::default()).await;

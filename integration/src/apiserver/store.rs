@@ -605,6 +605,14 @@ fn prepare_create(res: &ResourceType, obj: &mut Value, requester: Option<&Reques
         ("", "namespaces") => {
             set_field(obj, "status", Some(json!({"phase": "Active"})));
         }
+        // Claims and volumes start Pending whatever the client sent; the binder moves them on.
+        ("", "persistentvolumeclaims") | ("", "persistentvolumes") => {
+            set_field(obj, "status", Some(json!({"phase": "Pending"})));
+        }
+        // Attached is the attacher's to say, through the status subresource.
+        ("storage.k8s.io", "volumeattachments") => {
+            set_field(obj, "status", Some(json!({"attached": false})));
+        }
         ("certificates.k8s.io", "certificatesigningrequests") => {
             set_field(obj, "status", Some(json!({})));
             if let Some(r) = requester
