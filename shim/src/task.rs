@@ -285,23 +285,45 @@ pub struct TaskIo {
     pub options: Option<ferrolet_proto::prost_types::Any>,
 }
 
+/// Attempts at creating a task whose pod's shim was shutting down ([`shim_was_going`]).
+const CREATE_ATTEMPTS: u32 = 3;
+
 /// Creates a container's task (runc create); returns its pid.
 pub async fn create_task(cd: &Containerd, id: &str, rootfs: Vec<Mount>, io: TaskIo) -> Result<u32> {
-    let resp = cd
-        .tasks()
-        .create(CreateTaskRequest {
-            container_id: id.to_string(),
-            rootfs,
-            stdin: io.stdin,
-            stdout: io.stdout,
-            stderr: io.stderr,
-            terminal: io.terminal,
-            options: io.options,
-            ..Default::default()
-        })
-        .await
-        .map_err(TaskError::containerd(format!("creating task {id}")))?;
-    Ok(resp.into_inner().pid)
+    let request = CreateTaskRequest {
+        container_id: id.to_string(),
+        rootfs,
+        stdin: io.stdin,
+        stdout: io.stdout,
+        stderr: io.stderr,
+        terminal: io.terminal,
+        options: io.options,
+        ..Default::default()
+    };
+    let mut attempt = 1;
+    loop {
+        match cd.tasks().create(request.clone()).await {
+            Ok(resp) => return Ok(resp.into_inner().pid),
+            Err(e) if attempt < CREATE_ATTEMPTS && shim_was_going(&e) => {
+                tracing::info!(id, attempt, error = %e.message(), "the pod's shim was going; creating the task again");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+            Err(e) => return Err(TaskError::containerd(format!("creating task {id}"))(e)),
+        }
+    }
+}
+
+/// Whether a task create failed because the pod's shim, found by its socket, exited before
+/// containerd could connect: a pod's containers share one shim, which exits with the pod's
+/// last task, so a container created just as its predecessor's task was deleted (a
+/// pause-less pod, a restart) can meet the socket of a shim that is going. Nothing was
+/// created then, and the next attempt starts a shim of its own.
+fn shim_was_going(e: &tonic::Status) -> bool {
+    let m = e.message();
+    m.contains("failed to start shim")
+        && (m.contains("connect: no such file or directory")
+            || m.contains("connect: connection refused"))
 }
 
 /// Starts a created task; returns its pid.
@@ -436,6 +458,22 @@ pub async fn task_state(cd: &Containerd, id: &str) -> Result<Option<TaskState>> 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_shim_that_was_going_is_told_from_other_failures() {
+        let going = tonic::Status::unknown(
+            "failed to start shim: start failed: dial unix /run/containerd/s/cf2b: connect: no such file or directory",
+        );
+        assert!(super::shim_was_going(&going));
+        let refused = tonic::Status::unknown(
+            "failed to start shim: start failed: dial unix /run/containerd/s/cf2b: connect: connection refused",
+        );
+        assert!(super::shim_was_going(&refused));
+        let runc = tonic::Status::unknown(
+            "failed to create shim task: OCI runtime create failed: exec: \"top\": executable file not found in $PATH",
+        );
+        assert!(!super::shim_was_going(&runc));
+    }
     use super::*;
 
     #[test]
