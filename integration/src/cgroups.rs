@@ -86,36 +86,25 @@ pub fn is_container_cgroup(path: &str, pod: &str, id: &str) -> bool {
 /// kubelet find its root without `cpu` or `cpuset` and refuse it. `false` without the
 /// systemd driver or when the path is not a slice.
 pub fn start_slice(cgroup: &str) -> bool {
-    let path = node_path(cgroup);
-    let Some(unit) = path.rsplit('/').next().filter(|u| u.ends_with(".slice")) else {
+    let Some((path, unit)) = systemd_slice(cgroup) else {
         return false;
     };
-    if !systemd_driver() {
-        return false;
-    }
-    let mut props: Vec<String> = [
-        "CPUWeight",
-        "t",
-        "100",
-        "MemoryAccounting",
-        "b",
-        "true",
-        "TasksAccounting",
-        "b",
-        "true",
-        "IOAccounting",
-        "b",
-        "true",
-    ]
-    .map(String::from)
-    .to_vec();
-    let cpus = std::fs::read_to_string("/sys/fs/cgroup/cpuset.cpus.effective").unwrap_or_default();
+    let property = |name: &str, signature: &str, values: Vec<String>| {
+        [vec![name.to_string(), signature.to_string()], values].concat()
+    };
+    let mut props = vec![
+        property("CPUWeight", "t", vec!["100".into()]),
+        property("MemoryAccounting", "b", vec!["true".into()]),
+        property("TasksAccounting", "b", vec!["true".into()]),
+        property("IOAccounting", "b", vec!["true".into()]),
+    ];
+    let cpus =
+        std::fs::read_to_string(Path::new(ROOT).join("cpuset.cpus.effective")).unwrap_or_default();
     let mask = cpu_mask(cpus.trim());
     if !mask.is_empty() {
-        props.extend(["AllowedCPUs".into(), "ay".into(), mask.len().to_string()]);
-        props.extend(mask.iter().map(u8::to_string));
+        let bytes = std::iter::once(mask.len().to_string()).chain(mask.iter().map(u8::to_string));
+        props.push(property("AllowedCPUs", "ay", bytes.collect()));
     }
-    let count = if mask.is_empty() { 4 } else { 5 };
     let started = std::process::Command::new("busctl")
         .args([
             "call",
@@ -124,11 +113,11 @@ pub fn start_slice(cgroup: &str) -> bool {
             "org.freedesktop.systemd1.Manager",
             "StartTransientUnit",
             "ssa(sv)a(sa(sv))",
-            unit,
+            &unit,
             "fail",
-            &count.to_string(),
+            &props.len().to_string(),
         ])
-        .args(&props)
+        .args(props.concat())
         .arg("0")
         .status();
     if !started.as_ref().is_ok_and(|s| s.success()) {
@@ -136,15 +125,36 @@ pub fn start_slice(cgroup: &str) -> bool {
     }
     // The job is queued: wait until the slice's cgroup is there.
     for _ in 0..100 {
-        if std::path::Path::new("/sys/fs/cgroup")
-            .join(path.trim_start_matches('/'))
-            .is_dir()
-        {
+        if Path::new(ROOT).join(path.trim_start_matches('/')).is_dir() {
             return true;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     panic!("slice {unit} has no cgroup after its start");
+}
+
+/// With the systemd driver, the path of the slice a cgroup ([`node_path`]) is, and the
+/// slice's unit name; `None` otherwise or when the path is not a slice.
+fn systemd_slice(cgroup: &str) -> Option<(String, String)> {
+    if !systemd_driver() {
+        return None;
+    }
+    let path = node_path(cgroup);
+    let unit = path
+        .rsplit('/')
+        .next()
+        .filter(|u| u.ends_with(".slice"))?
+        .to_string();
+    Some((path, unit))
+}
+
+/// The cgroup driver the tests run with, as a KubeletConfiguration names it.
+pub fn driver_name() -> &'static str {
+    if systemd_driver() {
+        "systemd"
+    } else {
+        "cgroupfs"
+    }
 }
 
 /// A cpuset list (`0-1,3`) as systemd's `AllowedCPUs` bit mask, lowest CPU in the first byte.
@@ -168,15 +178,11 @@ fn cpu_mask(list: &str) -> Vec<u8> {
 /// Stops the systemd slice a cgroup ([`node_path`]) is, with every unit below it (the
 /// kubelet's slices, runc's scopes), when the tests run with the systemd driver.
 pub fn stop_slice(cgroup: &str) {
-    let path = node_path(cgroup);
-    let Some(unit) = path.rsplit('/').next().filter(|u| u.ends_with(".slice")) else {
+    let Some((_, unit)) = systemd_slice(cgroup) else {
         return;
     };
-    if !systemd_driver() {
-        return;
-    }
     let stopped = std::process::Command::new("systemctl")
-        .args(["stop", unit])
+        .args(["stop", &unit])
         .status();
     if !stopped.as_ref().is_ok_and(|s| s.success()) {
         eprintln!("systemctl stop {unit}: {stopped:?}");

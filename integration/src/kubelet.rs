@@ -846,11 +846,7 @@ fn kubelet_config(dir: &Path, cgroup_root: &str, extra: &str) -> String {
          {extra}\n",
         logs = q(&dir.join("logs").display().to_string()),
         cgroup = q(cgroup_root),
-        driver = if crate::cgroups::systemd_driver() {
-            "systemd"
-        } else {
-            "cgroupfs"
-        },
+        driver = crate::cgroups::driver_name(),
     )
 }
 
@@ -1014,10 +1010,10 @@ impl CgroupTree {
     /// v2 the controllers are delegated down to it, as a node's init does for the kubelet's
     /// cgroup root; with the systemd driver it is a slice systemd started with them.
     fn create(&self) {
-        if crate::cgroups::v2() && crate::cgroups::start_slice(&self.path) {
+        let v2 = crate::cgroups::v2();
+        if v2 && crate::cgroups::start_slice(&self.path) {
             return;
         }
-        let v2 = crate::cgroups::v2();
         let top = self.on_disk();
         for h in crate::cgroups::hierarchies() {
             let dir = h.join(top.trim_start_matches('/'));

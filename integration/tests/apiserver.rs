@@ -631,6 +631,14 @@ async fn token_and_subject_access_reviews() {
     ));
 }
 
+/// How many objects `api` lists.
+async fn count<K>(api: &Api<K>) -> usize
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.list(&ListParams::default()).await.unwrap().items.len()
+}
+
 /// The storage kinds the volume manager reads: claims and volumes start Pending and move on
 /// through their status subresource only; classes, CSI drivers and nodes are cluster-scoped;
 /// a VolumeAttachment is attached only when its status says so.
@@ -722,19 +730,9 @@ async fn storage_objects_follow_the_real_server() {
     assert!(attached.status.unwrap().attached);
     assert_eq!(
         (
-            pvs.list(&ListParams::default()).await.unwrap().items.len(),
-            classes
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .len(),
-            drivers
-                .list(&ListParams::default())
-                .await
-                .unwrap()
-                .items
-                .len(),
+            count(&pvs).await,
+            count(&classes).await,
+            count(&drivers).await
         ),
         (1, 1, 1)
     );

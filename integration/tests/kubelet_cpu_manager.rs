@@ -238,11 +238,7 @@ async fn a_state_file_of_another_policy_is_refused() {
     let config = scratch.path().join("config.yaml");
     // The runtime's cgroup driver (the test node's is systemd), or the driver check stops the
     // start before the CPU manager's.
-    let driver = if cgroups::systemd_driver() {
-        "systemd"
-    } else {
-        "cgroupfs"
-    };
+    let driver = cgroups::driver_name();
     std::fs::write(
         &config,
         format!(

@@ -314,8 +314,7 @@ async fn summary_agrees_with_cgroups_on_containerd_cri() {
 /// Whether the kernel keeps pressure stall information where the Summary API reads it: PSI
 /// on, and cgroup v2 (Go's figures come from cadvisor's v2 reader alone).
 fn psi_expected() -> bool {
-    std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-        && std::fs::read_to_string("/proc/pressure/cpu").is_ok()
+    cgroups::v2() && std::fs::read_to_string("/proc/pressure/cpu").is_ok()
 }
 
 /// Polls ferrolet's log until it has `needle`.

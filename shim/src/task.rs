@@ -458,23 +458,23 @@ pub async fn task_state(cd: &Containerd, id: &str) -> Result<Option<TaskState>> 
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn a_shim_that_was_going_is_told_from_other_failures() {
         let going = tonic::Status::unknown(
             "failed to start shim: start failed: dial unix /run/containerd/s/cf2b: connect: no such file or directory",
         );
-        assert!(super::shim_was_going(&going));
+        assert!(shim_was_going(&going));
         let refused = tonic::Status::unknown(
             "failed to start shim: start failed: dial unix /run/containerd/s/cf2b: connect: connection refused",
         );
-        assert!(super::shim_was_going(&refused));
+        assert!(shim_was_going(&refused));
         let runc = tonic::Status::unknown(
             "failed to create shim task: OCI runtime create failed: exec: \"top\": executable file not found in $PATH",
         );
-        assert!(!super::shim_was_going(&runc));
+        assert!(!shim_was_going(&runc));
     }
-    use super::*;
 
     #[test]
     fn deletes_of_one_task_share_a_lock_only_while_one_is_in_flight() {

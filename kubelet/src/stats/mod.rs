@@ -318,12 +318,12 @@ impl StatsProvider {
         let du = |p: &Path| Some(self.disk_usage(p));
         let fs = |p: &Path| host::fs_info(p).ok();
         let cgroup = |cg: &str| cgroup::read(&self.cgroups, cg, now_ns);
+        // Only pressure is taken from a container's cgroup, and v1 has none.
         let container_cgroup = |pod: &str, id: &str| {
-            let found = self
-                .cgroups
-                .is_unified()
-                .then(|| self.cgroups.child_with(pod, id));
-            cgroup::read(&self.cgroups, &found.flatten()?, now_ns)
+            if !self.cgroups.is_unified() {
+                return None;
+            }
+            cgroup::read(&self.cgroups, &self.cgroups.child_with(pod, id)?, now_ns)
         };
         let top_files = |p: &Path| host::top_level_files_usage(p);
         let probe = Probe {
