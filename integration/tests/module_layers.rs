@@ -51,7 +51,14 @@ const KUBELET: Rule = Rule {
         ),
         (
             "runtime access",
-            &["cri", "pleg", "certificate", "object_cache", "token"],
+            &[
+                "cri",
+                "pleg",
+                "certificate",
+                "object_cache",
+                "token",
+                "plugin_manager",
+            ],
         ),
         (
             "managers",

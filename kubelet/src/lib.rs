@@ -22,7 +22,8 @@
 //! - runtime access: `cri` (the CRI client), `pleg` (events and the runtime pod cache),
 //!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation),
 //!   `object_cache` (the secret and configMap managers: watches, TTL cache or GETs),
-//!   `token` (the token manager: bound service-account tokens from TokenRequest).
+//!   `token` (the token manager: bound service-account tokens from TokenRequest),
+//!   `plugin_manager` (plugins' registration sockets: CSI drivers announcing themselves).
 //! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge),
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
@@ -59,6 +60,8 @@ pub(crate) mod node_status;
 pub(crate) mod object_cache;
 pub(crate) mod objects;
 pub(crate) mod pleg;
+#[allow(dead_code)] // wired to the CSI handler next (issue #35)
+pub(crate) mod plugin_manager;
 pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;
 pub(crate) mod podspec;

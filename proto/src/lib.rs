@@ -10,6 +10,8 @@
 //!   parent directory, mode); its connections accept any `:authority` a gRPC client sends.
 //! - [`raw_h2`] (feature `raw-h2`, and in tests): a frame-by-frame HTTP/2 client that sends
 //!   what other gRPC libraries send, to test our servers with.
+//! - [`pluginregistration`]: the kubelet's plugin registration API (`pluginregistration.v1`),
+//!   which CSI and DRA drivers serve on a socket the kubelet's plugin watcher finds.
 //! - [`go_duration`]: durations as Go writes them (`4h0m0s`), the form Kubernetes and
 //!   containerd configuration use.
 //! - [`spdy`]: SPDY/3.1 (frames, compressed header blocks, a multiplexed connection), the
@@ -23,6 +25,7 @@ pub mod containerd;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod go_duration;
+pub mod pluginregistration;
 #[cfg(any(test, feature = "raw-h2"))]
 pub mod raw_h2;
 pub mod spdy;
