@@ -10,6 +10,8 @@
 //!   parent directory, mode); its connections accept any `:authority` a gRPC client sends.
 //! - [`raw_h2`] (feature `raw-h2`, and in tests): a frame-by-frame HTTP/2 client that sends
 //!   what other gRPC libraries send, to test our servers with.
+//! - [`csi`]: the Container Storage Interface's Node service (`csi.v1`), which the kubelet
+//!   calls on CSI drivers.
 //! - [`pluginregistration`]: the kubelet's plugin registration API (`pluginregistration.v1`),
 //!   which CSI and DRA drivers serve on a socket the kubelet's plugin watcher finds.
 //! - [`go_duration`]: durations as Go writes them (`4h0m0s`), the form Kubernetes and
@@ -21,6 +23,7 @@
 //! - `fuzzing` (feature `fuzzing`, off by default): entry points for the fuzz targets in `fuzz/`.
 
 pub mod containerd;
+pub mod csi;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -31,6 +34,7 @@ pub mod raw_h2;
 pub mod spdy;
 pub mod streaming;
 pub mod transport;
+mod unary;
 
 /// CRI v1 (`runtime.v1`), generated from cri-api v0.32 by `k8s-cri`.
 pub mod cri {

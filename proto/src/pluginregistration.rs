@@ -13,8 +13,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use tonic::Status;
 use tonic::transport::Channel;
-use tonic::{Request, Response, Status};
+
+pub use crate::unary::Answer;
+use crate::unary::serve;
 
 /// `type` of a CSI driver's registration.
 pub const CSI_PLUGIN: &str = "CSIPlugin";
@@ -96,28 +99,19 @@ impl RegistrationClient {
         Q: prost::Message + Send + Sync + 'static,
         A: prost::Message + Default + Send + Sync + 'static,
     {
-        self.inner
-            .ready()
-            .await
-            .map_err(|e| Status::unavailable(format!("registration socket not ready: {e}")))?;
-        let codec = tonic_prost::ProstCodec::<Q, A>::default();
-        let path = http::uri::PathAndQuery::from_static(path);
-        self.inner
-            .unary(Request::new(request), path, codec)
-            .await
-            .map(Response::into_inner)
+        crate::unary::call(&mut self.inner, path, request, "registration socket").await
     }
 }
 
 /// What a registration socket's server answers (a plugin; the tests' stand-in registrars).
 pub trait Registration: Send + Sync + 'static {
     /// `GetInfo`.
-    fn get_info(&self) -> impl Future<Output = Result<PluginInfo, Status>> + Send;
+    fn get_info(&self) -> Answer<PluginInfo>;
     /// `NotifyRegistrationStatus`.
     fn notify_registration_status(
         &self,
         status: RegistrationStatus,
-    ) -> impl Future<Output = Result<(), Status>> + Send;
+    ) -> Answer<RegistrationStatusResponse>;
 }
 
 /// [`Registration`] as a tonic service, for `tonic::transport::Server::add_service`.
@@ -148,7 +142,6 @@ impl<T: Registration> tonic::server::NamedService for RegistrationServer<T> {
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
 impl<T: Registration> tower::Service<http::Request<tonic::body::Body>> for RegistrationServer<T> {
     type Response = http::Response<tonic::body::Body>;
     type Error = Infallible;
@@ -161,46 +154,11 @@ impl<T: Registration> tower::Service<http::Request<tonic::body::Body>> for Regis
     fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
         let inner = self.inner.clone();
         Box::pin(async move {
-            match req.uri().path() {
-                GET_INFO => {
-                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-                    Ok(grpc.unary(GetInfo(inner), req).await)
-                }
-                NOTIFY => {
-                    let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-                    Ok(grpc.unary(Notify(inner), req).await)
-                }
-                other => Ok(Status::unimplemented(format!("unknown method {other}")).into_http()),
-            }
-        })
-    }
-}
-
-struct GetInfo<T>(Arc<T>);
-
-impl<T: Registration> tonic::server::UnaryService<InfoRequest> for GetInfo<T> {
-    type Response = PluginInfo;
-    type Future = BoxFuture<Result<Response<PluginInfo>, Status>>;
-
-    fn call(&mut self, _: Request<InfoRequest>) -> Self::Future {
-        let inner = self.0.clone();
-        Box::pin(async move { inner.get_info().await.map(Response::new) })
-    }
-}
-
-struct Notify<T>(Arc<T>);
-
-impl<T: Registration> tonic::server::UnaryService<RegistrationStatus> for Notify<T> {
-    type Response = RegistrationStatusResponse;
-    type Future = BoxFuture<Result<Response<RegistrationStatusResponse>, Status>>;
-
-    fn call(&mut self, request: Request<RegistrationStatus>) -> Self::Future {
-        let inner = self.0.clone();
-        Box::pin(async move {
-            inner
-                .notify_registration_status(request.into_inner())
-                .await
-                .map(|()| Response::new(RegistrationStatusResponse {}))
+            Ok(match req.uri().path() {
+                GET_INFO => serve(inner, |r: &T, _: InfoRequest| r.get_info(), req).await,
+                NOTIFY => serve(inner, T::notify_registration_status, req).await,
+                other => Status::unimplemented(format!("unknown method {other}")).into_http(),
+            })
         })
     }
 }
@@ -217,18 +175,23 @@ mod tests {
     }
 
     impl Registration for Arc<Registrar> {
-        async fn get_info(&self) -> Result<PluginInfo, Status> {
-            Ok(PluginInfo {
-                r#type: CSI_PLUGIN.into(),
-                name: "hostpath.csi.k8s.io".into(),
-                endpoint: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
-                supported_versions: vec!["1.0.0".into()],
+        fn get_info(&self) -> Answer<PluginInfo> {
+            Box::pin(async {
+                Ok(PluginInfo {
+                    r#type: CSI_PLUGIN.into(),
+                    name: "hostpath.csi.k8s.io".into(),
+                    endpoint: "/var/lib/kubelet/plugins/hostpath/csi.sock".into(),
+                    supported_versions: vec!["1.0.0".into()],
+                })
             })
         }
 
-        async fn notify_registration_status(&self, s: RegistrationStatus) -> Result<(), Status> {
+        fn notify_registration_status(
+            &self,
+            s: RegistrationStatus,
+        ) -> Answer<RegistrationStatusResponse> {
             self.statuses.lock().unwrap().push(s);
-            Ok(())
+            Box::pin(async { Ok(RegistrationStatusResponse {}) })
         }
     }
 

@@ -1,9 +1,9 @@
 use std::sync::Mutex;
 
 use ferrolet_proto::pluginregistration::{
-    CSI_PLUGIN, PluginInfo, Registration, RegistrationServer, RegistrationStatus,
+    Answer, CSI_PLUGIN, PluginInfo, Registration, RegistrationServer, RegistrationStatus,
+    RegistrationStatusResponse,
 };
-use tonic::Status;
 
 use super::*;
 
@@ -14,13 +14,17 @@ struct Registrar {
 }
 
 impl Registration for Registrar {
-    async fn get_info(&self) -> Result<PluginInfo, Status> {
-        Ok(self.info.clone())
+    fn get_info(&self) -> Answer<PluginInfo> {
+        let info = self.info.clone();
+        Box::pin(async move { Ok(info) })
     }
 
-    async fn notify_registration_status(&self, s: RegistrationStatus) -> Result<(), Status> {
+    fn notify_registration_status(
+        &self,
+        s: RegistrationStatus,
+    ) -> Answer<RegistrationStatusResponse> {
         self.told.lock().unwrap().push(s);
-        Ok(())
+        Box::pin(async { Ok(RegistrationStatusResponse {}) })
     }
 }
 
