@@ -58,6 +58,7 @@ const KUBELET: Rule = Rule {
                 "object_cache",
                 "token",
                 "plugin_manager",
+                "csi",
             ],
         ),
         (

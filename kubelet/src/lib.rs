@@ -23,7 +23,8 @@
 //!   `certificate` (the API client's kubeconfig, TLS bootstrap, certificate rotation),
 //!   `object_cache` (the secret and configMap managers: watches, TTL cache or GETs),
 //!   `token` (the token manager: bound service-account tokens from TokenRequest),
-//!   `plugin_manager` (plugins' registration sockets: CSI drivers announcing themselves).
+//!   `plugin_manager` (plugins' registration sockets: CSI drivers announcing themselves),
+//!   `csi` (CSI drivers: their registration and versions).
 //! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge),
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
@@ -41,6 +42,8 @@ pub(crate) mod config;
 pub(crate) mod credentials;
 pub(crate) mod cri;
 pub(crate) mod cri_log;
+#[allow(dead_code)] // wired into the kubelet next (issue #35)
+pub(crate) mod csi;
 pub(crate) mod event_recorder;
 pub(crate) mod events;
 pub(crate) mod eviction;
@@ -60,7 +63,7 @@ pub(crate) mod node_status;
 pub(crate) mod object_cache;
 pub(crate) mod objects;
 pub(crate) mod pleg;
-#[allow(dead_code)] // wired to the CSI handler next (issue #35)
+#[allow(dead_code)] // wired with the CSI handler into the kubelet next (issue #35)
 pub(crate) mod plugin_manager;
 pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;
