@@ -1,5 +1,7 @@
 //! The CSI volume plugin's node side (Go's `pkg/volume/csi`): drivers registering through the
-//! plugin manager ([`registration`]) with their versions checked ([`version`]).
+//! plugin manager ([`registration`]) with their versions checked ([`version`]), and their node
+//! identity written to the API ([`node_info`]).
 
+pub mod node_info;
 pub mod registration;
 pub mod version;
