@@ -200,6 +200,18 @@ impl ClusterNode {
         .await
     }
 
+    /// Waits until the cluster-scoped object `resource`/`name` exists and satisfies `pred`.
+    pub async fn wait_object_named(
+        &self,
+        resource: &str,
+        name: &str,
+        what: &str,
+        pred: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        self.wait_object(resource, "", name, what, pred, Duration::from_secs(60))
+            .await
+    }
+
     /// Creates a pod bound to this node (`spec.nodeName` set, as the scheduler would) from
     /// its JSON; returns the created object.
     pub async fn create_pod(&self, mut pod: Value) -> Value {

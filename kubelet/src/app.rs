@@ -243,6 +243,33 @@ async fn start_container_manager(
     Ok((cm.map(Arc::new), capacity))
 }
 
+/// The plugin manager on `<root-dir>/plugins_registry`, with the CSI drivers' handler; their
+/// node identity goes to the API server when there is one. Returns the registered drivers.
+fn spawn_plugin_manager(
+    config: &Config,
+    api: Option<crate::kube_client::ApiHandle>,
+) -> crate::csi::registration::Drivers {
+    use crate::csi::registration::{CsiRegistration, Drivers, NodeInfo};
+    use crate::plugin_manager::{PluginHandler, PluginManager};
+    let drivers = Drivers::default();
+    let node_info: Arc<dyn NodeInfo> = match api {
+        Some(api) => Arc::new(crate::csi::node_info::ApiNodeInfo::new(api)),
+        None => Arc::new(crate::csi::node_info::Standalone),
+    };
+    let csi: Arc<dyn PluginHandler> = Arc::new(CsiRegistration::new(drivers.clone(), node_info));
+    let handlers = [(
+        ferrolet_proto::pluginregistration::CSI_PLUGIN.to_string(),
+        csi,
+    )]
+    .into();
+    Arc::new(PluginManager::new(
+        config.root_dir.join("plugins_registry"),
+        handlers,
+    ))
+    .spawn();
+    drivers
+}
+
 /// Runs the kubelet with the process's arguments until a termination signal.
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
@@ -406,6 +433,7 @@ async fn run(config: Config) -> Result<(), AppError> {
     if let (Some(c), Some(statuses)) = (&credentials, statuses) {
         start_cluster(&kubelet, c, statuses, events, tx.clone());
     }
+    spawn_plugin_manager(&config, credentials.as_ref().map(|c| c.api.clone()));
     if let Some(dir) = &config.static_pod_path {
         source::spawn_file_source(
             dir.clone(),

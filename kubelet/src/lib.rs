@@ -63,7 +63,6 @@ pub(crate) mod node_status;
 pub(crate) mod object_cache;
 pub(crate) mod objects;
 pub(crate) mod pleg;
-#[allow(dead_code)] // wired with the CSI handler into the kubelet next (issue #35)
 pub(crate) mod plugin_manager;
 pub(crate) mod pod_actions;
 pub(crate) mod pod_workers;

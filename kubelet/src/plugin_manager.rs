@@ -122,6 +122,7 @@ impl PluginManager {
     }
 
     /// The registered plugins as `(type, name)`, by socket.
+    #[cfg(test)]
     pub fn registered(&self) -> BTreeMap<PathBuf, (String, String)> {
         self.state()
             .iter()

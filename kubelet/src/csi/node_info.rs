@@ -257,6 +257,24 @@ impl NodeInfo for ApiNodeInfo {
     }
 }
 
+/// [`NodeInfo`] without an API server (standalone): there is no `CSINode` to write, and the
+/// driver is still usable on this node.
+pub struct Standalone;
+
+impl NodeInfo for Standalone {
+    fn install<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a NodeGetInfoResponse,
+    ) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn uninstall<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use ferrolet_proto::csi::Topology;
