@@ -59,6 +59,7 @@ const KUBELET: Rule = Rule {
                 "token",
                 "plugin_manager",
                 "csi",
+                "storage_api",
             ],
         ),
         (

@@ -416,6 +416,7 @@ async fn run(config: Config) -> Result<(), AppError> {
                 secrets: Arc::new(crate::credentials::api::ApiSecrets::new(c.api.clone())),
                 objects: object_cache(&config, c.api.clone()),
                 tokens: crate::token::TokenManager::new(c.api.clone()),
+                storage: Arc::new(crate::storage_api::ApiStorage::new(c.api.clone())),
             };
             (seams, Some(statuses))
         }

@@ -24,12 +24,13 @@
 //!   `object_cache` (the secret and configMap managers: watches, TTL cache or GETs),
 //!   `token` (the token manager: bound service-account tokens from TokenRequest),
 //!   `plugin_manager` (plugins' registration sockets: CSI drivers announcing themselves),
-//!   `csi` (CSI drivers: their registration and versions).
+//!   `csi` (CSI drivers: their registration and versions), `storage_api` (claims, persistent
+//!   volumes and the node's labels, read for the volume manager).
 //! - pod model: `manifest`, `source` (directory, URL and API server sources, their merge),
 //!   `podspec` (a pod as CRI configs), `volume`, `status` (the API PodStatus), `credentials`.
 //! - foundations: `types`, `cri_log`, `backoff`, `metrics` (the process-wide
 //!   recorder), `node`, `logging`, `heap`, `kube_client` (the API client handle), `events`
-//!   (the event recorder seam), `objects` (the secret/configMap/token seam), `timeline` (the
+//!   (the event recorder seam), `objects` (the secret/configMap/token/storage seam), `timeline` (the
 //!   per-pod start timelines: the bounded store, its JSON and table), `yaml` (the nesting
 //!   bound YAML from files and URLs is checked against first).
 
@@ -73,6 +74,7 @@ pub(crate) mod source;
 pub(crate) mod stats;
 pub(crate) mod status;
 pub(crate) mod status_manager;
+pub(crate) mod storage_api;
 pub(crate) mod sync_pod;
 pub(crate) mod timeline;
 pub(crate) mod token;

@@ -5,11 +5,15 @@
 //! Consumers register the pods whose references they will read ([`ObjectSource::register_pod`])
 //! so a watch-based source knows what to watch, and may subscribe to changes of referenced
 //! objects ([`ObjectSource::changes`]) to refresh volumes without waiting for a resync.
+//! Claims, persistent volumes and the node's labels come through [`StorageSource`]
+//! (`storage_api` in a cluster).
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
 use tokio::sync::broadcast;
 
 use crate::types::Pod;
@@ -109,6 +113,25 @@ pub trait TokenSource: Send + Sync {
     fn forget_pod(&self, uid: &str);
 }
 
+/// What the volume manager reads of the API for persistent volumes, each read a GET as in
+/// Go's populator (a claim's binding must be seen as it is now, not as a cache last saw it).
+pub trait StorageSource: Send + Sync {
+    /// Claim `namespace/name`, `None` if the API has no such object.
+    fn claim<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PersistentVolumeClaim>, ObjectError>>;
+    /// PersistentVolume `name`, `None` if the API has no such object.
+    fn persistent_volume<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PersistentVolume>, ObjectError>>;
+    /// This node's labels as the API has them (a local volume's node affinity is checked
+    /// against them).
+    fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>>;
+}
+
 /// Standalone: nothing to read; every read fails with [`ObjectError::NoApiServer`].
 #[derive(Debug)]
 pub struct NoApi {
@@ -142,6 +165,25 @@ impl ObjectSource for NoApi {
     }
     fn changes(&self) -> broadcast::Receiver<ObjectChange> {
         self.changes.subscribe()
+    }
+}
+
+impl StorageSource for NoApi {
+    fn claim<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PersistentVolumeClaim>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn persistent_volume<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PersistentVolume>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
     }
 }
 

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
+use k8s_openapi::api::core::v1::{
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration,
+};
 
 use crate::types::Pod;
 
@@ -30,14 +32,21 @@ pub fn affinity_matches(pod: &Pod, node_name: &str, labels: &BTreeMap<String, St
             n.required_during_scheduling_ignored_during_execution
                 .as_ref()
         });
-    match required {
-        None => true,
-        // Terms are ORed; a term without any requirement matches nothing.
-        Some(sel) => sel
-            .node_selector_terms
-            .iter()
-            .any(|t| term_matches(t, node_name, labels)),
-    }
+    required.is_none_or(|sel| selector_matches(sel, node_name, labels))
+}
+
+/// Whether a required node selector (a pod's affinity, a PersistentVolume's node affinity)
+/// matches a node with `labels` named `node_name`: its terms are ORed, and a term without any
+/// requirement matches nothing.
+pub fn selector_matches(
+    selector: &NodeSelector,
+    node_name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node_name, labels))
 }
 
 fn term_matches(t: &NodeSelectorTerm, node_name: &str, labels: &BTreeMap<String, String>) -> bool {

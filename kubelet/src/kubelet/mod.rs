@@ -78,6 +78,8 @@ pub struct Seams {
     pub objects: Arc<dyn crate::objects::ObjectSource>,
     /// Where bound service-account tokens come from.
     pub tokens: Arc<dyn crate::objects::TokenSource>,
+    /// Where claims and persistent volumes come from.
+    pub storage: Arc<dyn crate::objects::StorageSource>,
 }
 
 impl Default for Seams {
@@ -88,6 +90,7 @@ impl Default for Seams {
             secrets: Arc::new(crate::credentials::NoSecrets),
             objects: Arc::new(crate::objects::NoApi::default()),
             tokens: Arc::new(crate::objects::NoApi::default()),
+            storage: Arc::new(crate::objects::NoApi::default()),
         }
     }
 }
@@ -189,8 +192,11 @@ impl Kubelet {
                 root_dir: config.root_dir.clone(),
                 node: node.clone(),
             },
-            seams.objects.clone(),
-            seams.tokens.clone(),
+            crate::volume_manager::Sources {
+                objects: seams.objects.clone(),
+                tokens: seams.tokens.clone(),
+                storage: seams.storage.clone(),
+            },
             seams.events.clone(),
         );
         let timeline = Arc::new(crate::timeline::Timeline::new(crate::timeline::Limits {

@@ -10,7 +10,8 @@
 //! so nothing here waits on the API.
 //!
 //! Layout under the root dir, as Go's: `pods/<uid>/volumes/<plugin>/<name>` with `<plugin>`
-//! `kubernetes.io~empty-dir`, `~secret`, `~configmap`, `~downward-api` or `~projected`,
+//! `kubernetes.io~empty-dir`, `~secret`, `~configmap`, `~downward-api`, `~projected` or
+//! `~local-volume` (named by the PersistentVolume, [`persistent`]),
 //! `pods/<uid>/etc-hosts`, `pods/<uid>/containers/<name>/<id>` (termination logs).
 //!
 //! Everything here touches the filesystem, so it runs in `spawn_blocking`.
@@ -23,8 +24,10 @@ pub mod host_path;
 pub mod inputs;
 pub mod mounts;
 mod nested;
+pub mod ownership;
 #[cfg(test)]
 mod payload_tests;
+pub mod persistent;
 pub mod projected;
 pub mod projection;
 pub mod secret;
@@ -176,6 +179,9 @@ impl VolumeError {
 pub struct PodVolumes {
     /// Volume name → host path (an emptyDir's directory, a hostPath's path).
     pub dirs: BTreeMap<String, PathBuf>,
+    /// Volumes containers must mount read-only whatever their mounts say (a claim's
+    /// `readOnly`; Go's mounter attribute).
+    pub read_only: std::collections::BTreeSet<String>,
 }
 
 /// Go's plugin directory name for emptyDir.
@@ -215,14 +221,13 @@ pub(crate) fn mkdir_all(volume: &str, path: &Path, mode: u32) -> Result<(), Volu
 
 /// The volume kinds we cannot serve, by their API names.
 fn unsupported_kind(v: &Volume) -> Option<&'static str> {
-    let kinds: [(&'static str, bool); 24] = [
+    let kinds: [(&'static str, bool); 22] = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
         ("azureDisk", v.azure_disk.is_some()),
         ("azureFile", v.azure_file.is_some()),
         ("cephfs", v.cephfs.is_some()),
         ("cinder", v.cinder.is_some()),
         ("csi", v.csi.is_some()),
-        ("ephemeral", v.ephemeral.is_some()),
         ("fc", v.fc.is_some()),
         ("flexVolume", v.flex_volume.is_some()),
         ("flocker", v.flocker.is_some()),
@@ -232,7 +237,6 @@ fn unsupported_kind(v: &Volume) -> Option<&'static str> {
         ("image", v.image.is_some()),
         ("iscsi", v.iscsi.is_some()),
         ("nfs", v.nfs.is_some()),
-        ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
         ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
         ("portworxVolume", v.portworx_volume.is_some()),
         ("quobyte", v.quobyte.is_some()),
@@ -244,11 +248,19 @@ fn unsupported_kind(v: &Volume) -> Option<&'static str> {
     kinds.into_iter().find(|(_, set)| *set).map(|(k, _)| k)
 }
 
+/// Whether the volume is a claim's (`persistentVolumeClaim`, or `ephemeral`, whose claim the
+/// ephemeral controller makes): it is set up from the bound PersistentVolume
+/// ([`persistent::setup`]), never through [`setup_volume`].
+pub fn is_claim(v: &Volume) -> bool {
+    v.persistent_volume_claim.is_some() || v.ephemeral.is_some()
+}
+
 /// Go's plugin dir name for a volume's kind (`kubernetes.io~empty-dir`, `kubernetes.io~secret`,
 /// `kubernetes.io~configmap`, `kubernetes.io~downward-api`, `kubernetes.io~projected`); None
-/// for hostPath (not under the pod dir) and for the kinds ferrolet cannot serve.
+/// for hostPath (not under the pod dir), claims (their PersistentVolume's plugin decides) and
+/// the kinds ferrolet cannot serve.
 pub fn plugin_dir_name(volume: &Volume) -> Option<&'static str> {
-    if volume.host_path.is_some() || unsupported_kind(volume).is_some() {
+    if volume.host_path.is_some() || is_claim(volume) || unsupported_kind(volume).is_some() {
         None
     } else if volume.secret.is_some() {
         Some(secret::PLUGIN)
@@ -295,7 +307,7 @@ pub(crate) fn is_projected_kind(volume: &Volume) -> bool {
 }
 
 /// The pod's `fsGroup` as a gid.
-fn fs_group(volume: &str, pod: &Pod) -> Result<Option<u32>, VolumeError> {
+pub(crate) fn fs_group(volume: &str, pod: &Pod) -> Result<Option<u32>, VolumeError> {
     let gid = pod
         .spec
         .as_ref()
@@ -332,6 +344,12 @@ pub fn setup_volume(
     }
     if let Some(hp) = &volume.host_path {
         return host_path::setup(name, hp);
+    }
+    if is_claim(volume) {
+        return Err(VolumeError::Invalid {
+            volume: name.into(),
+            reason: "a claim's volume is set up from its bound PersistentVolume".into(),
+        });
     }
     let dir = volume_path(root_dir, uid, volume);
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -824,6 +842,7 @@ spec:
             dirs: ["sec", "conf", "down"]
                 .map(|n| (n.to_string(), root.path().join(n)))
                 .into(),
+            ..Default::default()
         };
         let c = &p.spec.as_ref().unwrap().containers[0];
         let mounts = mounts::container_mounts(root.path(), &p, c, &volumes, "")

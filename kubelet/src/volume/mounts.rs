@@ -93,6 +93,7 @@ pub async fn container_mounts_with(
             .flat_map(|s| s.volumes.iter().flatten())
             .filter(|v| super::is_projected_kind(v))
             .map(|v| v.name.clone())
+            .chain(volumes.read_only.iter().cloned())
             .collect(),
         host_network: pod
             .spec

@@ -20,6 +20,8 @@ pub struct MountedVolume {
     pub generation: Option<u64>,
     /// A fingerprint of the tokens written into it, if any.
     pub token_fingerprint: Option<u64>,
+    /// Whether containers must mount it read-only (a claim's `readOnly`).
+    pub read_only: bool,
 }
 
 impl MountedVolume {
@@ -91,6 +93,7 @@ mod tests {
             plugin: Some("kubernetes.io~empty-dir".into()),
             generation: Some(1),
             token_fingerprint: None,
+            read_only: false,
         }
     }
 

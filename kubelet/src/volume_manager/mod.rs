@@ -15,6 +15,7 @@
 //! (the receiver [`VolumeManager::spawn`] returns) once its volumes are all set up.
 
 pub mod actual;
+pub mod claims;
 pub mod desired;
 pub mod fetch;
 pub mod reconciler;
@@ -33,7 +34,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::events::EventRecorder;
-use crate::objects::{ObjectSource, TokenSource};
+use crate::objects::{ObjectSource, StorageSource, TokenSource};
 use crate::podspec::NodeContext;
 use crate::types::{Pod, uid_of};
 use crate::volume::PodVolumes;
@@ -77,6 +78,17 @@ pub struct Settings {
     pub node: NodeContext,
 }
 
+/// Where the manager reads what volumes are made of.
+#[derive(Clone)]
+pub struct Sources {
+    /// Secrets and configMaps.
+    pub objects: Arc<dyn ObjectSource>,
+    /// Bound service-account tokens.
+    pub tokens: Arc<dyn TokenSource>,
+    /// Claims, persistent volumes, the node's labels.
+    pub storage: Arc<dyn StorageSource>,
+}
+
 /// Everything the manager tracks, under one lock (never held across an await).
 #[derive(Default)]
 struct State {
@@ -98,6 +110,7 @@ pub struct VolumeManager {
     settings: Settings,
     objects: Arc<dyn ObjectSource>,
     tokens: Arc<dyn TokenSource>,
+    storage: Arc<dyn StorageSource>,
     events: Arc<dyn EventRecorder>,
     state: Mutex<State>,
     /// Wakes the reconciler.
@@ -116,18 +129,14 @@ pub fn namespace_of(pod: &Pod) -> &str {
 }
 
 impl VolumeManager {
-    /// A manager reading through `objects` and `tokens` and reporting to `events`; nothing
-    /// happens until [`VolumeManager::spawn`].
-    pub fn new(
-        settings: Settings,
-        objects: Arc<dyn ObjectSource>,
-        tokens: Arc<dyn TokenSource>,
-        events: Arc<dyn EventRecorder>,
-    ) -> Arc<Self> {
+    /// A manager reading through `sources` and reporting to `events`; nothing happens until
+    /// [`VolumeManager::spawn`].
+    pub fn new(settings: Settings, sources: Sources, events: Arc<dyn EventRecorder>) -> Arc<Self> {
         Arc::new(Self {
             settings,
-            objects,
-            tokens,
+            objects: sources.objects,
+            tokens: sources.tokens,
+            storage: sources.storage,
             events,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
@@ -283,6 +292,9 @@ impl VolumeManager {
             let key = VolumeKey::new(uid, name);
             if let Some(m) = state.actual.get(&key).filter(|m| m.confirmed()) {
                 volumes.dirs.insert(name.clone(), m.path.clone());
+                if m.read_only {
+                    volumes.read_only.insert(name.clone());
+                }
                 continue;
             }
             unmounted.push(name.clone());

@@ -21,12 +21,15 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::actual::MountedVolume;
+use super::claims::{self, BoundClaim, ClaimError};
 use super::desired::VolumeKey;
 use super::fetch::{fetch_inputs, token_fingerprint};
 use super::{VolumeManager, namespace_of};
 use crate::events::{EventType, pod_ref, reason};
 use crate::objects::ObjectChange;
 use crate::types::Pod;
+use crate::volume::ownership::ChangePolicy;
+use crate::volume::persistent::{self, PodOwnership, pv_name};
 use crate::volume::{VolumeError, VolumeReferences, blocking};
 
 /// How many operations run at once (a burst of pods is set up a few at a time, not all).
@@ -56,6 +59,18 @@ enum Outcome {
         result: Result<MountedVolume, String>,
     },
     TearDown(Result<(), String>),
+}
+
+/// Go's message for a claim that cannot be used: the populator's errors reach the pod's
+/// sync as `Unable to attach or mount volumes: ...`; a node affinity mismatch is a failed
+/// mount.
+pub fn claim_failed_message(volume: &str, e: &ClaimError) -> String {
+    match e {
+        ClaimError::NodeAffinity { .. } => e.to_string(),
+        _ => format!(
+            "Unable to attach or mount volumes: unmounted volumes=[{volume}], unattached volumes=[], failed to process volumes=[{volume}]: {e}"
+        ),
+    }
 }
 
 /// Go's event message for a failed set-up, whether or not the error already says it.
@@ -200,6 +215,12 @@ impl VolumeManager {
         volume: Volume,
         references: &VolumeReferences,
     ) -> Result<MountedVolume, String> {
+        let claim = super::claims::resolve(&*self.storage, pod, &volume)
+            .await
+            .map_err(|e| claim_failed_message(&volume.name, &e))?;
+        if let Some(claim) = claim {
+            return self.set_up_persistent(pod, claim).await;
+        }
         let namespace = namespace_of(pod);
         let inputs = fetch_inputs(&*self.objects, &*self.tokens, namespace, references).await;
         let token_fingerprint = token_fingerprint(&inputs.tokens);
@@ -218,6 +239,53 @@ impl VolumeManager {
                 plugin,
                 generation: None,
                 token_fingerprint,
+                read_only: false,
+            }),
+            Err(e) => Err(mount_failed_message(&name, &e)),
+        }
+    }
+
+    /// Sets up a claim's PersistentVolume (named by it in paths and messages, as Go's),
+    /// after its node affinity check.
+    async fn set_up_persistent(
+        &self,
+        pod: &Arc<Pod>,
+        claim: BoundClaim,
+    ) -> Result<MountedVolume, String> {
+        let pv = claim.volume;
+        if claims::has_node_affinity(&pv) {
+            let labels = self.storage.node_labels().await.map_err(|e| {
+                ClaimError::NodeAffinity {
+                    volume: pv_name(&pv).into(),
+                    reason: e.to_string(),
+                }
+                .to_string()
+            })?;
+            claims::check_node_affinity(&pv, &self.settings.node.node_name, &labels)
+                .map_err(|e| e.to_string())?;
+        }
+        let name = pv_name(&pv).to_string();
+        let ownership = PodOwnership {
+            fs_group: crate::volume::fs_group(&name, pod).map_err(|e| e.to_string())?,
+            policy: ChangePolicy::from_api(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.security_context.as_ref())
+                    .and_then(|s| s.fs_group_change_policy.as_deref()),
+            ),
+        };
+        let root = self.settings.root_dir.clone();
+        let uid = crate::types::uid_of(pod);
+        let read_only = claim.read_only;
+        let set_up =
+            blocking(move || persistent::setup(&root, &uid, &pv, read_only, ownership)).await;
+        match set_up {
+            Ok(s) => Ok(MountedVolume {
+                path: s.path,
+                plugin: s.plugin.map(str::to_string),
+                generation: None,
+                token_fingerprint: None,
+                read_only: s.read_only,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -235,15 +303,24 @@ impl VolumeManager {
             return Ok(());
         }
         let p = path.clone();
-        blocking(move || crate::volume::teardown_volume(&p))
-            .await
-            .map_err(|e| {
-                format!(
-                    "UnmountVolume.TearDown failed for volume {:?} ({}): {e}",
-                    key.name,
-                    path.display()
-                )
-            })
+        // A persistent volume's directory is only ever unmounted and removed empty: its
+        // data is the volume's, not the pod's.
+        let persistent = plugin.as_deref() == Some(persistent::LOCAL_PLUGIN);
+        blocking(move || {
+            if persistent {
+                persistent::teardown(&p)
+            } else {
+                crate::volume::teardown_volume(&p)
+            }
+        })
+        .await
+        .map_err(|e| {
+            format!(
+                "UnmountVolume.TearDown failed for volume {:?} ({}): {e}",
+                key.name,
+                path.display()
+            )
+        })
     }
 
     /// Records how an operation ended; reports a failed set-up; hands back the pods whose
@@ -417,7 +494,8 @@ fn plan(
             && mounted.plugin.is_some()
             && state.desired.pod(&key.uid).is_some_and(|p| {
                 p.spec(&key.name).is_some_and(|v| {
-                    crate::volume::volume_path(root_dir, &key.uid, v) != mounted.path
+                    !crate::volume::is_claim(v)
+                        && crate::volume::volume_path(root_dir, &key.uid, v) != mounted.path
                 })
             });
         let unwanted = !state.desired.contains(&key) && state.removed.contains(&key.uid);

@@ -23,6 +23,7 @@ pub fn scan(root_dir: &Path) -> Vec<(VolumeKey, MountedVolume)> {
                     plugin: Some(plugin.clone()),
                     generation: None,
                     token_fingerprint: None,
+                    read_only: false,
                 };
                 found.push((VolumeKey::new(&uid, &name), volume));
             }

@@ -147,7 +147,12 @@ fn manager(root: &Path) -> Setup {
         root_dir: root.to_path_buf(),
         node: crate::podspec::testutil::node(),
     };
-    let manager = VolumeManager::new(settings, objects.clone(), tokens.clone(), events.clone());
+    let sources = super::Sources {
+        objects: objects.clone(),
+        tokens: tokens.clone(),
+        storage: Arc::new(crate::objects::NoApi::default()),
+    };
+    let manager = VolumeManager::new(settings, sources, events.clone());
     Setup {
         manager,
         objects,
