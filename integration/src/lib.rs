@@ -15,6 +15,8 @@
 //! - [`scratch`]: per-test scratch directories that unmount and remove what is under them.
 //! - [`network`]: per-test CNI networks (own bridge, subnet, conf, IPAM and cache dirs).
 //! - [`containerd_cri`]: containerd's own CRI plugin as a test node (the reference runtime).
+//! - [`csi_driver`]: a spec-following CSI Node service backed by directories, with its
+//!   registration socket, for the kubelet's CSI tests.
 //! - [`kubelet`]: the real `ferrolet` per test, on either runtime node.
 //! - [`cluster`]: a ferrolet node joined to its own in-memory test API server.
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
@@ -34,6 +36,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod containerd_cri;
 pub mod cri;
+pub mod csi_driver;
 pub mod kubelet;
 pub mod leak;
 pub mod network;

@@ -244,19 +244,20 @@ async fn start_container_manager(
 }
 
 /// The plugin manager on `<root-dir>/plugins_registry`, with the CSI drivers' handler; their
-/// node identity goes to the API server when there is one. Returns the registered drivers.
+/// node identity goes to the API server when there is one; registered drivers go to
+/// `drivers`.
 fn spawn_plugin_manager(
     config: &Config,
     api: Option<crate::kube_client::ApiHandle>,
-) -> crate::csi::registration::Drivers {
-    use crate::csi::registration::{CsiRegistration, Drivers, NodeInfo};
+    drivers: crate::csi::registration::Drivers,
+) {
+    use crate::csi::registration::{CsiRegistration, NodeInfo};
     use crate::plugin_manager::{PluginHandler, PluginManager};
-    let drivers = Drivers::default();
     let node_info: Arc<dyn NodeInfo> = match api {
         Some(api) => Arc::new(crate::csi::node_info::ApiNodeInfo::new(api)),
         None => Arc::new(crate::csi::node_info::Standalone),
     };
-    let csi: Arc<dyn PluginHandler> = Arc::new(CsiRegistration::new(drivers.clone(), node_info));
+    let csi: Arc<dyn PluginHandler> = Arc::new(CsiRegistration::new(drivers, node_info));
     let handlers = [(
         ferrolet_proto::pluginregistration::CSI_PLUGIN.to_string(),
         csi,
@@ -267,7 +268,6 @@ fn spawn_plugin_manager(
         handlers,
     ))
     .spawn();
-    drivers
 }
 
 /// Runs the kubelet with the process's arguments until a termination signal.
@@ -417,11 +417,13 @@ async fn run(config: Config) -> Result<(), AppError> {
                 objects: object_cache(&config, c.api.clone()),
                 tokens: crate::token::TokenManager::new(c.api.clone()),
                 storage: Arc::new(crate::storage_api::ApiStorage::new(c.api.clone())),
+                csi_drivers: Default::default(),
             };
             (seams, Some(statuses))
         }
         None => (Seams::default(), None),
     };
+    let csi_drivers = seams.csi_drivers.clone();
     let events = seams.events.clone();
     let streaming = server::streaming::Streaming::new(Arc::new(cri.clone()));
     let secure = secure.map(|s| s.with_streaming(streaming));
@@ -434,7 +436,11 @@ async fn run(config: Config) -> Result<(), AppError> {
     if let (Some(c), Some(statuses)) = (&credentials, statuses) {
         start_cluster(&kubelet, c, statuses, events, tx.clone());
     }
-    spawn_plugin_manager(&config, credentials.as_ref().map(|c| c.api.clone()));
+    spawn_plugin_manager(
+        &config,
+        credentials.as_ref().map(|c| c.api.clone()),
+        csi_drivers,
+    );
     if let Some(dir) = &config.static_pod_path {
         source::spawn_file_source(
             dir.clone(),

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use tokio::sync::broadcast;
 
 use crate::types::Pod;
@@ -130,6 +131,22 @@ pub trait StorageSource: Send + Sync {
     /// This node's labels as the API has them (a local volume's node affinity is checked
     /// against them).
     fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>>;
+    /// CSIDriver `name`, `None` if the API has none (its defaults apply).
+    fn csi_driver<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<CSIDriver>, ObjectError>>;
+    /// VolumeAttachment `name`, `None` if the API has none.
+    fn volume_attachment<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<VolumeAttachment>, ObjectError>>;
+    /// Secret `namespace/name` for a CSI call (`node*SecretRef`), `None` if there is none.
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Secret>, ObjectError>>;
 }
 
 /// Standalone: nothing to read; every read fails with [`ObjectError::NoApiServer`].
@@ -183,6 +200,25 @@ impl StorageSource for NoApi {
         Box::pin(async { Err(ObjectError::NoApiServer) })
     }
     fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn csi_driver<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<CSIDriver>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn volume_attachment<'a>(
+        &'a self,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<VolumeAttachment>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn secret<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Secret>, ObjectError>> {
         Box::pin(async { Err(ObjectError::NoApiServer) })
     }
 }

@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 use crate::kube_client::ApiHandle;
 use crate::objects::{ObjectError, StorageSource};
@@ -47,6 +48,43 @@ impl StorageSource for ApiStorage {
     ) -> BoxFuture<'a, Result<Option<PersistentVolume>, ObjectError>> {
         Box::pin(async move {
             kube::Api::<PersistentVolume>::all(self.api.client())
+                .get_opt(name)
+                .await
+                .map_err(api_error)
+        })
+    }
+
+    fn csi_driver<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<CSIDriver>, ObjectError>> {
+        Box::pin(async move {
+            kube::Api::<CSIDriver>::all(self.api.client())
+                .get_opt(name)
+                .await
+                .map_err(api_error)
+        })
+    }
+
+    fn volume_attachment<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<VolumeAttachment>, ObjectError>> {
+        Box::pin(async move {
+            kube::Api::<VolumeAttachment>::all(self.api.client())
+                .get_opt(name)
+                .await
+                .map_err(api_error)
+        })
+    }
+
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Secret>, ObjectError>> {
+        Box::pin(async move {
+            kube::Api::<Secret>::namespaced(self.api.client(), namespace)
                 .get_opt(name)
                 .await
                 .map_err(api_error)

@@ -80,6 +80,8 @@ pub struct Seams {
     pub tokens: Arc<dyn crate::objects::TokenSource>,
     /// Where claims and persistent volumes come from.
     pub storage: Arc<dyn crate::objects::StorageSource>,
+    /// The CSI drivers registered through the plugin manager.
+    pub csi_drivers: crate::csi::registration::Drivers,
 }
 
 impl Default for Seams {
@@ -91,6 +93,7 @@ impl Default for Seams {
             objects: Arc::new(crate::objects::NoApi::default()),
             tokens: Arc::new(crate::objects::NoApi::default()),
             storage: Arc::new(crate::objects::NoApi::default()),
+            csi_drivers: Default::default(),
         }
     }
 }
@@ -196,6 +199,7 @@ impl Kubelet {
                 objects: seams.objects.clone(),
                 tokens: seams.tokens.clone(),
                 storage: seams.storage.clone(),
+                csi_drivers: seams.csi_drivers.clone(),
             },
             seams.events.clone(),
         );

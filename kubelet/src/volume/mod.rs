@@ -184,6 +184,9 @@ pub struct PodVolumes {
     pub read_only: std::collections::BTreeSet<String>,
 }
 
+/// Go's plugin directory name of CSI volumes (published through the driver: `csi`).
+pub const CSI_PLUGIN: &str = "kubernetes.io~csi";
+
 /// Go's plugin directory name for emptyDir.
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
 
@@ -221,13 +224,12 @@ pub(crate) fn mkdir_all(volume: &str, path: &Path, mode: u32) -> Result<(), Volu
 
 /// The volume kinds we cannot serve, by their API names.
 fn unsupported_kind(v: &Volume) -> Option<&'static str> {
-    let kinds: [(&'static str, bool); 22] = [
+    let kinds: [(&'static str, bool); 21] = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
         ("azureDisk", v.azure_disk.is_some()),
         ("azureFile", v.azure_file.is_some()),
         ("cephfs", v.cephfs.is_some()),
         ("cinder", v.cinder.is_some()),
-        ("csi", v.csi.is_some()),
         ("fc", v.fc.is_some()),
         ("flexVolume", v.flex_volume.is_some()),
         ("flocker", v.flocker.is_some()),
@@ -270,6 +272,8 @@ pub fn plugin_dir_name(volume: &Volume) -> Option<&'static str> {
         Some(downward_api::PLUGIN)
     } else if volume.projected.is_some() {
         Some(projected::PLUGIN)
+    } else if volume.csi.is_some() {
+        Some(CSI_PLUGIN)
     } else {
         // No source at all is an emptyDir, the API's default.
         Some(EMPTY_DIR_PLUGIN)
@@ -284,6 +288,10 @@ pub fn volume_path(root_dir: &Path, uid: &str, volume: &Volume) -> PathBuf {
         return PathBuf::from(&hp.path);
     }
     let volumes = pod_dir(root_dir, uid).join("volumes");
+    if volume.csi.is_some() {
+        // Published by the driver at `mount`, beside Go's `vol_data.json`.
+        return volumes.join(CSI_PLUGIN).join(&volume.name).join("mount");
+    }
     match plugin_dir_name(volume) {
         Some(plugin) => volumes.join(plugin).join(&volume.name),
         None => volumes.join(&volume.name),
@@ -345,10 +353,12 @@ pub fn setup_volume(
     if let Some(hp) = &volume.host_path {
         return host_path::setup(name, hp);
     }
-    if is_claim(volume) {
+    if is_claim(volume) || volume.csi.is_some() {
         return Err(VolumeError::Invalid {
             volume: name.into(),
-            reason: "a claim's volume is set up from its bound PersistentVolume".into(),
+            reason:
+                "claims and CSI volumes are set up through their driver or bound PersistentVolume"
+                    .into(),
         });
     }
     let dir = volume_path(root_dir, uid, volume);

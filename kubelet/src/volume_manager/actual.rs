@@ -22,6 +22,8 @@ pub struct MountedVolume {
     pub token_fingerprint: Option<u64>,
     /// Whether containers must mount it read-only (a claim's `readOnly`).
     pub read_only: bool,
+    /// What its teardown needs of a CSI volume.
+    pub csi: Option<super::csi_ops::CsiMounted>,
 }
 
 impl MountedVolume {
@@ -71,6 +73,28 @@ impl ActualState {
         self.pods.keys().map(String::as_str)
     }
 
+    /// Forgets the other volumes of `key`'s pod found on disk at start (unconfirmed) at the
+    /// same `path`: a PV-backed volume's directory is named by the PV, not by the pod's
+    /// volume, so reconstruction keys it by the former. Their keys.
+    pub fn forget_reconstructed_at(
+        &mut self,
+        key: &VolumeKey,
+        path: &std::path::Path,
+    ) -> Vec<VolumeKey> {
+        let Some(volumes) = self.pods.get_mut(&key.uid) else {
+            return Vec::new();
+        };
+        let twins: Vec<String> = volumes
+            .iter()
+            .filter(|(n, v)| **n != key.name && v.generation.is_none() && v.path == path)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in &twins {
+            volumes.remove(n);
+        }
+        twins.iter().map(|n| VolumeKey::new(&key.uid, n)).collect()
+    }
+
     /// Every volume set up.
     pub fn volumes(&self) -> impl Iterator<Item = (VolumeKey, &MountedVolume)> {
         self.pods.iter().flat_map(|(uid, volumes)| {
@@ -94,6 +118,7 @@ mod tests {
             generation: Some(1),
             token_fingerprint: None,
             read_only: false,
+            csi: None,
         }
     }
 

@@ -314,6 +314,30 @@ mod tests {
         fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>> {
             Box::pin(async { Ok(BTreeMap::new()) })
         }
+        fn csi_driver<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<k8s_openapi::api::storage::v1::CSIDriver>, ObjectError>>
+        {
+            Box::pin(async { Ok(None) })
+        }
+        fn volume_attachment<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<
+            'a,
+            Result<Option<k8s_openapi::api::storage::v1::VolumeAttachment>, ObjectError>,
+        > {
+            Box::pin(async { Ok(None) })
+        }
+        fn secret<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<k8s_openapi::api::core::v1::Secret>, ObjectError>>
+        {
+            Box::pin(async { Ok(None) })
+        }
     }
 
     fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {

@@ -16,6 +16,7 @@
 
 pub mod actual;
 pub mod claims;
+pub mod csi_ops;
 pub mod desired;
 pub mod fetch;
 pub mod reconciler;
@@ -85,8 +86,10 @@ pub struct Sources {
     pub objects: Arc<dyn ObjectSource>,
     /// Bound service-account tokens.
     pub tokens: Arc<dyn TokenSource>,
-    /// Claims, persistent volumes, the node's labels.
+    /// Claims, persistent volumes, the node's labels, CSIDrivers, VolumeAttachments.
     pub storage: Arc<dyn StorageSource>,
+    /// The registered CSI drivers.
+    pub csi_drivers: crate::csi::registration::Drivers,
 }
 
 /// Everything the manager tracks, under one lock (never held across an await).
@@ -103,6 +106,8 @@ struct State {
     failed_waits: BTreeSet<String>,
     /// Where those pods go.
     ready_tx: Option<mpsc::UnboundedSender<String>>,
+    /// CSI volumes staged on this node, by unique name.
+    devices: std::collections::BTreeMap<String, csi_ops::Device>,
 }
 
 /// The volume manager.
@@ -111,8 +116,11 @@ pub struct VolumeManager {
     objects: Arc<dyn ObjectSource>,
     tokens: Arc<dyn TokenSource>,
     storage: Arc<dyn StorageSource>,
+    drivers: crate::csi::registration::Drivers,
     events: Arc<dyn EventRecorder>,
     state: Mutex<State>,
+    /// One lock per CSI device (staging, publishing from it, unstaging).
+    device_locks: Mutex<std::collections::BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Wakes the reconciler.
     wake: Notify,
     /// Bumped whenever an operation ends; waits watch it.
@@ -137,6 +145,8 @@ impl VolumeManager {
             objects: sources.objects,
             tokens: sources.tokens,
             storage: sources.storage,
+            drivers: sources.csi_drivers,
+            device_locks: Mutex::default(),
             events,
             state: Mutex::new(State::default()),
             wake: Notify::new(),

@@ -22,9 +22,11 @@ use tokio::time::Instant;
 
 use super::actual::MountedVolume;
 use super::claims::{self, BoundClaim, ClaimError};
+use super::csi_ops::CsiMounted;
 use super::desired::VolumeKey;
 use super::fetch::{fetch_inputs, token_fingerprint};
 use super::{VolumeManager, namespace_of};
+use crate::csi::volume::CsiVolume;
 use crate::events::{EventType, pod_ref, reason};
 use crate::objects::ObjectChange;
 use crate::types::Pod;
@@ -48,7 +50,15 @@ enum Op {
     TearDown {
         path: PathBuf,
         plugin: Option<String>,
+        csi: Option<CsiMounted>,
     },
+    /// A CSI device no pod volume uses any more (keyed by [`device_key`]).
+    Unstage { unique: String },
+}
+
+/// The operation key of CSI device `unique` (no pod has an empty UID).
+pub fn device_key(unique: &str) -> VolumeKey {
+    VolumeKey::new("", unique)
 }
 
 /// How an operation ended.
@@ -59,6 +69,7 @@ enum Outcome {
         result: Result<MountedVolume, String>,
     },
     TearDown(Result<(), String>),
+    Unstage(Result<(), String>),
 }
 
 /// Go's message for a claim that cannot be used: the populator's errors reach the pod's
@@ -142,9 +153,14 @@ impl VolumeManager {
     /// Puts the volumes found on disk into the actual state.
     async fn reconstruct(&self) {
         let root = self.settings.root_dir.clone();
-        let found = blocking(move || Ok(super::reconstruct::scan(&root)))
-            .await
-            .unwrap_or_default();
+        let (found, devices) = blocking(move || {
+            Ok((
+                super::reconstruct::scan(&root),
+                super::reconstruct::scan_devices(&root),
+            ))
+        })
+        .await
+        .unwrap_or_default();
         if !found.is_empty() {
             tracing::info!(
                 volumes = found.len(),
@@ -152,10 +168,24 @@ impl VolumeManager {
             );
         }
         let mut state = self.lock();
-        for (key, volume) in found {
-            if state.actual.get(&key).is_none() {
-                state.actual.mark_mounted(&key, volume);
+        for (unique, device) in devices {
+            state.devices.entry(unique).or_insert(device);
+        }
+        for (key, mut volume) in found {
+            if state.actual.get(&key).is_some() {
+                continue;
             }
+            if let Some(csi) = &mut volume.csi
+                && let Some(device) = &csi.device
+            {
+                match state.devices.get_mut(device) {
+                    Some(d) => {
+                        d.users.insert(key.clone());
+                    }
+                    None => csi.device = None,
+                }
+            }
+            state.actual.mark_mounted(&key, volume);
         }
     }
 
@@ -196,21 +226,23 @@ impl VolumeManager {
                 references,
                 generation,
             } => {
-                let result = self.set_up(&pod, *volume, &references).await;
+                let result = self.set_up(key, &pod, *volume, &references).await;
                 Outcome::SetUp {
                     pod,
                     generation,
                     result,
                 }
             }
-            Op::TearDown { path, plugin } => {
-                Outcome::TearDown(self.tear_down(key, path, plugin).await)
+            Op::TearDown { path, plugin, csi } => {
+                Outcome::TearDown(self.tear_down(key, path, plugin, csi).await)
             }
+            Op::Unstage { unique } => Outcome::Unstage(self.unstage(&unique).await),
         }
     }
 
     async fn set_up(
         &self,
+        key: &VolumeKey,
         pod: &Arc<Pod>,
         volume: Volume,
         references: &VolumeReferences,
@@ -219,7 +251,13 @@ impl VolumeManager {
             .await
             .map_err(|e| claim_failed_message(&volume.name, &e))?;
         if let Some(claim) = claim {
+            if let Some(csi) = CsiVolume::from_pv(&claim.volume, claim.read_only) {
+                return self.set_up_csi(key, pod, csi).await;
+            }
             return self.set_up_persistent(pod, claim).await;
+        }
+        if let Some(csi) = CsiVolume::inline(pod, &volume) {
+            return self.set_up_csi(key, pod, csi).await;
         }
         let namespace = namespace_of(pod);
         let inputs = fetch_inputs(&*self.objects, &*self.tokens, namespace, references).await;
@@ -240,6 +278,7 @@ impl VolumeManager {
                 generation: None,
                 token_fingerprint,
                 read_only: false,
+                csi: None,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -286,6 +325,7 @@ impl VolumeManager {
                 generation: None,
                 token_fingerprint: None,
                 read_only: s.read_only,
+                csi: None,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -296,11 +336,24 @@ impl VolumeManager {
         key: &VolumeKey,
         path: PathBuf,
         plugin: Option<String>,
+        csi: Option<CsiMounted>,
     ) -> Result<(), String> {
         // A hostPath is the host's; and nothing outside the pod's volumes dir is ever removed.
         let volumes = crate::volume::pod_dir(&self.settings.root_dir, &key.uid).join("volumes");
         if plugin.is_none() || !path.starts_with(&volumes) {
             return Ok(());
+        }
+        if let Some(csi) = csi {
+            return self
+                .tear_down_csi(key, path.clone(), &csi)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "UnmountVolume.TearDown failed for volume {:?} ({}): {e}",
+                        key.name,
+                        path.display()
+                    )
+                });
         }
         let p = path.clone();
         // A persistent volume's directory is only ever unmounted and removed empty: its
@@ -344,6 +397,15 @@ impl VolumeManager {
                         "MountVolume.SetUp succeeded"
                     );
                     volume.generation = Some(generation);
+                    let twins = state.actual.forget_reconstructed_at(&key, &volume.path);
+                    if let Some(device) = volume.csi.as_ref().and_then(|c| c.device.as_ref())
+                        && let Some(d) = state.devices.get_mut(device)
+                    {
+                        for twin in &twins {
+                            d.users.remove(twin);
+                        }
+                        d.users.insert(key.clone());
+                    }
                     state.actual.mark_mounted(&key, volume);
                     state.retries.succeeded(&key);
                     if !state.desired.has_pod(&key.uid) {
@@ -380,9 +442,13 @@ impl VolumeManager {
                     state.actual.mark_unmounted(&key);
                     state.retries.succeeded(&key);
                 }
-                Outcome::TearDown(Err(message)) => {
+                Outcome::TearDown(Err(message)) | Outcome::Unstage(Err(message)) => {
                     tracing::warn!(uid = key.uid, volume = key.name, "{message}");
                     state.retries.failed(&key, message, started, now);
+                }
+                Outcome::Unstage(Ok(())) => {
+                    tracing::debug!(device = key.name, "UnmountDevice succeeded");
+                    state.retries.succeeded(&key);
                 }
             }
         }
@@ -503,6 +569,24 @@ fn plan(
             let op = Op::TearDown {
                 path: mounted.path.clone(),
                 plugin: mounted.plugin.clone(),
+                csi: mounted.csi.clone(),
+            };
+            ops.push((key, op));
+        }
+    }
+    // Devices no pod volume uses (their last user torn down, a publish that failed, or found
+    // so at start).
+    for (unique, device) in &state.devices {
+        let key = device_key(unique);
+        if ops.len() >= free {
+            break;
+        }
+        if device.users.is_empty()
+            && !state.in_flight.contains(&key)
+            && state.retries.ready(&key, now)
+        {
+            let op = Op::Unstage {
+                unique: unique.clone(),
             };
             ops.push((key, op));
         }

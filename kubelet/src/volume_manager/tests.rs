@@ -151,6 +151,7 @@ fn manager(root: &Path) -> Setup {
         objects: objects.clone(),
         tokens: tokens.clone(),
         storage: Arc::new(crate::objects::NoApi::default()),
+        csi_drivers: Default::default(),
     };
     let manager = VolumeManager::new(settings, sources, events.clone());
     Setup {

@@ -1,0 +1,475 @@
+//! CSI volumes on a ferrolet node (issue #35), with the repo's spec-following test driver
+//! (`ferrolet_integration::csi_driver`) registered through `plugins_registry`, against the
+//! in-memory API server and real containerd: a claim's CSI volume waits for its
+//! VolumeAttachment, is staged once at Go's global mount and published into each pod using
+//! it (Go's paths and `vol_data.json`, the pod info the CSIDriver asks for), unpublished
+//! with each pod and unstaged after the last; an inline ephemeral volume; a claim's
+//! `readOnly`; a driver restarted under a running pod; and ferrolet killed while a pod it
+//! published is deleted, which after the restart is unpublished and unstaged.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ferrolet_integration::apiserver::DeleteOptions;
+use ferrolet_integration::cluster::{ClusterNode, NAMESPACE};
+use ferrolet_integration::csi_driver::{DriverOptions, TestCsiDriver};
+use ferrolet_integration::kubelet::{IDLE, image};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const DRIVER: &str = "csi.test.ferrolet.dev";
+
+fn sha(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// Starts the test driver on the node and waits until ferrolet has registered it.
+async fn driver(node: &ClusterNode, state: &Path, stage: bool) -> TestCsiDriver {
+    node.wait_node("registered", |_| true).await;
+    let d = TestCsiDriver::start(
+        &node.node.root_dir(),
+        state,
+        DriverOptions {
+            name: DRIVER.into(),
+            stage,
+            node_id: node.node_name.clone(),
+        },
+    )
+    .unwrap();
+    node.wait_object_named(
+        "csinodes.storage.k8s.io",
+        &node.node_name,
+        "listing the driver",
+        |o| {
+            o["spec"]["drivers"]
+                .as_array()
+                .is_some_and(|d| !d.is_empty())
+        },
+    )
+    .await;
+    d
+}
+
+async fn csi_driver_object(node: &ClusterNode, spec: Value) {
+    node.api
+        .create(
+            "csidrivers.storage.k8s.io",
+            "",
+            json!({"metadata": {"name": DRIVER}, "spec": spec}),
+        )
+        .await
+        .unwrap();
+}
+
+/// A claim bound to a CSI PV of volume `handle`.
+async fn csi_claim(node: &ClusterNode, claim: &str, pv: &str, handle: &str, modes: &[&str]) {
+    let api = &node.api;
+    let c = api
+        .create(
+            "persistentvolumeclaims",
+            NAMESPACE,
+            json!({"metadata": {"name": claim}, "spec": {"accessModes": modes, "volumeName": pv,
+                   "resources": {"requests": {"storage": "1Mi"}}}}),
+        )
+        .await
+        .unwrap();
+    let mut p = api
+        .create(
+            "persistentvolumes",
+            "",
+            json!({"metadata": {"name": pv}, "spec": {
+                "accessModes": modes, "capacity": {"storage": "1Mi"},
+                "claimRef": {"namespace": NAMESPACE, "name": claim, "uid": c["metadata"]["uid"]},
+                "csi": {"driver": DRIVER, "volumeHandle": handle, "volumeAttributes": {"kind": "test"}}}}),
+        )
+        .await
+        .unwrap();
+    p["status"] = json!({"phase": "Bound"});
+    api.update_status("persistentvolumes", "", pv, p)
+        .await
+        .unwrap();
+    let mut c = api
+        .get("persistentvolumeclaims", NAMESPACE, claim)
+        .await
+        .unwrap();
+    c["status"] = json!({"phase": "Bound"});
+    api.update_status("persistentvolumeclaims", NAMESPACE, claim, c)
+        .await
+        .unwrap();
+}
+
+/// The attach/detach controller's part: the VolumeAttachment of `handle` on this node,
+/// marked attached.
+async fn attach(node: &ClusterNode, handle: &str, pv: &str) {
+    let name = format!(
+        "csi-{}",
+        sha(&format!("{handle}{DRIVER}{}", node.node_name))
+    );
+    let mut va = node
+        .api
+        .create(
+            "volumeattachments.storage.k8s.io",
+            "",
+            json!({"metadata": {"name": name}, "spec": {"attacher": DRIVER, "nodeName": node.node_name,
+                   "source": {"persistentVolumeName": pv}}}),
+        )
+        .await
+        .unwrap();
+    va["status"] = json!({"attached": true, "attachmentMetadata": {"device": "test"}});
+    node.api
+        .update_status("volumeattachments.storage.k8s.io", "", &name, va)
+        .await
+        .unwrap();
+}
+
+fn pod(name: &str, volumes: Vec<Value>, read_only: bool) -> Value {
+    let mounts: Vec<Value> = volumes
+        .iter()
+        .map(|v| json!({"name": v["name"], "mountPath": format!("/v/{}", v["name"].as_str().unwrap()), "readOnly": read_only}))
+        .collect();
+    json!({
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "serviceAccountName": "builder",
+            "securityContext": {"fsGroup": 2500},
+            "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE], "volumeMounts": mounts}],
+            "volumes": volumes,
+        },
+    })
+}
+
+fn claim_volume(claim: &str, read_only: bool) -> Value {
+    json!({"name": "data", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}})
+}
+
+async fn sh(node: &ClusterNode, pod: &Value, script: &str) -> (i32, String) {
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let (_, containers) = node.node.runtime_objects(uid).await;
+    let id = containers
+        .iter()
+        .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == "main"))
+        .map(|c| c.id.clone())
+        .unwrap();
+    let r = node
+        .node
+        .node
+        .api()
+        .await
+        .exec_sync(&id, &["sh", "-c", script], 30)
+        .await
+        .unwrap();
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr)
+    );
+    (r.exit_code, out)
+}
+
+fn mounted(path: &Path) -> bool {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|p| Path::new(p) == path)
+}
+
+fn vol_data(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("vol_data.json")).unwrap()).unwrap()
+}
+
+async fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn methods(d: &TestCsiDriver, volume: &str) -> Vec<&'static str> {
+    d.calls()
+        .iter()
+        .filter(|c| c.volume_id == volume)
+        .map(|c| c.method)
+        .collect()
+}
+
+fn global_dir(node: &ClusterNode, handle: &str) -> PathBuf {
+    node.node
+        .root_dir()
+        .join("plugins/kubernetes.io/csi")
+        .join(DRIVER)
+        .join(sha(handle))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_csi_volume_is_attached_staged_once_published_per_pod_and_torn_down() {
+    let node = ClusterNode::start("csi-vol").await;
+    let state = tempfile::tempdir().unwrap();
+    let d = driver(&node, state.path(), true).await;
+    csi_driver_object(
+        &node,
+        json!({"attachRequired": true, "podInfoOnMount": true}),
+    )
+    .await;
+    std::fs::write(
+        d.create_volume("vol-1").unwrap().join("seed"),
+        "on the volume",
+    )
+    .unwrap();
+    csi_claim(&node, "shared", "pv-shared", "vol-1", &["ReadWriteMany"]).await;
+
+    let first = node
+        .create_pod(pod("first", vec![claim_volume("shared", false)], false))
+        .await;
+    // Waiting for the attach/detach controller: nothing is staged before it says attached.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(methods(&d, "vol-1").is_empty(), "{:?}", d.calls());
+    attach(&node, "vol-1", "pv-shared").await;
+    let first = {
+        let _ = first;
+        node.wait_api_running("first").await
+    };
+    let (code, out) = sh(&node, &first, "cat /v/data/seed && echo one > /v/data/one").await;
+    assert_eq!((code, out.as_str()), (0, "on the volume"));
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir("vol-1").join("one")).unwrap(),
+        "one\n"
+    );
+
+    // Go's layout: the global mount with the device's vol_data.json, the pod's target with
+    // its own.
+    let global = global_dir(&node, "vol-1");
+    assert!(mounted(&global.join("globalmount")));
+    assert_eq!(
+        vol_data(&global),
+        json!({"volumeHandle": "vol-1", "driverName": DRIVER})
+    );
+    let uid1 = first["metadata"]["uid"].as_str().unwrap().to_string();
+    let target1 = node
+        .node
+        .root_dir()
+        .join("pods")
+        .join(&uid1)
+        .join("volumes/kubernetes.io~csi/pv-shared");
+    assert!(mounted(&target1.join("mount")));
+    assert_eq!(
+        vol_data(&target1),
+        json!({"specVolID": "pv-shared", "volumeHandle": "vol-1", "driverName": DRIVER,
+               "nodeName": node.node_name, "volumeLifecycleMode": "Persistent",
+               "attachmentID": format!("csi-{}", sha(&format!("vol-1{DRIVER}{}", node.node_name)))})
+    );
+    let publish = d
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "NodePublishVolume")
+        .unwrap();
+    assert_eq!(publish.path, target1.join("mount").display().to_string());
+    assert_eq!(publish.context["kind"], "test");
+    assert_eq!(publish.context["csi.storage.k8s.io/pod.name"], "first");
+    assert_eq!(publish.context["csi.storage.k8s.io/pod.uid"], uid1.as_str());
+    assert_eq!(
+        publish.context["csi.storage.k8s.io/serviceAccount.name"],
+        "builder"
+    );
+    assert_eq!(publish.context["csi.storage.k8s.io/ephemeral"], "false");
+
+    // A second pod, read-only through its claim: published again, not staged again.
+    node.create_pod(pod("second", vec![claim_volume("shared", true)], false))
+        .await;
+    let second = node.wait_api_running("second").await;
+    let (code, out) = sh(&node, &second, "cat /v/data/one && touch /v/data/two").await;
+    assert!(
+        code != 0 && out.starts_with("one\n") && out.contains("Read-only file system"),
+        "{code} {out}"
+    );
+    assert_eq!(
+        methods(&d, "vol-1"),
+        ["NodeStageVolume", "NodePublishVolume", "NodePublishVolume"]
+    );
+    assert!(
+        d.calls()
+            .iter()
+            .any(|c| c.method == "NodePublishVolume" && c.readonly)
+    );
+
+    // The first pod goes: unpublished, still staged for the second.
+    node.delete_pod("first").await;
+    node.wait_api_pod_gone("first", Duration::from_secs(60))
+        .await;
+    wait_until("first's target gone", Duration::from_secs(20), || {
+        !target1.exists()
+    })
+    .await;
+    assert!(mounted(&global.join("globalmount")));
+    // The second goes: unpublished, then unstaged; nothing of the volume is left on the node.
+    node.delete_pod("second").await;
+    node.wait_api_pod_gone("second", Duration::from_secs(60))
+        .await;
+    wait_until("unstaged", Duration::from_secs(20), || !global.exists()).await;
+    assert_eq!(
+        methods(&d, "vol-1"),
+        [
+            "NodeStageVolume",
+            "NodePublishVolume",
+            "NodePublishVolume",
+            "NodeUnpublishVolume",
+            "NodeUnpublishVolume",
+            "NodeUnstageVolume"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir("vol-1").join("one")).unwrap(),
+        "one\n"
+    );
+    node.teardown().await;
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_ephemeral_csi_volumes_live_with_their_pod_where_the_driver_allows_them() {
+    let node = ClusterNode::start("csi-inline").await;
+    let state = tempfile::tempdir().unwrap();
+    let d = driver(&node, state.path(), false).await;
+    let inline =
+        json!({"name": "scratch", "csi": {"driver": DRIVER, "volumeAttributes": {"size": "1Mi"}}});
+
+    // No CSIDriver object: Persistent only, as Go; the pod waits with Go's message.
+    node.create_pod(pod("refused", vec![inline.clone()], false))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let message = loop {
+        let events = node.pod_events("refused").await;
+        if let Some(e) = events.iter().find(|e| e["reason"] == "FailedMount") {
+            break e["message"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no FailedMount: {events:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        message,
+        format!(
+            "MountVolume.SetUp failed for volume \"scratch\" : kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: volume mode \"Ephemeral\" not supported by driver {DRIVER} (only supports [\"Persistent\"])"
+        )
+    );
+    node.api
+        .delete_with(
+            "pods",
+            NAMESPACE,
+            "refused",
+            &DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    csi_driver_object(&node, json!({"attachRequired": false, "podInfoOnMount": true, "volumeLifecycleModes": ["Ephemeral"]})).await;
+    node.create_pod(pod("inline", vec![inline], false)).await;
+    let p = node.wait_api_running("inline").await;
+    assert_eq!(sh(&node, &p, "echo x > /v/scratch/f").await.0, 0);
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let handle = format!("csi-{}", sha(&format!("{uid}scratch")));
+    assert!(d.volume_dir(&handle).join("f").exists());
+    let publish = d
+        .calls()
+        .into_iter()
+        .find(|c| c.volume_id == handle)
+        .unwrap();
+    assert_eq!(publish.context["csi.storage.k8s.io/ephemeral"], "true");
+    assert_eq!(publish.context["size"], "1Mi");
+    // Never staged; no global directory.
+    assert_eq!(methods(&d, &handle), ["NodePublishVolume"]);
+    assert!(
+        !node
+            .node
+            .root_dir()
+            .join("plugins/kubernetes.io/csi")
+            .join(DRIVER)
+            .exists()
+    );
+    node.delete_pod("inline").await;
+    node.wait_api_pod_gone("inline", Duration::from_secs(60))
+        .await;
+    wait_until("inline volume gone", Duration::from_secs(20), || {
+        !d.volume_dir(&handle).exists()
+    })
+    .await;
+    assert_eq!(
+        methods(&d, &handle),
+        ["NodePublishVolume", "NodeUnpublishVolume"]
+    );
+    node.teardown().await;
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_of_the_driver_and_of_a_killed_ferrolet_keep_data_and_leak_nothing() {
+    let node = ClusterNode::start("csi-restart").await;
+    let state = tempfile::tempdir().unwrap();
+    let d = driver(&node, state.path(), true).await;
+    csi_driver_object(&node, json!({"attachRequired": false})).await;
+    d.create_volume("vol-r").unwrap();
+    csi_claim(&node, "keep", "pv-keep", "vol-r", &["ReadWriteOnce"]).await;
+    node.create_pod(pod("keeper", vec![claim_volume("keep", false)], false))
+        .await;
+    let p = node.wait_api_running("keeper").await;
+    assert_eq!(sh(&node, &p, "echo before > /v/data/f").await.0, 0);
+
+    // The driver restarts under the running pod: the pod keeps its data and can write.
+    d.stop();
+    let d = driver(&node, state.path(), true).await;
+    let (code, out) = sh(&node, &p, "cat /v/data/f && echo after >> /v/data/f").await;
+    assert_eq!((code, out.as_str()), (0, "before\n"));
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir("vol-r").join("f")).unwrap(),
+        "before\nafter\n"
+    );
+
+    // ferrolet is killed between publish and the pod's deletion (forced, so the API forgets
+    // the pod while ferrolet is down); restarted, it finds the volume on disk and has the
+    // driver unpublish and unstage it.
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let target = node
+        .node
+        .root_dir()
+        .join("pods")
+        .join(&uid)
+        .join("volumes/kubernetes.io~csi/pv-keep");
+    let global = global_dir(&node, "vol-r");
+    node.node.kill_kubelet();
+    node.api
+        .delete_with(
+            "pods",
+            NAMESPACE,
+            "keeper",
+            &DeleteOptions {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    node.node.restart_kubelet().await;
+    wait_until(
+        "unpublished and unstaged after the restart",
+        Duration::from_secs(60),
+        || !target.exists() && !global.exists(),
+    )
+    .await;
+    let after: Vec<&str> = d
+        .calls()
+        .iter()
+        .filter(|c| c.volume_id == "vol-r")
+        .map(|c| c.method)
+        .collect();
+    assert_eq!(after, ["NodeUnpublishVolume", "NodeUnstageVolume"]);
+    assert_eq!(
+        std::fs::read_to_string(d.volume_dir("vol-r").join("f")).unwrap(),
+        "before\nafter\n"
+    );
+    node.teardown().await;
+    drop(d);
+}

@@ -1,0 +1,525 @@
+//! CSI volumes in the volume manager (Go's `csiAttacher` and `csiMountMgr` as the operation
+//! executor drives them). A persistent volume is waited for until its VolumeAttachment is
+//! attached (when the CSIDriver requires attaching), staged once per node at its global mount
+//! (`MountDevice`; `NodeStageVolume` when the driver stages), then published into each pod
+//! that uses it; an inline (`Ephemeral`) volume is only published. Teardown unpublishes; a
+//! staged device no pod volume uses any more is unstaged by the reconciler's sweep
+//! ([`VolumeManager::unstage`]).
+//!
+//! A device's operations are serialised by a lock of its own, and a pod volume is counted
+//! as a device's user before its publish starts, so a sweep never unstages under a publish.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolet_proto::csi::{NodePublishVolumeRequest, NodeStageVolumeRequest};
+use tokio::time::Instant;
+
+use super::VolumeManager;
+use super::actual::MountedVolume;
+use super::desired::VolumeKey;
+use crate::csi::client::{Capabilities, CsiClient};
+use crate::csi::volume::{
+    self as csi_volume, CsiVolume, DriverPolicy, Lifecycle, SecretRef, VolumeData,
+};
+use crate::types::Pod;
+use crate::volume::blocking;
+use crate::volume::ownership::{ChangePolicy, set_volume_ownership};
+
+/// How long a volume waits for its VolumeAttachment (Go's `csiTimeout` for `WaitForAttach`).
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Go's `log()` prefix of CSI messages.
+fn log(message: impl std::fmt::Display) -> String {
+    format!("kubernetes.io/csi: {message}")
+}
+
+/// What a pod volume set up through CSI keeps for its teardown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsiMounted {
+    /// The driver.
+    pub driver: String,
+    /// The volume id.
+    pub handle: String,
+    /// Its staged device's unique name (persistent volumes).
+    pub device: Option<String>,
+}
+
+/// A volume staged (or, for drivers that do not stage, given its global directory) on this
+/// node.
+#[derive(Clone, Debug)]
+pub struct Device {
+    /// The driver.
+    pub driver: String,
+    /// The volume id.
+    pub handle: String,
+    /// The global mount (`.../globalmount`).
+    pub path: PathBuf,
+    /// The pod volumes published from it.
+    pub users: BTreeSet<VolumeKey>,
+    /// Staged by this process; one found on disk at start is staged again before its next
+    /// publish (NodeStageVolume is idempotent; a reboot took the mount), as Go treats an
+    /// uncertain device.
+    pub confirmed: bool,
+}
+
+impl VolumeManager {
+    /// The lock of device `unique`.
+    fn device_lock(&self, unique: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.device_locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(unique.to_string()).or_default().clone()
+    }
+
+    /// Sets up a CSI volume of `pod` as volume `key`.
+    pub(super) async fn set_up_csi(
+        &self,
+        key: &VolumeKey,
+        pod: &Arc<Pod>,
+        volume: CsiVolume,
+    ) -> Result<MountedVolume, String> {
+        let setup_failed = |e: String| {
+            format!(
+                "MountVolume.SetUp failed for volume {:?} : {e}",
+                volume.spec_name
+            )
+        };
+        let driver_object = self.storage.csi_driver(&volume.driver).await.map_err(|e| {
+            setup_failed(log(format!(
+                "mounter.SetupAt failed to check volume lifecycle mode: {e}"
+            )))
+        })?;
+        let policy = DriverPolicy::from_object(driver_object.as_ref());
+        policy
+            .check_lifecycle(&volume.driver, volume.lifecycle)
+            .map_err(|e| {
+                setup_failed(log(format!(
+                    "mounter.SetupAt failed to check volume lifecycle mode: {e}"
+                )))
+            })?;
+        if volume.block {
+            return Err(format!(
+                "MapVolume.SetUpDevice failed for volume {:?} : raw block CSI volumes are not supported by ferrolet",
+                volume.spec_name
+            ));
+        }
+        let client = CsiClient::connect(&self.drivers, &volume.driver)
+            .await
+            .map_err(|e| {
+                setup_failed(log(format!(
+                    "mounter.SetUpAt failed to get CSI client: {e}"
+                )))
+            })?;
+        let caps = client.capabilities().await.map_err(|e| {
+            setup_failed(log(format!(
+                "mounter.SetUpAt failed to check for STAGE_UNSTAGE_VOLUME capability: {e}"
+            )))
+        })?;
+        let persistent = volume.lifecycle == Lifecycle::Persistent;
+        let publish_context = if persistent && policy.attach_required {
+            self.wait_attached(&volume).await?
+        } else {
+            BTreeMap::new()
+        };
+        let fs_group =
+            crate::volume::fs_group(&volume.spec_name, pod).map_err(|e| e.to_string())?;
+        let mount_group = fs_group.filter(|_| caps.volume_mount_group);
+        let unique = volume.unique_name();
+        // Persistent volumes: the device's lock for staging and publishing.
+        let lock = persistent.then(|| self.device_lock(&unique));
+        let _guard = match &lock {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        let staging = if persistent {
+            // Staged once per node (Go's device mount state), whatever the pods.
+            let staged = self
+                .lock()
+                .devices
+                .get(&unique)
+                .filter(|d| d.confirmed)
+                .map(|d| d.path.clone());
+            let path = match staged {
+                Some(path) => path,
+                None => {
+                    self.mount_device(&client, &caps, &volume, &publish_context, mount_group)
+                        .await?
+                }
+            };
+            let mut state = self.lock();
+            let device = state
+                .devices
+                .entry(unique.clone())
+                .or_insert_with(|| Device {
+                    driver: volume.driver.clone(),
+                    handle: volume.handle.clone(),
+                    path: path.clone(),
+                    users: BTreeSet::new(),
+                    confirmed: true,
+                });
+            device.confirmed = true;
+            device.users.insert(key.clone());
+            caps.stage_unstage.then_some(path)
+        } else {
+            None
+        };
+        let published = self
+            .publish(
+                &client,
+                &caps,
+                pod,
+                &volume,
+                &policy,
+                staging,
+                publish_context,
+                mount_group,
+            )
+            .await;
+        let target = match published {
+            Ok(t) => t,
+            Err(e) => {
+                if persistent {
+                    let mut state = self.lock();
+                    let still_mounted = state.actual.get(key).is_some();
+                    if let Some(d) = state.devices.get_mut(&unique)
+                        && !still_mounted
+                    {
+                        d.users.remove(key);
+                    }
+                }
+                return Err(setup_failed(e));
+            }
+        };
+        if !caps.volume_mount_group && policy.applies_fs_group(&volume, fs_group) {
+            let policy = ChangePolicy::from_api(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.security_context.as_ref())
+                    .and_then(|s| s.fs_group_change_policy.as_deref()),
+            );
+            let (name, dir) = (volume.spec_name.clone(), target.clone());
+            blocking(move || set_volume_ownership(&name, &dir, fs_group, policy, false))
+                .await
+                .map_err(|e| {
+                    setup_failed(format!(
+                        "applyFSGroup failed for vol {}: {e}",
+                        volume.handle
+                    ))
+                })?;
+        }
+        Ok(MountedVolume {
+            path: target,
+            plugin: Some(csi_volume::POD_PLUGIN_DIR.to_string()),
+            generation: None,
+            token_fingerprint: None,
+            read_only: volume.read_only,
+            csi: Some(CsiMounted {
+                driver: volume.driver.clone(),
+                handle: volume.handle.clone(),
+                device: persistent.then_some(unique),
+            }),
+        })
+    }
+
+    /// Waits until the volume's VolumeAttachment is attached; its attachment metadata (the
+    /// publish context).
+    async fn wait_attached(&self, volume: &CsiVolume) -> Result<BTreeMap<String, String>, String> {
+        let node = &self.settings.node.node_name;
+        let id = csi_volume::attachment_name(&volume.handle, &volume.driver, node);
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        let mut delay = Duration::from_millis(100);
+        let mut last = None;
+        loop {
+            match self.storage.volume_attachment(&id).await {
+                Ok(Some(va)) => {
+                    let status = va.status.unwrap_or_default();
+                    if status.attached {
+                        return Ok(status.attachment_metadata.unwrap_or_default());
+                    }
+                    last = status.attach_error.and_then(|e| e.message);
+                }
+                Ok(None) => {}
+                Err(e) => last = Some(e.to_string()),
+            }
+            if Instant::now() + delay > deadline {
+                let why = last.map(|l| format!(": {l}")).unwrap_or_default();
+                return Err(format!(
+                    "MountVolume.WaitForAttach failed for volume {:?} : {}{why}",
+                    volume.spec_name,
+                    log(format!(
+                        "attacher.WaitForAttach timeout after {ATTACH_TIMEOUT:?} [volume={}; attachment.ID={id}]",
+                        volume.handle
+                    ))
+                ));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// Go's `MountDevice`: the global directory and its `vol_data.json`, then
+    /// `NodeStageVolume` when the driver stages. The global mount's path.
+    async fn mount_device(
+        &self,
+        client: &CsiClient,
+        caps: &Capabilities,
+        volume: &CsiVolume,
+        publish_context: &BTreeMap<String, String>,
+        mount_group: Option<u32>,
+    ) -> Result<PathBuf, String> {
+        let failed = |e: String| {
+            format!(
+                "MountVolume.MountDevice failed for volume {:?} : {e}",
+                volume.spec_name
+            )
+        };
+        let path =
+            csi_volume::device_mount_path(&self.settings.root_dir, &volume.driver, &volume.handle);
+        let data = VolumeData {
+            handle: volume.handle.clone(),
+            driver: volume.driver.clone(),
+            ..Default::default()
+        };
+        let dir = path.clone();
+        blocking(move || {
+            crate::volume::mkdir_all("", &dir, 0o750)?;
+            let parent = dir.parent().unwrap_or(&dir);
+            csi_volume::save_volume_data(parent, &data)
+                .map_err(|e| crate::volume::VolumeError::io("", parent, e))
+        })
+        .await
+        .map_err(|e| {
+            failed(log(format!(
+                "attacher.MountDevice failed to create dir {:?}: {e}",
+                path.display()
+            )))
+        })?;
+        if !caps.stage_unstage {
+            return Ok(path);
+        }
+        let secrets = match &volume.stage_secret {
+            Some(r) => self.secret_data(r).await.map_err(|e| {
+                failed(format!(
+                    "fetching NodeStageSecretRef {}/{} failed: {e}",
+                    r.namespace, r.name
+                ))
+            })?,
+            None => BTreeMap::new(),
+        };
+        let req = NodeStageVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context: publish_context.clone(),
+            staging_target_path: path.to_string_lossy().into_owned(),
+            volume_capability: Some(csi_volume::capability(volume, caps, mount_group)),
+            secrets,
+            volume_context: volume.attributes.clone(),
+        };
+        if let Err(e) = client.stage(req).await {
+            // A final answer leaves nothing behind; a timeout may still be staging.
+            if e != crate::csi::client::CsiError::Timeout {
+                let p = path.clone();
+                let _ = blocking(move || {
+                    csi_volume::remove_mount_dir(&p)
+                        .map_err(|e| crate::volume::VolumeError::io("", &p, e))
+                })
+                .await;
+            }
+            return Err(failed(e.to_string()));
+        }
+        Ok(path)
+    }
+
+    /// Go's `SetUpAt`: `vol_data.json` beside the target, then `NodePublishVolume`. The
+    /// target's path.
+    #[allow(clippy::too_many_arguments)]
+    async fn publish(
+        &self,
+        client: &CsiClient,
+        caps: &Capabilities,
+        pod: &Pod,
+        volume: &CsiVolume,
+        policy: &DriverPolicy,
+        staging: Option<PathBuf>,
+        publish_context: BTreeMap<String, String>,
+        mount_group: Option<u32>,
+    ) -> Result<PathBuf, String> {
+        let uid = crate::types::uid_of(pod);
+        let node = self.settings.node.node_name.clone();
+        let target = csi_volume::pod_mount_path(&self.settings.root_dir, &uid, &volume.spec_name);
+        let data = VolumeData {
+            spec_name: volume.spec_name.clone(),
+            handle: volume.handle.clone(),
+            driver: volume.driver.clone(),
+            attachment_id: csi_volume::attachment_name(&volume.handle, &volume.driver, &node),
+            node_name: node,
+            lifecycle: volume.lifecycle.as_str().to_string(),
+        };
+        let parent = target.parent().map(PathBuf::from).unwrap_or_default();
+        let dir = parent.clone();
+        blocking(move || {
+            csi_volume::save_volume_data(&dir, &data)
+                .map_err(|e| crate::volume::VolumeError::io("", &dir, e))
+        })
+        .await
+        .map_err(|e| {
+            log(format!(
+                "mounter.SetUpAt failed to save volume info data: {e}"
+            ))
+        })?;
+        let secrets = match &volume.publish_secret {
+            Some(r) => self.secret_data(r).await.map_err(|e| {
+                format!(
+                    "fetching NodePublishSecretRef {}/{} failed: {e}",
+                    r.namespace, r.name
+                )
+            })?,
+            None => BTreeMap::new(),
+        };
+        let mut context = volume.attributes.clone();
+        if policy.pod_info_on_mount {
+            context.extend(csi_volume::pod_info(pod, volume.lifecycle));
+        }
+        let req = NodePublishVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context,
+            staging_target_path: staging
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(csi_volume::capability(volume, caps, mount_group)),
+            readonly: volume.read_only,
+            secrets,
+            volume_context: context,
+        };
+        if let Err(e) = client.publish(req).await {
+            if e != crate::csi::client::CsiError::Timeout {
+                let t = target.clone();
+                let _ = blocking(move || {
+                    csi_volume::remove_mount_dir(&t)
+                        .map_err(|e| crate::volume::VolumeError::io("", &t, e))
+                })
+                .await;
+            }
+            return Err(e.to_string());
+        }
+        Ok(target)
+    }
+
+    /// A secret's data as a CSI call carries it (Go's `getCredentialsFromSecret`).
+    async fn secret_data(&self, r: &SecretRef) -> Result<BTreeMap<String, String>, String> {
+        match self.storage.secret(&r.namespace, &r.name).await {
+            Ok(Some(s)) => Ok(s
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                .collect()),
+            Ok(None) => Err(format!(
+                "failed to find the secret {} in the namespace {} with error: secrets {:?} not found",
+                r.name, r.namespace, r.name
+            )),
+            Err(e) => Err(format!(
+                "failed to find the secret {} in the namespace {} with error: {e}",
+                r.name, r.namespace
+            )),
+        }
+    }
+
+    /// Go's `TearDownAt`: `NodeUnpublishVolume`, then the target's directory and
+    /// `vol_data.json`; the volume stops counting as its device's user.
+    pub(super) async fn tear_down_csi(
+        &self,
+        key: &VolumeKey,
+        target: PathBuf,
+        csi: &CsiMounted,
+    ) -> Result<(), String> {
+        let client = CsiClient::connect(&self.drivers, &csi.driver)
+            .await
+            .map_err(|e| {
+                log(format!(
+                    "Unmounter.TearDownAt failed to get CSI client: {e}"
+                ))
+            })?;
+        let lock = csi.device.as_deref().map(|d| self.device_lock(d));
+        let _guard = match &lock {
+            Some(l) => Some(l.lock().await),
+            None => None,
+        };
+        client
+            .unpublish(&csi.handle, &target.to_string_lossy())
+            .await
+            .map_err(|e| log(format!("Unmounter.TearDownAt failed: {e}")))?;
+        let t = target.clone();
+        blocking(move || {
+            csi_volume::remove_mount_dir(&t).map_err(|e| crate::volume::VolumeError::io("", &t, e))
+        })
+        .await
+        .map_err(|e| {
+            log(format!(
+                "Unmounter.TearDownAt failed to clean mount dir [{}]: {e}",
+                target.display()
+            ))
+        })?;
+        if let Some(device) = &csi.device {
+            let mut state = self.lock();
+            if let Some(d) = state.devices.get_mut(device) {
+                d.users.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Go's `UnmountDevice` for a device no pod volume uses: `NodeUnstageVolume` when the
+    /// driver stages, then the global directory and its `vol_data.json`.
+    pub(super) async fn unstage(&self, unique: &str) -> Result<(), String> {
+        let lock = self.device_lock(unique);
+        let _guard = lock.lock().await;
+        let device = {
+            let state = self.lock();
+            match state.devices.get(unique) {
+                Some(d) if d.users.is_empty() => d.clone(),
+                // Used again, or gone: nothing to do.
+                _ => return Ok(()),
+            }
+        };
+        let client = CsiClient::connect(&self.drivers, &device.driver)
+            .await
+            .map_err(|e| {
+                log(format!(
+                    "attacher.UnmountDevice failed to create newCsiDriverClient: {e}"
+                ))
+            })?;
+        let caps = client.capabilities().await.map_err(|e| {
+            log(format!(
+                "attacher.UnmountDevice failed to check whether STAGE_UNSTAGE_VOLUME set: {e}"
+            ))
+        })?;
+        if caps.stage_unstage {
+            client
+                .unstage(&device.handle, &device.path.to_string_lossy())
+                .await
+                .map_err(|e| log(format!("attacher.UnmountDevice failed: {e}")))?;
+        }
+        let p = device.path.clone();
+        blocking(move || {
+            csi_volume::remove_mount_dir(&p).map_err(|e| crate::volume::VolumeError::io("", &p, e))
+        })
+        .await
+        .map_err(|e| {
+            log(format!(
+                "failed to clean up global mount {}: {e}",
+                device.path.display()
+            ))
+        })?;
+        let mut state = self.lock();
+        if state
+            .devices
+            .get(unique)
+            .is_some_and(|d| d.users.is_empty())
+        {
+            state.devices.remove(unique);
+        }
+        Ok(())
+    }
+}
