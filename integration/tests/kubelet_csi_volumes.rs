@@ -275,6 +275,13 @@ async fn a_claims_csi_volume_is_attached_staged_once_published_per_pod_and_torn_
     );
     assert_eq!(publish.context["csi.storage.k8s.io/ephemeral"], "false");
 
+    // Attachable (attachRequired): in the node's volumesInUse while staged.
+    let unique = format!("kubernetes.io/csi/{DRIVER}^vol-1");
+    node.wait_node("listing the volume in use", |n| {
+        n["status"]["volumesInUse"] == json!([unique])
+    })
+    .await;
+
     // A second pod, read-only through its claim: published again, not staged again.
     node.create_pod(pod("second", vec![claim_volume("shared", true)], false))
         .await;
@@ -323,6 +330,10 @@ async fn a_claims_csi_volume_is_attached_staged_once_published_per_pod_and_torn_
         std::fs::read_to_string(d.volume_dir("vol-1").join("one")).unwrap(),
         "one\n"
     );
+    node.wait_node("with no volume in use", |n| {
+        n["status"]["volumesInUse"].is_null()
+    })
+    .await;
     node.teardown().await;
     drop(d);
 }

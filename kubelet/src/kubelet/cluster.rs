@@ -129,6 +129,10 @@ impl NodeFacts for ClusterFacts {
                 pressure,
                 images,
                 runtime_version,
+                volumes_in_use: self
+                    .kubelet
+                    .upgrade()
+                    .and_then(|k| k.volumes.volumes_in_use()),
             }
         })
     }

@@ -162,6 +162,9 @@ pub struct NodeInputs {
     pub images: Option<Vec<ImageInfo>>,
     /// The CRI `(runtimeName, runtimeVersion)`; `None` when Version failed.
     pub runtime_version: Option<(String, String)>,
+    /// The attachable volumes in use (Go's `volumesInUse`: the attach/detach controller
+    /// detaches none of them), sorted; `None` until the volume manager has read the disk.
+    pub volumes_in_use: Option<Vec<String>>,
 }
 
 /// The kubelet as the node status sees it; the lead implements it over the kubelet.
@@ -359,6 +362,19 @@ impl StatusLoop {
 /// conditions and images are replaced by a merge patch).
 pub fn status_patch(old: &NodeStatus, new: &NodeStatus) -> serde_json::Value {
     let mut status = serde_json::to_value(new).unwrap_or_default();
+    // The attach/detach controller's to write: sending back what we read could undo an
+    // attach it recorded meanwhile.
+    if let Some(obj) = status.as_object_mut() {
+        obj.remove("volumesAttached");
+        // A field that went (no volume in use any more) is removed by a null.
+        if let Ok(serde_json::Value::Object(was)) = serde_json::to_value(old) {
+            for key in was.keys() {
+                if key != "volumesAttached" && !obj.contains_key(key) {
+                    obj.insert(key.clone(), serde_json::Value::Null);
+                }
+            }
+        }
+    }
     for field in ["capacity", "allocatable"] {
         let old_map = match field {
             "capacity" => old.capacity.as_ref(),

@@ -513,6 +513,9 @@ pub fn node_status(
     if let Some(list) = inputs.images {
         status.images = Some(images(list, params.max_images));
     }
+    if let Some(in_use) = inputs.volumes_in_use {
+        status.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
+    }
     let ready_errs = ready_errors(&inputs.runtime, inputs.pleg_error.as_deref());
     events.extend(set_conditions(
         &mut status,

@@ -444,6 +444,41 @@ fn status_patch_removes_vanished_resources() {
     );
 }
 
+#[test]
+fn volumes_in_use_are_reported_and_volumes_attached_never_sent() {
+    let attached = k8s_openapi::api::core::v1::AttachedVolume {
+        name: "kubernetes.io/csi/d^h".into(),
+        device_path: String::new(),
+    };
+    let old = NodeStatus {
+        volumes_attached: Some(vec![attached]),
+        volumes_in_use: Some(vec!["kubernetes.io/csi/d^old".into()]),
+        ..Default::default()
+    };
+    let mut inputs = ready_inputs();
+    inputs.volumes_in_use = Some(vec!["kubernetes.io/csi/d^h".into()]);
+    let (status, _) = params_status(&old, inputs, t(0));
+    assert_eq!(
+        status.volumes_in_use.as_deref(),
+        Some(&["kubernetes.io/csi/d^h".to_string()][..])
+    );
+    let patch = status_patch(&old, &status);
+    assert_eq!(
+        patch["status"]["volumesInUse"],
+        serde_json::json!(["kubernetes.io/csi/d^h"])
+    );
+    assert!(patch["status"].get("volumesAttached").is_none(), "{patch}");
+    // Not yet known: the last report stays; none in use: the field goes.
+    let (kept, _) = params_status(&status, ready_inputs(), t(1));
+    assert_eq!(kept.volumes_in_use, status.volumes_in_use);
+    let mut none = ready_inputs();
+    none.volumes_in_use = Some(Vec::new());
+    let (gone, _) = params_status(&status, none, t(2));
+    assert_eq!(gone.volumes_in_use, None);
+    assert!(status_patch(&status, &gone)["status"]["volumesInUse"].is_null());
+    assert!(status_changed(&status, &gone));
+}
+
 fn settings() -> NodeStatusSettings {
     NodeStatusSettings {
         node_name: "n1".into(),

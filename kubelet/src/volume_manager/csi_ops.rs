@@ -59,6 +59,8 @@ pub struct Device {
     pub path: PathBuf,
     /// The pod volumes published from it.
     pub users: BTreeSet<VolumeKey>,
+    /// Whether its driver requires attaching (it is then reported in `volumesInUse`).
+    pub attachable: bool,
     /// Staged by this process; one found on disk at start is staged again before its next
     /// publish (NodeStageVolume is idempotent; a reboot took the mount), as Go treats an
     /// uncertain device.
@@ -118,7 +120,16 @@ impl VolumeManager {
         })?;
         let persistent = volume.lifecycle == Lifecycle::Persistent;
         let publish_context = if persistent && policy.attach_required {
-            self.wait_attached(&volume).await?
+            // In use from the decision on, so the controller never detaches it under the
+            // set-up (Go reports the desired state's attachable volumes too).
+            self.lock()
+                .attaching
+                .insert(key.clone(), volume.unique_name());
+            let attached = self.wait_attached(&volume).await;
+            if attached.is_err() {
+                self.lock().attaching.remove(key);
+            }
+            attached?
         } else {
             BTreeMap::new()
         };
@@ -143,8 +154,13 @@ impl VolumeManager {
             let path = match staged {
                 Some(path) => path,
                 None => {
-                    self.mount_device(&client, &caps, &volume, &publish_context, mount_group)
-                        .await?
+                    let staged = self
+                        .mount_device(&client, &caps, &volume, &publish_context, mount_group)
+                        .await;
+                    if staged.is_err() {
+                        self.lock().attaching.remove(key);
+                    }
+                    staged?
                 }
             };
             let mut state = self.lock();
@@ -157,9 +173,12 @@ impl VolumeManager {
                     path: path.clone(),
                     users: BTreeSet::new(),
                     confirmed: true,
+                    attachable: policy.attach_required,
                 });
             device.confirmed = true;
+            device.attachable = policy.attach_required;
             device.users.insert(key.clone());
+            state.attaching.remove(key);
             caps.stage_unstage.then_some(path)
         } else {
             None

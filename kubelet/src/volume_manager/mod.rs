@@ -108,6 +108,10 @@ struct State {
     ready_tx: Option<mpsc::UnboundedSender<String>>,
     /// CSI volumes staged on this node, by unique name.
     devices: std::collections::BTreeMap<String, csi_ops::Device>,
+    /// Set-ups of attachable CSI volumes past the attach decision, not yet staged.
+    attaching: std::collections::BTreeMap<VolumeKey, String>,
+    /// Whether the disk has been read (reconstruction done).
+    reconstructed: bool,
 }
 
 /// The volume manager.
@@ -333,6 +337,23 @@ impl VolumeManager {
             state.failed_waits.insert(uid.to_string());
         }
         Some(result)
+    }
+
+    /// Go's `GetVolumesInUse`: the unique names of the attachable volumes staged or being
+    /// set up, sorted; `None` before reconstruction (Go's `ReconcilerStatesHasBeenSynced`).
+    pub fn volumes_in_use(&self) -> Option<Vec<String>> {
+        let state = self.lock();
+        if !state.reconstructed {
+            return None;
+        }
+        let in_use: BTreeSet<String> = state
+            .devices
+            .iter()
+            .filter(|(_, d)| d.attachable)
+            .map(|(u, _)| u.clone())
+            .chain(state.attaching.values().cloned())
+            .collect();
+        Some(in_use.into_iter().collect())
     }
 
     /// Waits until nothing of pod `uid` is set up, at most `timeout`; whether it got there.

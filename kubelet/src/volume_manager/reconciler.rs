@@ -168,6 +168,7 @@ impl VolumeManager {
             );
         }
         let mut state = self.lock();
+        state.reconstructed = true;
         for (unique, device) in devices {
             state.devices.entry(unique).or_insert(device);
         }

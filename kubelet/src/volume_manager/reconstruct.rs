@@ -75,6 +75,8 @@ pub fn scan_devices(root_dir: &Path) -> Vec<(String, Device)> {
                 handle: data.handle,
                 users: BTreeSet::new(),
                 confirmed: false,
+                // Until its driver says otherwise: a device found on disk stays reported.
+                attachable: true,
             };
             found.push((
                 csi_volume::unique_name(&device.driver, &device.handle),
