@@ -282,6 +282,43 @@ async fn a_claims_csi_volume_is_attached_staged_once_published_per_pod_and_torn_
     })
     .await;
 
+    // Its usage, from the driver's NodeGetVolumeStats: in the Summary with its claim, and in
+    // the kubelet_volume_stats_* families.
+    let summary: Value =
+        serde_json::from_str(&node.node.get("/stats/summary").await.unwrap().body).unwrap();
+    let vols = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "first")
+        .map(|p| p["volume"].clone())
+        .unwrap();
+    let claim_stats = vols
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["pvcRef"]["name"] == "shared")
+        .unwrap_or_else(|| panic!("no claim volume in {vols:#}"));
+    assert_eq!(claim_stats["name"], "data");
+    assert_eq!(claim_stats["pvcRef"]["namespace"], NAMESPACE);
+    assert!(
+        claim_stats["capacityBytes"].as_u64().unwrap() > 0,
+        "{claim_stats}"
+    );
+    assert!(
+        claim_stats["inodesUsed"].as_u64().is_some(),
+        "{claim_stats}"
+    );
+    let metrics = node.node.metrics().await;
+    let used = metrics
+        .family("kubelet_volume_stats_used_bytes")
+        .unwrap()
+        .with_labels(&[
+            ("namespace", NAMESPACE),
+            ("persistentvolumeclaim", "shared"),
+        ]);
+    assert_eq!(used.len(), 1, "{used:?}");
+
     // A second pod, read-only through its claim: published again, not staged again.
     node.create_pod(pod("second", vec![claim_volume("shared", true)], false))
         .await;

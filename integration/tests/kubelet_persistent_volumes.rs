@@ -273,6 +273,26 @@ async fn claims_bind_pods_to_host_path_and_local_volumes_as_the_go_kubelet() {
     );
     assert_eq!(gid(&local.join("seed")), 3000);
 
+    // The local volume's usage (statfs, as Go's) in the Summary with its claim; a hostPath
+    // has none, as in Go.
+    let summary: Value =
+        serde_json::from_str(&node.node.get("/stats/summary").await.unwrap().body).unwrap();
+    let writer_stats = summary["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["podRef"]["name"] == "writer")
+        .unwrap();
+    let claims: Vec<&Value> = writer_stats["volume"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["pvcRef"].is_object())
+        .collect();
+    assert_eq!(claims.len(), 1, "{writer_stats:#}");
+    assert_eq!(claims[0]["pvcRef"]["name"], "local-claim");
+    assert!(claims[0]["capacityBytes"].as_u64().unwrap() > 0);
+
     let reader = node.wait_api_running("reader").await;
     let (code, out) = sh(&node, &reader, "cat /v/hp/hello && touch /v/hp/nope").await;
     assert_ne!(code, 0, "a write to a readOnly claim succeeded: {out}");

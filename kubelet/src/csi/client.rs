@@ -146,6 +146,15 @@ impl CsiClient {
             .map(drop)
     }
 
+    /// `NodeGetVolumeStats`.
+    pub async fn volume_stats(
+        &self,
+        req: ferrolet_proto::csi::NodeGetVolumeStatsRequest,
+    ) -> Result<ferrolet_proto::csi::NodeGetVolumeStatsResponse, CsiError> {
+        let mut c = self.client.clone();
+        timed(async move { c.node_get_volume_stats(req).await }).await
+    }
+
     /// `NodeUnpublishVolume`.
     pub async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CsiError> {
         let mut c = self.client.clone();

@@ -341,6 +341,11 @@ impl Kubelet {
             crate::stats::SummaryInput {
                 runtime_pods: self.pleg.all(),
                 pods: self.pods().into_iter().map(|s| s.pod).collect(),
+                persistent_volumes: if scope == crate::stats::Scope::CpuAndMemory {
+                    Vec::new()
+                } else {
+                    self.volumes.persistent_volume_usage().await
+                },
             }
         };
         self.stats.summary(input, scope).await

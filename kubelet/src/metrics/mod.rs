@@ -96,6 +96,8 @@ pub struct Metrics {
     /// `prober_probe_duration_seconds{probe_type,container,pod,namespace}`.
     pub probe_duration: HistogramVec,
     process: Vec<Computed>,
+    /// `kubelet_volume_stats_*{namespace,persistentvolumeclaim}`, from the last readings.
+    volume_stats: Vec<Computed>,
     /// A pod not on the host's network has had its start SLI observed (Go labels the first
     /// one `first_with_network="true"`: it waited for the network plugin).
     first_network_pod_seen: std::sync::atomic::AtomicBool,
@@ -244,6 +246,7 @@ impl Metrics {
                 DEF_BUCKETS,
             ),
             process: process_families(),
+            volume_stats: volume_stats_families(),
             first_network_pod_seen: std::sync::atomic::AtomicBool::new(false),
             pending_ops: Mutex::new(HashMap::new()),
         }
@@ -269,9 +272,80 @@ impl Metrics {
             &self.probe_total,
             &self.probe_duration,
         ];
+        all.extend(self.volume_stats.iter().map(|c| c as &dyn Collector));
         all.extend(self.process.iter().map(|c| c as &dyn Collector));
         all
     }
+}
+
+/// One claim's volume usage as the `kubelet_volume_stats_*` families show it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimUsage {
+    /// The claim's namespace.
+    pub namespace: String,
+    /// The claim's name.
+    pub claim: String,
+    /// capacity, available, used bytes; inodes, free, used.
+    pub values: [u64; 6],
+}
+
+/// The last readings of claims' volumes (replaced whole: a claim gone leaves the families).
+static CLAIM_USAGE: Mutex<Vec<ClaimUsage>> = Mutex::new(Vec::new());
+
+/// Replaces the claims' volume usage the `kubelet_volume_stats_*` families report.
+pub fn set_claim_usage(usage: Vec<ClaimUsage>) {
+    *CLAIM_USAGE.lock().unwrap_or_else(|p| p.into_inner()) = usage;
+}
+
+/// Go's volume stats collector's families, computed from [`set_claim_usage`]'s readings.
+fn volume_stats_families() -> Vec<Computed> {
+    let fams: [(&'static str, &'static str); 6] = [
+        (
+            "kubelet_volume_stats_capacity_bytes",
+            "Capacity in bytes of the volume",
+        ),
+        (
+            "kubelet_volume_stats_available_bytes",
+            "Number of available bytes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_used_bytes",
+            "Number of used bytes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes",
+            "Maximum number of inodes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes_free",
+            "Number of free inodes in the volume",
+        ),
+        (
+            "kubelet_volume_stats_inodes_used",
+            "Number of used inodes in the volume",
+        ),
+    ];
+    fams.into_iter()
+        .enumerate()
+        .map(|(i, (name, help))| {
+            Computed::new(
+                alpha(name, help, &["namespace", "persistentvolumeclaim"]),
+                "gauge",
+                move || {
+                    let usage = CLAIM_USAGE.lock().unwrap_or_else(|p| p.into_inner());
+                    usage
+                        .iter()
+                        .map(|u| {
+                            (
+                                vec![u.namespace.clone(), u.claim.clone()],
+                                u.values[i] as f64,
+                            )
+                        })
+                        .collect()
+                },
+            )
+        })
+        .collect()
 }
 
 /// The `process_*` families, computed when scraped.

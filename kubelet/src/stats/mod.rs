@@ -200,6 +200,8 @@ pub struct SummaryInput {
     pub runtime_pods: Vec<RuntimePod>,
     /// The desired pods: volumes and cgroups come from their specs.
     pub pods: Vec<std::sync::Arc<Pod>>,
+    /// The persistent volumes' usage (the volume manager's readings).
+    pub persistent_volumes: Vec<crate::volume_manager::usage::VolumeUsage>,
 }
 
 /// What the runtime said, gathered before the blocking part.
@@ -363,6 +365,17 @@ impl StatsProvider {
                 )
             })
             .collect();
+        if !cpu_and_memory_only {
+            for pod in &mut pods {
+                pod.volume_stats.extend(
+                    input
+                        .persistent_volumes
+                        .iter()
+                        .filter(|u| u.uid == pod.pod_ref.uid)
+                        .map(|u| pods::persistent_volume_stats(u, now_ns)),
+                );
+            }
+        }
         pods.sort_by(|a, b| {
             (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name))
         });

@@ -472,6 +472,31 @@ fn volume_stats(pod: &Pod, ctx: &PodContext<'_>, probe: &Probe<'_>) -> Vec<(bool
     out
 }
 
+/// A persistent volume's entry (Go's volume stats with a `pvcRef`; not ephemeral storage).
+pub fn persistent_volume_stats(
+    u: &crate::volume_manager::usage::VolumeUsage,
+    now_ns: i64,
+) -> VolumeStats {
+    let mut fs = FsStats::empty(time_from_ns(now_ns));
+    fs.capacity_bytes = Some(u.capacity_bytes);
+    fs.available_bytes = Some(u.available_bytes);
+    fs.used_bytes = Some(u.used_bytes);
+    fs.inodes = Some(u.inodes);
+    fs.inodes_free = Some(u.inodes_free);
+    fs.inodes_used = Some(u.inodes_used);
+    VolumeStats {
+        fs,
+        name: u.name.clone(),
+        pvc_ref: u
+            .pvc
+            .as_ref()
+            .map(|(namespace, name)| super::types::PvcReference {
+                name: name.clone(),
+                namespace: namespace.clone(),
+            }),
+    }
+}
+
 /// The pod's ephemeral storage, as Go's `calcEphemeralStorage`: writable layers, container
 /// logs, on-disk emptyDirs, the pod's own log files and its `etc-hosts`, on the root
 /// filesystem's capacity.

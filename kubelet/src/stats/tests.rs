@@ -678,11 +678,34 @@ async fn the_summary_covers_node_runtime_and_pods() {
     let p = provider(source, root.path(), cgroups.path());
     let mut pod = runtime_pod();
     pod.containers.retain(|c| c.id == "c1");
+    let claim = crate::volume_manager::usage::VolumeUsage {
+        uid: pod.uid.clone(),
+        name: "data".into(),
+        pvc: Some(("ns".into(), "claim".into())),
+        capacity_bytes: 1000,
+        available_bytes: 600,
+        used_bytes: 400,
+        inodes: 10,
+        inodes_free: 7,
+        inodes_used: 3,
+    };
     let input = SummaryInput {
         runtime_pods: vec![pod],
         pods: vec![spec().into()],
+        persistent_volumes: vec![claim],
     };
     let summary = p.summary(input.clone(), Scope::Full).await.unwrap();
+    // The claim's volume, with its pvcRef, beside the pod's ephemeral ones.
+    let pv = summary.pods[0]
+        .volume_stats
+        .iter()
+        .find(|v| v.name == "data" && v.pvc_ref.is_some())
+        .unwrap();
+    assert_eq!(pv.pvc_ref.as_ref().unwrap().name, "claim");
+    assert_eq!(
+        (pv.fs.used_bytes, pv.fs.capacity_bytes, pv.fs.inodes_used),
+        (Some(400), Some(1000), Some(3))
+    );
     let node = &summary.node;
     assert_eq!(node.node_name, "node-a");
     let fs = node.fs.as_ref().unwrap();

@@ -24,6 +24,8 @@ pub struct MountedVolume {
     pub read_only: bool,
     /// What its teardown needs of a CSI volume.
     pub csi: Option<super::csi_ops::CsiMounted>,
+    /// The claim (namespace, name) it came through, for its usage's `pvcRef`.
+    pub pvc: Option<(String, String)>,
 }
 
 impl MountedVolume {
@@ -119,6 +121,7 @@ mod tests {
             token_fingerprint: None,
             read_only: false,
             csi: None,
+            pvc: None,
         }
     }
 

@@ -238,6 +238,7 @@ impl VolumeManager {
                 handle: volume.handle.clone(),
                 device: persistent.then_some(unique),
             }),
+            pvc: None,
         })
     }
 

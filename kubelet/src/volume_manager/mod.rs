@@ -22,6 +22,7 @@ pub mod fetch;
 pub mod reconciler;
 pub mod reconstruct;
 pub mod retry;
+pub mod usage;
 
 #[cfg(test)]
 mod tests;
@@ -123,6 +124,8 @@ pub struct VolumeManager {
     drivers: crate::csi::registration::Drivers,
     events: Arc<dyn EventRecorder>,
     state: Mutex<State>,
+    /// The persistent volumes' last usage readings.
+    usage: Mutex<usage::UsageCache>,
     /// One lock per CSI device (staging, publishing from it, unstaging).
     device_locks: Mutex<std::collections::BTreeMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Wakes the reconciler.
@@ -151,6 +154,7 @@ impl VolumeManager {
             storage: sources.storage,
             drivers: sources.csi_drivers,
             device_locks: Mutex::default(),
+            usage: Mutex::default(),
             events,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
@@ -164,6 +168,7 @@ impl VolumeManager {
         let (tx, rx) = mpsc::unbounded_channel();
         self.lock().ready_tx = Some(tx);
         tokio::spawn(reconciler::run(self.clone()));
+        tokio::spawn(usage::refresh(Arc::downgrade(self)));
         rx
     }
 

@@ -252,10 +252,14 @@ impl VolumeManager {
             .await
             .map_err(|e| claim_failed_message(&volume.name, &e))?;
         if let Some(claim) = claim {
-            if let Some(csi) = CsiVolume::from_pv(&claim.volume, claim.read_only) {
-                return self.set_up_csi(key, pod, csi).await;
-            }
-            return self.set_up_persistent(pod, claim).await;
+            let pvc = super::claims::claim_name(pod, &volume)
+                .map(|name| (namespace_of(pod).to_string(), name));
+            let mut mounted = match CsiVolume::from_pv(&claim.volume, claim.read_only) {
+                Some(csi) => self.set_up_csi(key, pod, csi).await?,
+                None => self.set_up_persistent(pod, claim).await?,
+            };
+            mounted.pvc = pvc;
+            return Ok(mounted);
         }
         if let Some(csi) = CsiVolume::inline(pod, &volume) {
             return self.set_up_csi(key, pod, csi).await;
@@ -280,6 +284,7 @@ impl VolumeManager {
                 token_fingerprint,
                 read_only: false,
                 csi: None,
+                pvc: None,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -327,6 +332,7 @@ impl VolumeManager {
                 token_fingerprint: None,
                 read_only: s.read_only,
                 csi: None,
+                pvc: None,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }

@@ -35,6 +35,7 @@ pub fn scan(root_dir: &Path) -> Vec<(VolumeKey, MountedVolume)> {
                     token_fingerprint: None,
                     read_only: false,
                     csi: None,
+                    pvc: None,
                 };
                 if plugin == csi_volume::POD_PLUGIN_DIR {
                     // Without its data the driver cannot be asked to unpublish: left for
