@@ -38,6 +38,8 @@ pub struct DriverOptions {
     pub stage: bool,
     /// The node id `NodeGetInfo` answers.
     pub node_id: String,
+    /// The topology segments `NodeGetInfo` answers.
+    pub topology: BTreeMap<String, String>,
 }
 
 /// One call the driver received.
@@ -479,11 +481,12 @@ impl Node for Inner {
 
     fn node_get_info(&self) -> Answer<NodeGetInfoResponse> {
         let node_id = self.options.node_id.clone();
+        let segments = self.options.topology.clone();
         Box::pin(async move {
             Ok(NodeGetInfoResponse {
                 node_id,
                 max_volumes_per_node: 16,
-                accessible_topology: Some(Topology::default()),
+                accessible_topology: Some(Topology { segments }),
             })
         })
     }

@@ -386,6 +386,31 @@ impl<N: RuntimeNode> KubeletNode<N> {
         http_request(self.read_only, path_and_query).await
     }
 
+    /// Polls `/stats/summary` until it answers a Summary `pred` holds for (an answer may be
+    /// an error while a pod's first stats are not there yet); returns it.
+    ///
+    /// # Panics
+    /// After 30 s, with the last answer.
+    pub async fn summary_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let last = match self.get("/stats/summary").await {
+                Ok(r) if r.status == 200 => match serde_json::from_str::<Value>(&r.body) {
+                    Ok(v) if pred(&v) => return v,
+                    Ok(v) => format!("{v:#}"),
+                    Err(e) => format!("not JSON ({e}): {:.400}", r.body),
+                },
+                Ok(r) => format!("{} {:.400}", r.status, r.body),
+                Err(e) => e,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "no Summary {what} within 30 s; last: {last:.2000}"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     /// GET `/pods`: the PodList, or why not.
     pub async fn try_pods(&self) -> Result<Value, String> {
         let r = self.get("/pods").await?;
@@ -734,8 +759,9 @@ impl<N: RuntimeNode> KubeletNode<N> {
     }
 
     /// What ferrolet left of its pods: mounts under the scratch dir (emptyDir tmpfs, volume
-    /// mounts; not the node's own root tmpfs), processes in the pods' cgroups, files of pods
-    /// seen during the test under the root dir, and pod log dirs.
+    /// mounts, CSI publish and staging mounts; not the node's own root tmpfs), CSI volumes'
+    /// global directories (staging, `vol_data.json`), processes in the pods' cgroups, files
+    /// of pods seen during the test under the root dir, and pod log dirs.
     pub async fn kubelet_leaks(&self) -> Vec<String> {
         let root = self.root_dir();
         let mut leaks: Vec<String> = LeakChecker::new()
@@ -746,6 +772,7 @@ impl<N: RuntimeNode> KubeletNode<N> {
             .filter(|l| !(self.root_mounted && **l == leak::Leak::Mount(root.clone())))
             .map(ToString::to_string)
             .collect();
+        leaks.extend(csi_global_leaks(&root));
         leaks.extend(self.cgroup.processes());
         leaks.extend(self.cgroup.pod_cgroups());
         leaks.extend(self.pod_file_leaks());
@@ -1493,6 +1520,26 @@ fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
             .and_then(|r| r.strip_prefix(b"\r\n"))
             .ok_or("chunk without CRLF")?;
     }
+}
+
+/// CSI volumes still staged (or given their global directory) under `root`:
+/// `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`, whatever is in them.
+fn csi_global_leaks(root: &Path) -> Vec<String> {
+    let base = root.join("plugins/kubernetes.io/csi");
+    let dirs = |d: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect()
+    };
+    dirs(&base)
+        .iter()
+        .flat_map(|driver| dirs(driver))
+        .map(|v| format!("CSI volume's global directory left: {}", v.display()))
+        .collect()
 }
 
 #[cfg(test)]

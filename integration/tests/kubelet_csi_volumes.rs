@@ -34,6 +34,7 @@ async fn driver(node: &ClusterNode, state: &Path, stage: bool) -> TestCsiDriver 
             name: DRIVER.into(),
             stage,
             node_id: node.node_name.clone(),
+            topology: Default::default(),
         },
     )
     .unwrap();
@@ -284,15 +285,17 @@ async fn a_claims_csi_volume_is_attached_staged_once_published_per_pod_and_torn_
 
     // Its usage, from the driver's NodeGetVolumeStats: in the Summary with its claim, and in
     // the kubelet_volume_stats_* families.
-    let summary: Value =
-        serde_json::from_str(&node.node.get("/stats/summary").await.unwrap().body).unwrap();
-    let vols = summary["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["podRef"]["name"] == "first")
-        .map(|p| p["volume"].clone())
-        .unwrap();
+    let volumes_of = |s: &Value| {
+        s["pods"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["podRef"]["name"] == "first"))
+            .map(|p| p["volume"].clone())
+    };
+    let summary = node
+        .node
+        .summary_until("with the first pod", |s| volumes_of(s).is_some())
+        .await;
+    let vols = volumes_of(&summary).unwrap();
     let claim_stats = vols
         .as_array()
         .unwrap()

@@ -275,14 +275,17 @@ async fn claims_bind_pods_to_host_path_and_local_volumes_as_the_go_kubelet() {
 
     // The local volume's usage (statfs, as Go's) in the Summary with its claim; a hostPath
     // has none, as in Go.
-    let summary: Value =
-        serde_json::from_str(&node.node.get("/stats/summary").await.unwrap().body).unwrap();
-    let writer_stats = summary["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["podRef"]["name"] == "writer")
-        .unwrap();
+    let writer_of = |s: &Value| {
+        s["pods"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["podRef"]["name"] == "writer"))
+            .cloned()
+    };
+    let summary = node
+        .node
+        .summary_until("with the writer", |s| writer_of(s).is_some())
+        .await;
+    let writer_stats = writer_of(&summary).unwrap();
     let claims: Vec<&Value> = writer_stats["volume"]
         .as_array()
         .unwrap()
