@@ -13,6 +13,11 @@
 //! (`<root-dir>/pods/<uid>/volumes/kubernetes.io~configmap/cfg`, what the containers see
 //! through their bind mounts), p50 and max.
 //!
+//! With `--pvc-storage-class SC` (issue #35) every pod mounts a claim of its own: the claim is
+//! created and waited for until Bound (the provisioner's part, as a scheduler waits for it
+//! before binding a pod), then the pod is created and timed, so the figure is the kubelet's
+//! part of a persistent volume: the attach wait, stage, publish. Claims go with their pods.
+//!
 //! Two ways to run it:
 //! - `--test-server`: starts the in-memory test API server in this process, writes the node's
 //!   kubeconfig, and starts the kubelet itself (`--kubelet BIN` plus the kubelet arguments
@@ -85,6 +90,9 @@ struct Args {
     /// update propagation.
     #[arg(long)]
     volumes: bool,
+    /// Each pod mounts a claim of its own of this StorageClass, Bound before the pod is made.
+    #[arg(long)]
+    pvc_storage_class: Option<String>,
     /// The kubelet's root dir (for `--volumes` without --test-server; with it, taken from the
     /// kubelet's `--root-dir` argument).
     #[arg(long)]
@@ -442,6 +450,14 @@ async fn burst(
 ) -> Result<(Vec<f64>, f64)> {
     let start = Instant::now();
     let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    if let Some(class) = &args.pvc_storage_class {
+        bound_claims(pods, args, class, &names).await?;
+    }
+    let start = if args.pvc_storage_class.is_some() {
+        Instant::now()
+    } else {
+        start
+    };
     let creates = names.iter().map(|name| async move {
         let mut spec = json!({
             "apiVersion": "v1",
@@ -460,6 +476,12 @@ async fn burst(
         });
         if args.volumes {
             add_volumes(&mut spec);
+        }
+        if args.pvc_storage_class.is_some() {
+            spec["spec"]["volumes"] =
+                json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(name)}}]);
+            spec["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "data", "mountPath": "/data"}]);
         }
         let pod: Pod = serde_json::from_value(spec)?;
         clock
@@ -515,6 +537,45 @@ async fn watch_running(pods: Api<Pod>, node: String, clock: Arc<Mutex<Clock>>) {
     }
 }
 
+/// The claim of pod `pod` in `--pvc-storage-class` mode.
+fn claim_name(pod: &str) -> String {
+    format!("{pod}-data")
+}
+
+/// Creates a claim of `class` for each pod and waits until all are Bound.
+async fn bound_claims(pods: &Api<Pod>, args: &Args, class: &str, names: &[String]) -> Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(pods.clone().into_client(), &args.namespace);
+    for name in names {
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": claim_name(name)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1Mi"}}},
+        }))?;
+        claims.create(&PostParams::default(), &claim).await?;
+    }
+    let bound = wait_for(Duration::from_secs(60 + 2 * names.len() as u64), || async {
+        let mut all = true;
+        for name in names {
+            let phase = claims
+                .get_opt(&claim_name(name))
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.status)
+                .and_then(|s| s.phase);
+            all &= phase.as_deref() == Some("Bound");
+        }
+        all
+    })
+    .await;
+    if !bound {
+        bail!("the claims of {class} were not all Bound in time");
+    }
+    Ok(())
+}
+
 async fn delete_all(client: &Client, args: &Args) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &args.namespace);
     let list = pods
@@ -544,6 +605,13 @@ async fn delete_all(client: &Client, args: &Args) -> Result<()> {
     .await;
     if !gone {
         bail!("the benchmark's pods were not all gone within 120 s of their deletion");
+    }
+    if args.pvc_storage_class.is_some() {
+        use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &args.namespace);
+        for name in &ours {
+            let _ = claims.delete(&claim_name(name), &DeleteParams::default()).await;
+        }
     }
     Ok(())
 }
