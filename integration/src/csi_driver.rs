@@ -5,7 +5,10 @@
 //! an unknown volume is `NotFound`, a publish of a volume that is not staged (for a staging
 //! driver) is `FailedPrecondition`, a missing capability or path is `InvalidArgument`.
 //! Volumes are made by the test ([`TestCsiDriver::create_volume`], the controller's part),
-//! inline ephemeral ones by their first publish. Every call is recorded for the tests to
+//! inline ephemeral ones by their first publish. A raw block volume
+//! ([`TestCsiDriver::create_block_volume`]) is a sparse file behind a loop device: staged, the
+//! loop device is attached; published, the device node is bind-mounted on the file the
+//! kubelet names (what real block drivers do with their disks). Every call is recorded for the tests to
 //! check what the kubelet sent. Its state is on disk, so a driver stopped and started again
 //! keeps its volumes.
 
@@ -127,6 +130,14 @@ impl TestCsiDriver {
         Ok(dir)
     }
 
+    /// Makes raw block volume `id` of `bytes` (a sparse `disk.img` in its directory).
+    pub fn create_block_volume(&self, id: &str, bytes: u64) -> std::io::Result<PathBuf> {
+        let dir = self.create_volume(id)?;
+        let img = dir.join(DISK);
+        std::fs::File::create(&img)?.set_len(bytes)?;
+        Ok(img)
+    }
+
     /// Where volume `id`'s data lives.
     pub fn volume_dir(&self, id: &str) -> PathBuf {
         self.inner.volume_dir(id)
@@ -236,6 +247,53 @@ impl Inner {
     }
 }
 
+/// A block volume's backing file in its directory.
+const DISK: &str = "disk.img";
+/// The loop device a block volume is attached to, by name, in its directory.
+const LOOP: &str = "loop";
+
+/// Attaches `dir`'s disk to a loop device unless it is; the device's path.
+fn attach_loop(dir: &Path) -> Result<PathBuf, Status> {
+    if let Ok(dev) = std::fs::read_to_string(dir.join(LOOP)) {
+        return Ok(PathBuf::from(dev.trim()));
+    }
+    let out = std::process::Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(dir.join(DISK))
+        .output()
+        .map_err(|e| Status::internal(format!("losetup: {e}")))?;
+    if !out.status.success() {
+        return Err(Status::internal(format!(
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::fs::write(dir.join(LOOP), &dev).map_err(|e| Status::internal(e.to_string()))?;
+    Ok(PathBuf::from(dev))
+}
+
+/// Detaches `dir`'s loop device, if attached.
+fn detach_loop(dir: &Path) -> Result<(), Status> {
+    let Ok(dev) = std::fs::read_to_string(dir.join(LOOP)) else {
+        return Ok(());
+    };
+    let out = std::process::Command::new("losetup")
+        .arg("-d")
+        .arg(dev.trim())
+        .output()
+        .map_err(|e| Status::internal(format!("losetup -d: {e}")))?;
+    if !out.status.success() {
+        return Err(Status::internal(format!(
+            "losetup -d {}: {}",
+            dev.trim(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let _ = std::fs::remove_file(dir.join(LOOP));
+    Ok(())
+}
+
 fn is_mounted(path: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
         return false;
@@ -287,6 +345,36 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| Status::internal(e.to_string()))?
 }
 
+impl Inner {
+    /// A block volume published: the loop device (attached at stage, or now for a driver
+    /// that does not stage) bind-mounted on the file `target_path` names.
+    async fn publish_block(
+        &self,
+        r: &NodePublishVolumeRequest,
+        dir: PathBuf,
+    ) -> Result<NodePublishVolumeResponse, Status> {
+        let staged = dir.join(LOOP).exists();
+        if self.options.stage && !staged {
+            return Err(Status::failed_precondition(format!(
+                "volume {} is not staged",
+                r.volume_id
+            )));
+        }
+        let target = PathBuf::from(&r.target_path);
+        let readonly = r.readonly;
+        blocking(move || {
+            if is_mounted(&target) {
+                return Ok(NodePublishVolumeResponse {});
+            }
+            let dev = attach_loop(&dir)?;
+            std::fs::File::create(&target).map_err(|e| Status::internal(e.to_string()))?;
+            bind(&dev, &target, readonly)?;
+            Ok(NodePublishVolumeResponse {})
+        })
+        .await
+    }
+}
+
 impl Node for Inner {
     fn node_stage_volume(&self, r: NodeStageVolumeRequest) -> Answer<NodeStageVolumeResponse> {
         let me = self.clone();
@@ -315,7 +403,9 @@ impl Node for Inner {
                         target.display()
                     )));
                 }
-                if !is_mounted(&target) {
+                if source.join(DISK).exists() {
+                    attach_loop(&source)?;
+                } else if !is_mounted(&target) {
                     bind(&source, &target, false)?;
                 }
                 Ok(NodeStageVolumeResponse {})
@@ -337,9 +427,14 @@ impl Node for Inner {
                 context: BTreeMap::new(),
                 readonly: false,
             });
-            me.existing(&r.volume_id)?;
+            let dir = me.existing(&r.volume_id)?;
             let target = PathBuf::from(&r.staging_target_path);
-            blocking(move || unmount(&target).map(|()| NodeUnstageVolumeResponse {})).await
+            blocking(move || {
+                unmount(&target)?;
+                detach_loop(&dir)?;
+                Ok(NodeUnstageVolumeResponse {})
+            })
+            .await
         })
     }
 
@@ -371,6 +466,9 @@ impl Node for Inner {
                     .map_err(|e| Status::internal(e.to_string()))?;
             }
             let dir = me.existing(&r.volume_id)?;
+            if dir.join(DISK).exists() {
+                return me.publish_block(&r, dir).await;
+            }
             let source = if me.options.stage && !ephemeral {
                 let staging = PathBuf::from(&r.staging_target_path);
                 if r.staging_target_path.is_empty() || !is_mounted(&staging) {
@@ -413,12 +511,22 @@ impl Node for Inner {
             let dir = me.existing(&r.volume_id)?;
             let target = PathBuf::from(&r.target_path);
             let ephemeral = r.volume_id.starts_with("csi-");
+            let stage = me.options.stage;
             blocking(move || {
                 unmount(&target)?;
-                match std::fs::remove_dir(&target) {
+                let block = dir.join(DISK).exists();
+                let removed = if block {
+                    std::fs::remove_file(&target)
+                } else {
+                    std::fs::remove_dir(&target)
+                };
+                match removed {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => return Err(Status::internal(e.to_string())),
+                }
+                if block && !stage {
+                    detach_loop(&dir)?;
                 }
                 if ephemeral {
                     // An inline volume lives and dies with its pod.

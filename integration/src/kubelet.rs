@@ -1523,7 +1523,9 @@ fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// CSI volumes still staged (or given their global directory) under `root`:
-/// `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`, whatever is in them.
+/// `plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`, whatever is in them; for raw block
+/// volumes `volumeDevices/{staging,publish}/<name>` and `volumeDevices/<name>` (the empty
+/// `staging` and `publish` dirs stay, as Go leaves them).
 fn csi_global_leaks(root: &Path) -> Vec<String> {
     let base = root.join("plugins/kubernetes.io/csi");
     let dirs = |d: &Path| -> Vec<PathBuf> {
@@ -1535,9 +1537,26 @@ fn csi_global_leaks(root: &Path) -> Vec<String> {
             .map(|e| e.path())
             .collect()
     };
-    dirs(&base)
+    let block = base.join("volumeDevices");
+    let mut left: Vec<PathBuf> = dirs(&base)
         .iter()
+        .filter(|d| **d != block)
         .flat_map(|driver| dirs(driver))
+        .collect();
+    for d in dirs(&block) {
+        if d.ends_with("staging") || d.ends_with("publish") {
+            left.extend(
+                std::fs::read_dir(&d)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        } else {
+            left.push(d);
+        }
+    }
+    left.into_iter()
         .map(|v| format!("CSI volume's global directory left: {}", v.display()))
         .collect()
 }

@@ -65,6 +65,18 @@ async fn csi_driver_object(node: &ClusterNode, spec: Value) {
 
 /// A claim bound to a CSI PV of volume `handle`.
 async fn csi_claim(node: &ClusterNode, claim: &str, pv: &str, handle: &str, modes: &[&str]) {
+    csi_claim_of_mode(node, claim, pv, handle, modes, "Filesystem").await;
+}
+
+/// [`csi_claim`] with the PV's `volumeMode`.
+async fn csi_claim_of_mode(
+    node: &ClusterNode,
+    claim: &str,
+    pv: &str,
+    handle: &str,
+    modes: &[&str],
+    mode: &str,
+) {
     let api = &node.api;
     let c = api
         .create(
@@ -80,7 +92,7 @@ async fn csi_claim(node: &ClusterNode, claim: &str, pv: &str, handle: &str, mode
             "persistentvolumes",
             "",
             json!({"metadata": {"name": pv}, "spec": {
-                "accessModes": modes, "capacity": {"storage": "1Mi"},
+                "accessModes": modes, "capacity": {"storage": "1Mi"}, "volumeMode": mode,
                 "claimRef": {"namespace": NAMESPACE, "name": claim, "uid": c["metadata"]["uid"]},
                 "csi": {"driver": DRIVER, "volumeHandle": handle, "volumeAttributes": {"kind": "test"}}}}),
         )
@@ -521,6 +533,89 @@ async fn restarts_of_the_driver_and_of_a_killed_ferrolet_keep_data_and_leak_noth
         std::fs::read_to_string(d.volume_dir("vol-r").join("f")).unwrap(),
         "before\nafter\n"
     );
+    node.teardown().await;
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_block_claim_reaches_the_container_as_a_device() {
+    let node = ClusterNode::start("csi-block").await;
+    let state = tempfile::tempdir().unwrap();
+    let d = driver(&node, state.path(), true).await;
+    csi_driver_object(&node, json!({"attachRequired": false})).await;
+    let disk = d.create_block_volume("blk-1", 4 << 20).unwrap();
+    csi_claim_of_mode(&node, "raw", "pv-raw", "blk-1", &["ReadWriteOnce"], "Block").await;
+    node.create_pod(json!({
+        "metadata": {"name": "block", "namespace": NAMESPACE},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image("busybox"), "command": ["sh", "-c", IDLE],
+                            "volumeDevices": [{"name": "data", "devicePath": "/dev/xvda"}]}],
+            "volumes": [claim_volume("raw", false)],
+        },
+    }))
+    .await;
+    let p = node.wait_api_running("block").await;
+    let (code, out) = sh(
+        &node,
+        &p,
+        "[ -b /dev/xvda ] && printf hello-block > /dev/xvda && head -c 11 /dev/xvda",
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "hello-block"));
+
+    // Go's layout: the pod's link to the publish file, the volume's data and global map.
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let root = node.node.root_dir();
+    let block = root.join("plugins/kubernetes.io/csi/volumeDevices");
+    let publish = block.join("publish/pv-raw").join(uid);
+    let link = root
+        .join("pods")
+        .join(uid)
+        .join("volumeDevices/kubernetes.io~csi/pv-raw");
+    assert_eq!(std::fs::read_link(&link).unwrap(), publish);
+    assert_eq!(
+        std::fs::read_link(block.join("pv-raw/dev").join(uid)).unwrap(),
+        publish
+    );
+    assert_eq!(
+        vol_data(&block.join("pv-raw/data"))["volumeLifecycleMode"],
+        "Persistent"
+    );
+    let stage = d
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "NodeStageVolume")
+        .unwrap();
+    assert_eq!(
+        stage.path,
+        block.join("staging/pv-raw").display().to_string()
+    );
+    assert_eq!(
+        methods(&d, "blk-1"),
+        ["NodeStageVolume", "NodePublishVolume"]
+    );
+
+    node.delete_pod("block").await;
+    node.wait_api_pod_gone("block", Duration::from_secs(60))
+        .await;
+    wait_until("unstaged", Duration::from_secs(20), || {
+        !block.join("staging/pv-raw").exists() && !block.join("pv-raw").exists()
+    })
+    .await;
+    assert_eq!(
+        methods(&d, "blk-1"),
+        [
+            "NodeStageVolume",
+            "NodePublishVolume",
+            "NodeUnpublishVolume",
+            "NodeUnstageVolume"
+        ]
+    );
+    assert!(!link.exists() && !publish.exists());
+    // What the container wrote is on the disk once the loop device is gone.
+    let bytes = std::fs::read(&disk).unwrap();
+    assert_eq!(&bytes[..11], b"hello-block");
     node.teardown().await;
     drop(d);
 }

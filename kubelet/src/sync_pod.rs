@@ -409,6 +409,7 @@ impl Kubelet {
         let ctx = ContainerContext {
             restart_count,
             mounts,
+            devices: crate::volume::container_devices(c, target.volumes),
             envs,
             image: &image,
         };

@@ -610,7 +610,9 @@ async fn delete_all(client: &Client, args: &Args) -> Result<()> {
         use k8s_openapi::api::core::v1::PersistentVolumeClaim;
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &args.namespace);
         for name in &ours {
-            let _ = claims.delete(&claim_name(name), &DeleteParams::default()).await;
+            let _ = claims
+                .delete(&claim_name(name), &DeleteParams::default())
+                .await;
         }
     }
     Ok(())

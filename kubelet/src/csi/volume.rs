@@ -173,6 +173,41 @@ pub fn device_mount_path(root_dir: &Path, driver: &str, handle: &str) -> PathBuf
         .join("globalmount")
 }
 
+/// Where raw block volumes live (Go's `GetVolumeDevicePluginDir`):
+/// `<root>/plugins/kubernetes.io/csi/volumeDevices`.
+pub fn block_dir(root_dir: &Path) -> PathBuf {
+    root_dir.join("plugins/kubernetes.io/csi/volumeDevices")
+}
+
+/// Where a block volume is staged (Go's `GetStagingPath`): `volumeDevices/staging/<name>`.
+pub fn block_staging_path(root_dir: &Path, spec_name: &str) -> PathBuf {
+    block_dir(root_dir).join("staging").join(spec_name)
+}
+
+/// Where a block volume is published for pod `uid` (Go's `getPublishPath`):
+/// `volumeDevices/publish/<name>/<uid>`, a file the driver makes.
+pub fn block_publish_path(root_dir: &Path, spec_name: &str, uid: &str) -> PathBuf {
+    block_dir(root_dir)
+        .join("publish")
+        .join(spec_name)
+        .join(uid)
+}
+
+/// A block volume's own directory (Go's `getVolumePluginDir`): `volumeDevices/<name>`, with
+/// `data/vol_data.json` and the global map `dev/<uid>` links.
+pub fn block_volume_dir(root_dir: &Path, spec_name: &str) -> PathBuf {
+    block_dir(root_dir).join(spec_name)
+}
+
+/// The link a pod's container device is made from (Go's `GetPodDeviceMapPath`):
+/// `pods/<uid>/volumeDevices/kubernetes.io~csi/<name>`.
+pub fn pod_device_path(root_dir: &Path, uid: &str, spec_name: &str) -> PathBuf {
+    crate::volume::pod_dir(root_dir, uid)
+        .join("volumeDevices")
+        .join(POD_PLUGIN_DIR)
+        .join(spec_name)
+}
+
 /// Where a pod's volume is published.
 pub fn pod_mount_path(root_dir: &Path, uid: &str, spec_name: &str) -> PathBuf {
     crate::volume::pod_dir(root_dir, uid)

@@ -47,7 +47,7 @@ pub fn container_config(
         working_dir: container.working_dir.clone().unwrap_or_default(),
         envs,
         mounts: ctx.mounts.clone(),
-        devices: Vec::new(),
+        devices: ctx.devices.clone(),
         labels: container_labels(pod, container),
         annotations: container_annotations(pod, container, ctx.restart_count)?,
         log_path: container_log_path(&container.name, ctx.restart_count),
@@ -187,6 +187,11 @@ spec:
         let ctx = ContainerContext {
             restart_count: 3,
             mounts: vec![mount.clone()],
+            devices: vec![cri::Device {
+                container_path: "/dev/xvda".into(),
+                host_path: "/root/pods/u/volumeDevices/kubernetes.io~csi/pv".into(),
+                permissions: "mrw".into(),
+            }],
             envs: vec![cri::KeyValue {
                 key: "PORT".into(),
                 value: "8080".into(),
@@ -196,6 +201,7 @@ spec:
         let cfg = container_config(&p, c, &node(), &ctx).unwrap();
         let m = cfg.metadata.as_ref().unwrap();
         assert_eq!((m.name.as_str(), m.attempt), ("web", 3));
+        assert_eq!(cfg.devices, ctx.devices);
         let img = cfg.image.as_ref().unwrap();
         assert_eq!(img.image, "sha256:abc");
         assert_eq!(img.user_specified_image, "httpd:1");
@@ -255,6 +261,7 @@ spec:
         let ctx = ContainerContext {
             restart_count: 0,
             mounts: vec![],
+            devices: vec![],
             envs: envs.clone(),
             image: "x",
         };

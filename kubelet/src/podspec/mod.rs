@@ -81,6 +81,8 @@ pub struct ContainerContext<'a> {
     pub restart_count: u32,
     /// Mounts, from [`crate::volume::container_mounts_with`].
     pub mounts: Vec<cri::Mount>,
+    /// Devices of raw block volumes, from [`crate::volume::container_devices`].
+    pub devices: Vec<cri::Device>,
     /// The environment, from [`container_env`] (computed once per start: mounts'
     /// `subPathExpr` and the config share it).
     pub envs: Vec<cri::KeyValue>,

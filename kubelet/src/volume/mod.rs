@@ -182,6 +182,35 @@ pub struct PodVolumes {
     /// Volumes containers must mount read-only whatever their mounts say (a claim's
     /// `readOnly`; Go's mounter attribute).
     pub read_only: std::collections::BTreeSet<String>,
+    /// Raw block volumes: name → the link to the device (`volumeDevices`).
+    pub devices: BTreeMap<String, PathBuf>,
+}
+
+/// The CRI devices of a container's `volumeDevices` (Go's `makeBlockVolumes`): each block
+/// volume's link as the host path (the runtime resolves it), `mrw`, or `r` when the volume
+/// is read-only. A volume that is not set up as a device is left out, as Go does.
+pub fn container_devices(
+    container: &k8s_openapi::api::core::v1::Container,
+    volumes: &PodVolumes,
+) -> Vec<ferrolet_proto::cri::Device> {
+    container
+        .volume_devices
+        .iter()
+        .flatten()
+        .filter_map(|d| {
+            let link = volumes.devices.get(&d.name)?;
+            let permissions = if volumes.read_only.contains(&d.name) {
+                "r"
+            } else {
+                "mrw"
+            };
+            Some(ferrolet_proto::cri::Device {
+                container_path: d.device_path.clone(),
+                host_path: link.to_string_lossy().into_owned(),
+                permissions: permissions.into(),
+            })
+        })
+        .collect()
 }
 
 /// Go's plugin directory name of CSI volumes (published through the driver: `csi`).
@@ -842,6 +871,34 @@ spec:
             "MountVolume.SetUp failed for volume \"sec\" : not supported due to running kubelet in standalone mode"
         );
         teardown(root.path(), "sa2").await.unwrap();
+    }
+
+    #[test]
+    fn block_volumes_become_devices_read_only_where_the_claim_is() {
+        let p = pod("metadata: {name: p, uid: u1}
+spec:
+  containers:
+  - name: c
+    volumeDevices: [{name: raw, devicePath: /dev/xvda}, {name: ro, devicePath: /dev/xvdb}, {name: missing, devicePath: /dev/xvdc}]");
+        let volumes = PodVolumes {
+            devices: [("raw", "/l/raw"), ("ro", "/l/ro")]
+                .map(|(n, l)| (n.to_string(), PathBuf::from(l)))
+                .into(),
+            read_only: ["ro".to_string()].into(),
+            ..Default::default()
+        };
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let got: Vec<(String, String, String)> = container_devices(c, &volumes)
+            .into_iter()
+            .map(|d| (d.container_path, d.host_path, d.permissions))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("/dev/xvda".into(), "/l/raw".into(), "mrw".into()),
+                ("/dev/xvdb".into(), "/l/ro".into(), "r".into())
+            ]
+        );
     }
 
     #[tokio::test]

@@ -26,6 +26,8 @@ pub struct MountedVolume {
     pub csi: Option<super::csi_ops::CsiMounted>,
     /// The claim (namespace, name) it came through, for its usage's `pvcRef`.
     pub pvc: Option<(String, String)>,
+    /// A raw block volume: `path` is the link its containers' device is made from.
+    pub block: bool,
 }
 
 impl MountedVolume {
@@ -122,6 +124,7 @@ mod tests {
             read_only: false,
             csi: None,
             pvc: None,
+            block: false,
         }
     }
 

@@ -45,6 +45,8 @@ pub struct CsiMounted {
     pub handle: String,
     /// Its staged device's unique name (persistent volumes).
     pub device: Option<String>,
+    /// A raw block volume's name in its paths (`volumeDevices/publish/<name>/<uid>`).
+    pub block_spec: Option<String>,
 }
 
 /// A volume staged (or, for drivers that do not stage, given its global directory) on this
@@ -61,6 +63,8 @@ pub struct Device {
     pub users: BTreeSet<VolumeKey>,
     /// Whether its driver requires attaching (it is then reported in `volumesInUse`).
     pub attachable: bool,
+    /// A raw block volume's name in its paths (staged at `volumeDevices/staging/<name>`).
+    pub block_spec: Option<String>,
     /// Staged by this process; one found on disk at start is staged again before its next
     /// publish (NodeStageVolume is idempotent; a reboot took the mount), as Go treats an
     /// uncertain device.
@@ -100,12 +104,6 @@ impl VolumeManager {
                     "mounter.SetupAt failed to check volume lifecycle mode: {e}"
                 )))
             })?;
-        if volume.block {
-            return Err(format!(
-                "MapVolume.SetUpDevice failed for volume {:?} : raw block CSI volumes are not supported by ferrolet",
-                volume.spec_name
-            ));
-        }
         let client = CsiClient::connect(&self.drivers, &volume.driver)
             .await
             .map_err(|e| {
@@ -133,6 +131,11 @@ impl VolumeManager {
         } else {
             BTreeMap::new()
         };
+        if volume.block {
+            return self
+                .set_up_block(key, pod, &volume, &client, &caps, &policy, publish_context)
+                .await;
+        }
         let fs_group =
             crate::volume::fs_group(&volume.spec_name, pod).map_err(|e| e.to_string())?;
         let mount_group = fs_group.filter(|_| caps.volume_mount_group);
@@ -174,6 +177,7 @@ impl VolumeManager {
                     users: BTreeSet::new(),
                     confirmed: true,
                     attachable: policy.attach_required,
+                    block_spec: None,
                 });
             device.confirmed = true;
             device.attachable = policy.attach_required;
@@ -237,9 +241,210 @@ impl VolumeManager {
                 driver: volume.driver.clone(),
                 handle: volume.handle.clone(),
                 device: persistent.then_some(unique),
+                block_spec: None,
             }),
             pvc: None,
+            block: false,
         })
+    }
+
+    /// Go's block mapper (`SetUpDevice`, `MapPodDevice`, `MapBlockVolume`): the volume's
+    /// `vol_data.json`, `NodeStageVolume` at `volumeDevices/staging/<name>` once per node (for
+    /// staging drivers), `NodePublishVolume` to the file `volumeDevices/publish/<name>/<uid>`,
+    /// then the links the container's device is made from (`pods/<uid>/volumeDevices/
+    /// kubernetes.io~csi/<name>`) and the global map's (`volumeDevices/<name>/dev/<uid>`).
+    #[allow(clippy::too_many_arguments)]
+    async fn set_up_block(
+        &self,
+        key: &VolumeKey,
+        pod: &Arc<Pod>,
+        volume: &CsiVolume,
+        client: &CsiClient,
+        caps: &Capabilities,
+        policy: &DriverPolicy,
+        publish_context: BTreeMap<String, String>,
+    ) -> Result<MountedVolume, String> {
+        let root = self.settings.root_dir.clone();
+        let spec = volume.spec_name.clone();
+        let uid = crate::types::uid_of(pod);
+        let unique = volume.unique_name();
+        let device_failed =
+            |e: String| format!("MapVolume.SetUpDevice failed for volume {spec:?} : {e}");
+        let lock = self.device_lock(&unique);
+        let _guard = lock.lock().await;
+        let node = self.settings.node.node_name.clone();
+        let data = VolumeData {
+            spec_name: spec.clone(),
+            handle: volume.handle.clone(),
+            driver: volume.driver.clone(),
+            attachment_id: csi_volume::attachment_name(&volume.handle, &volume.driver, &node),
+            node_name: node,
+            lifecycle: volume.lifecycle.as_str().to_string(),
+        };
+        let staging = csi_volume::block_staging_path(&root, &spec);
+        let (data_dir, stage_dir) = (
+            csi_volume::block_volume_dir(&root, &spec).join("data"),
+            staging.clone(),
+        );
+        let made = blocking(move || {
+            csi_volume::save_volume_data(&data_dir, &data)
+                .map_err(|e| crate::volume::VolumeError::io("", &data_dir, e))?;
+            crate::volume::mkdir_all("", &stage_dir, 0o750)
+        })
+        .await;
+        if let Err(e) = made {
+            self.lock().attaching.remove(key);
+            return Err(device_failed(e.to_string()));
+        }
+        let confirmed = self
+            .lock()
+            .devices
+            .get(&unique)
+            .is_some_and(|d| d.confirmed);
+        if !confirmed && caps.stage_unstage {
+            let secrets = match &volume.stage_secret {
+                Some(r) => match self.secret_data(r).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.lock().attaching.remove(key);
+                        return Err(device_failed(e));
+                    }
+                },
+                None => BTreeMap::new(),
+            };
+            let req = NodeStageVolumeRequest {
+                volume_id: volume.handle.clone(),
+                publish_context: publish_context.clone(),
+                staging_target_path: staging.to_string_lossy().into_owned(),
+                volume_capability: Some(csi_volume::capability(volume, caps, None)),
+                secrets,
+                volume_context: volume.attributes.clone(),
+            };
+            if let Err(e) = client.stage(req).await {
+                self.lock().attaching.remove(key);
+                return Err(device_failed(log(format!(
+                    "blockMapper.stageVolumeForBlock failed: {e}"
+                ))));
+            }
+        }
+        {
+            let mut state = self.lock();
+            let device = state
+                .devices
+                .entry(unique.clone())
+                .or_insert_with(|| Device {
+                    driver: volume.driver.clone(),
+                    handle: volume.handle.clone(),
+                    path: staging.clone(),
+                    users: BTreeSet::new(),
+                    confirmed: true,
+                    attachable: policy.attach_required,
+                    block_spec: Some(spec.clone()),
+                });
+            device.confirmed = true;
+            device.attachable = policy.attach_required;
+            device.users.insert(key.clone());
+            state.attaching.remove(key);
+        }
+        let target = csi_volume::block_publish_path(&root, &spec, &uid);
+        let published = self
+            .publish_block(
+                client,
+                caps,
+                pod,
+                volume,
+                policy,
+                &staging,
+                &target,
+                publish_context,
+            )
+            .await;
+        if let Err(e) = published {
+            let mut state = self.lock();
+            let still_mounted = state.actual.get(key).is_some();
+            if let Some(d) = state.devices.get_mut(&unique)
+                && !still_mounted
+            {
+                d.users.remove(key);
+            }
+            return Err(format!(
+                "MapVolume.MapPodDevice failed for volume {spec:?} : {e}"
+            ));
+        }
+        let link = csi_volume::pod_device_path(&root, &uid, &spec);
+        let global = csi_volume::block_volume_dir(&root, &spec)
+            .join("dev")
+            .join(&uid);
+        let (l, g, t) = (link.clone(), global, target.clone());
+        blocking(move || {
+            for at in [&l, &g] {
+                replace_link(&t, at).map_err(|e| crate::volume::VolumeError::io("", at, e))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| format!("MapVolume.MapBlockVolume failed for volume {spec:?} : {e}"))?;
+        Ok(MountedVolume {
+            path: link,
+            plugin: Some(csi_volume::POD_PLUGIN_DIR.to_string()),
+            generation: None,
+            token_fingerprint: None,
+            read_only: volume.read_only,
+            csi: Some(CsiMounted {
+                driver: volume.driver.clone(),
+                handle: volume.handle.clone(),
+                device: Some(unique),
+                block_spec: Some(spec.clone()),
+            }),
+            pvc: None,
+            block: true,
+        })
+    }
+
+    /// `NodePublishVolume` of a block volume to `target` (its directory made first, as Go's
+    /// `MapPodDevice`).
+    #[allow(clippy::too_many_arguments)]
+    async fn publish_block(
+        &self,
+        client: &CsiClient,
+        caps: &Capabilities,
+        pod: &Pod,
+        volume: &CsiVolume,
+        policy: &DriverPolicy,
+        staging: &std::path::Path,
+        target: &std::path::Path,
+        publish_context: BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let dir = target.parent().map(PathBuf::from).unwrap_or_default();
+        blocking(move || crate::volume::mkdir_all("", &dir, 0o750))
+            .await
+            .map_err(|e| e.to_string())?;
+        let secrets = match &volume.publish_secret {
+            Some(r) => self.secret_data(r).await?,
+            None => BTreeMap::new(),
+        };
+        let mut context = volume.attributes.clone();
+        if policy.pod_info_on_mount {
+            context.extend(csi_volume::pod_info(pod, volume.lifecycle));
+        }
+        let req = NodePublishVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context,
+            staging_target_path: if caps.stage_unstage {
+                staging.to_string_lossy().into_owned()
+            } else {
+                String::new()
+            },
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(csi_volume::capability(volume, caps, None)),
+            readonly: volume.read_only,
+            secrets,
+            volume_context: context,
+        };
+        client
+            .publish(req)
+            .await
+            .map_err(|e| log(format!("blockMapper.publishVolumeForBlock failed: {e}")))
     }
 
     /// Waits until the volume's VolumeAttachment is attached; its attachment metadata (the
@@ -466,21 +671,26 @@ impl VolumeManager {
             Some(l) => Some(l.lock().await),
             None => None,
         };
-        client
-            .unpublish(&csi.handle, &target.to_string_lossy())
+        if let Some(spec) = &csi.block_spec {
+            self.unmap_block(&client, key, &target, csi, spec).await?;
+        } else {
+            client
+                .unpublish(&csi.handle, &target.to_string_lossy())
+                .await
+                .map_err(|e| log(format!("Unmounter.TearDownAt failed: {e}")))?;
+            let t = target.clone();
+            blocking(move || {
+                csi_volume::remove_mount_dir(&t)
+                    .map_err(|e| crate::volume::VolumeError::io("", &t, e))
+            })
             .await
-            .map_err(|e| log(format!("Unmounter.TearDownAt failed: {e}")))?;
-        let t = target.clone();
-        blocking(move || {
-            csi_volume::remove_mount_dir(&t).map_err(|e| crate::volume::VolumeError::io("", &t, e))
-        })
-        .await
-        .map_err(|e| {
-            log(format!(
-                "Unmounter.TearDownAt failed to clean mount dir [{}]: {e}",
-                target.display()
-            ))
-        })?;
+            .map_err(|e| {
+                log(format!(
+                    "Unmounter.TearDownAt failed to clean mount dir [{}]: {e}",
+                    target.display()
+                ))
+            })?;
+        }
         if let Some(device) = &csi.device {
             let mut state = self.lock();
             if let Some(d) = state.devices.get_mut(device) {
@@ -488,6 +698,54 @@ impl VolumeManager {
             }
         }
         Ok(())
+    }
+
+    /// Go's `UnmapPodDevice` and `UnmapBlockVolume`: `NodeUnpublishVolume` of the pod's
+    /// publish path, then its links and the publish file (the driver's to remove; left only
+    /// if it is not still a mount).
+    async fn unmap_block(
+        &self,
+        client: &CsiClient,
+        key: &VolumeKey,
+        link: &std::path::Path,
+        csi: &CsiMounted,
+        spec: &str,
+    ) -> Result<(), String> {
+        let root = self.settings.root_dir.clone();
+        let publish = csi_volume::block_publish_path(&root, spec, &key.uid);
+        client
+            .unpublish(&csi.handle, &publish.to_string_lossy())
+            .await
+            .map_err(|e| log(format!("blockMapper.unpublishVolumeForBlock failed: {e}")))?;
+        let global = csi_volume::block_volume_dir(&root, spec)
+            .join("dev")
+            .join(&key.uid);
+        let link = link.to_path_buf();
+        blocking(move || {
+            let io = |at: &std::path::Path, e| crate::volume::VolumeError::io("", at, e);
+            for l in [&link, &global] {
+                match std::fs::remove_file(l) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(l, e)),
+                    _ => {}
+                }
+            }
+            if crate::volume::persistent::is_mount_point(&publish).map_err(|e| io(&publish, e))? {
+                return Err(io(
+                    &publish,
+                    std::io::Error::other("still mounted after NodeUnpublishVolume"),
+                ));
+            }
+            match std::fs::remove_file(&publish) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&publish, e)),
+                _ => {}
+            }
+            if let Some(dir) = publish.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| log(format!("blockMapper.UnmapPodDevice failed: {e}")))
     }
 
     /// Go's `UnmountDevice` for a device no pod volume uses: `NodeUnstageVolume` when the
@@ -522,8 +780,16 @@ impl VolumeManager {
                 .map_err(|e| log(format!("attacher.UnmountDevice failed: {e}")))?;
         }
         let p = device.path.clone();
+        let block_dir = device
+            .block_spec
+            .as_deref()
+            .map(|spec| csi_volume::block_volume_dir(&self.settings.root_dir, spec));
         blocking(move || {
-            csi_volume::remove_mount_dir(&p).map_err(|e| crate::volume::VolumeError::io("", &p, e))
+            let io = |at: &std::path::Path, e| crate::volume::VolumeError::io("", at, e);
+            match &block_dir {
+                Some(dir) => remove_block_device_dirs(&p, dir).map_err(|e| io(&p, e)),
+                None => csi_volume::remove_mount_dir(&p).map_err(|e| io(&p, e)),
+            }
         })
         .await
         .map_err(|e| {
@@ -542,4 +808,52 @@ impl VolumeManager {
         }
         Ok(())
     }
+}
+
+/// A block volume's staging directory (only once nothing is mounted on it: its contents are
+/// the driver's) and its own directory's `data/vol_data.json`, `data`, `dev` (empty) and
+/// itself (empty).
+fn remove_block_device_dirs(
+    staging: &std::path::Path,
+    dir: &std::path::Path,
+) -> std::io::Result<()> {
+    use std::io::ErrorKind;
+    let gone = |r: std::io::Result<()>| match r {
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
+    if crate::volume::persistent::is_mount_point(staging)? {
+        return Err(std::io::Error::other(format!(
+            "{} is still mounted",
+            staging.display()
+        )));
+    }
+    gone(std::fs::remove_dir_all(staging))?;
+    gone(std::fs::remove_file(
+        dir.join("data").join(csi_volume::VOL_DATA_FILE),
+    ))?;
+    for d in [dir.join("data"), dir.join("dev"), dir.to_path_buf()] {
+        gone(std::fs::remove_dir(&d))?;
+    }
+    Ok(())
+}
+
+/// Makes `at` a symbolic link to `target`, replacing what was there (Go's `MapBlockVolume`
+/// links; a restart may find an old one).
+fn replace_link(target: &std::path::Path, at: &std::path::Path) -> std::io::Result<()> {
+    if let Some(parent) = at.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    match std::fs::symlink_metadata(at) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(at)?,
+        Ok(_) => {
+            return Err(std::io::Error::other(format!(
+                "{} exists and is not a link",
+                at.display()
+            )));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    std::os::unix::fs::symlink(target, at)
 }

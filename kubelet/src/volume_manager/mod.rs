@@ -310,7 +310,11 @@ impl VolumeManager {
         for name in wanted {
             let key = VolumeKey::new(uid, name);
             if let Some(m) = state.actual.get(&key).filter(|m| m.confirmed()) {
-                volumes.dirs.insert(name.clone(), m.path.clone());
+                if m.block {
+                    volumes.devices.insert(name.clone(), m.path.clone());
+                } else {
+                    volumes.dirs.insert(name.clone(), m.path.clone());
+                }
                 if m.read_only {
                     volumes.read_only.insert(name.clone());
                 }

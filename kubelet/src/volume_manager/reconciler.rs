@@ -66,7 +66,7 @@ enum Outcome {
     SetUp {
         pod: Arc<Pod>,
         generation: u64,
-        result: Result<MountedVolume, String>,
+        result: Result<Box<MountedVolume>, String>,
     },
     TearDown(Result<(), String>),
     Unstage(Result<(), String>),
@@ -231,7 +231,7 @@ impl VolumeManager {
                 Outcome::SetUp {
                     pod,
                     generation,
-                    result,
+                    result: result.map(Box::new),
                 }
             }
             Op::TearDown { path, plugin, csi } => {
@@ -285,6 +285,7 @@ impl VolumeManager {
                 read_only: false,
                 csi: None,
                 pvc: None,
+                block: false,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -333,6 +334,7 @@ impl VolumeManager {
                 read_only: s.read_only,
                 csi: None,
                 pvc: None,
+                block: false,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -345,11 +347,8 @@ impl VolumeManager {
         plugin: Option<String>,
         csi: Option<CsiMounted>,
     ) -> Result<(), String> {
-        // A hostPath is the host's; and nothing outside the pod's volumes dir is ever removed.
-        let volumes = crate::volume::pod_dir(&self.settings.root_dir, &key.uid).join("volumes");
-        if plugin.is_none() || !path.starts_with(&volumes) {
-            return Ok(());
-        }
+        // A CSI volume is the driver's to take down (a block volume's link is under the
+        // pod's volumeDevices dir).
         if let Some(csi) = csi {
             return self
                 .tear_down_csi(key, path.clone(), &csi)
@@ -361,6 +360,11 @@ impl VolumeManager {
                         path.display()
                     )
                 });
+        }
+        // A hostPath is the host's; and nothing outside the pod's volumes dir is ever removed.
+        let volumes = crate::volume::pod_dir(&self.settings.root_dir, &key.uid).join("volumes");
+        if plugin.is_none() || !path.starts_with(&volumes) {
+            return Ok(());
         }
         let p = path.clone();
         // A persistent volume's directory is only ever unmounted and removed empty: its
@@ -413,7 +417,7 @@ impl VolumeManager {
                         }
                         d.users.insert(key.clone());
                     }
-                    state.actual.mark_mounted(&key, volume);
+                    state.actual.mark_mounted(&key, *volume);
                     state.retries.succeeded(&key);
                     if !state.desired.has_pod(&key.uid) {
                         // Removed while being set up: it goes again.

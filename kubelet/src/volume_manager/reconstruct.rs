@@ -36,6 +36,7 @@ pub fn scan(root_dir: &Path) -> Vec<(VolumeKey, MountedVolume)> {
                     read_only: false,
                     csi: None,
                     pvc: None,
+                    block: false,
                 };
                 if plugin == csi_volume::POD_PLUGIN_DIR {
                     // Without its data the driver cannot be asked to unpublish: left for
@@ -50,13 +51,54 @@ pub fn scan(root_dir: &Path) -> Vec<(VolumeKey, MountedVolume)> {
                             .then(|| csi_volume::unique_name(&data.driver, &data.handle)),
                         driver: data.driver,
                         handle: data.handle,
+                        block_spec: None,
                     });
                 }
                 found.push((VolumeKey::new(&uid, &name), volume));
             }
         }
+        found.extend(scan_block_links(root_dir, &uid));
     }
     found
+}
+
+/// Pod `uid`'s raw block volumes: the links in `pods/<uid>/volumeDevices/kubernetes.io~csi`,
+/// with the data Go keeps in `plugins/kubernetes.io/csi/volumeDevices/<name>/data`.
+fn scan_block_links(root_dir: &Path, uid: &str) -> Vec<(VolumeKey, MountedVolume)> {
+    let dir = crate::volume::pod_dir(root_dir, uid)
+        .join("volumeDevices")
+        .join(csi_volume::POD_PLUGIN_DIR);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .filter_map(|spec| {
+            let data_dir = csi_volume::block_volume_dir(root_dir, &spec).join("data");
+            let data = load_volume_data(&data_dir).ok()??;
+            let volume = MountedVolume {
+                path: dir.join(&spec),
+                plugin: Some(csi_volume::POD_PLUGIN_DIR.to_string()),
+                generation: None,
+                token_fingerprint: None,
+                read_only: false,
+                csi: Some(CsiMounted {
+                    device: Some(csi_volume::unique_name(&data.driver, &data.handle)),
+                    driver: data.driver,
+                    handle: data.handle,
+                    block_spec: Some(spec.clone()),
+                }),
+                pvc: None,
+                block: true,
+            };
+            Some((VolumeKey::new(uid, &spec), volume))
+        })
+        .collect()
 }
 
 /// The CSI devices staged (or given their global directory) on the node, by unique name,
@@ -65,6 +107,9 @@ pub fn scan_devices(root_dir: &Path) -> Vec<(String, Device)> {
     let base = root_dir.join("plugins/kubernetes.io/csi");
     let mut found = Vec::new();
     for driver in dir_names(&base) {
+        if driver == "volumeDevices" {
+            continue;
+        }
         for sha in dir_names(&base.join(&driver)) {
             let dir = base.join(&driver).join(&sha);
             let Ok(Some(data)) = load_volume_data(&dir) else {
@@ -78,12 +123,35 @@ pub fn scan_devices(root_dir: &Path) -> Vec<(String, Device)> {
                 confirmed: false,
                 // Until its driver says otherwise: a device found on disk stays reported.
                 attachable: true,
+                block_spec: None,
             };
             found.push((
                 csi_volume::unique_name(&device.driver, &device.handle),
                 device,
             ));
         }
+    }
+    let block = csi_volume::block_dir(root_dir);
+    for spec in dir_names(&block) {
+        if spec == "staging" || spec == "publish" {
+            continue;
+        }
+        let Ok(Some(data)) = load_volume_data(&block.join(&spec).join("data")) else {
+            continue;
+        };
+        let device = Device {
+            path: csi_volume::block_staging_path(root_dir, &spec),
+            driver: data.driver,
+            handle: data.handle,
+            users: BTreeSet::new(),
+            confirmed: false,
+            attachable: true,
+            block_spec: Some(spec),
+        };
+        found.push((
+            csi_volume::unique_name(&device.driver, &device.handle),
+            device,
+        ));
     }
     found
 }
@@ -183,7 +251,8 @@ mod tests {
                     Some(CsiMounted {
                         driver: "d".into(),
                         handle: "csi-x".into(),
-                        device: None
+                        device: None,
+                        block_spec: None,
                     })
                 ),
                 (
@@ -192,7 +261,8 @@ mod tests {
                     Some(CsiMounted {
                         driver: "d".into(),
                         handle: "h1".into(),
-                        device: Some("kubernetes.io/csi/d^h1".into())
+                        device: Some("kubernetes.io/csi/d^h1".into()),
+                        block_spec: None,
                     })
                 ),
             ]

@@ -74,7 +74,9 @@ impl VolumeManager {
                 .actual
                 .volumes()
                 .filter(|(_, m)| {
-                    m.confirmed() && (m.csi.is_some() || m.plugin.as_deref() == Some(LOCAL_PLUGIN))
+                    m.confirmed()
+                        && !m.block
+                        && (m.csi.is_some() || m.plugin.as_deref() == Some(LOCAL_PLUGIN))
                 })
                 .map(|(key, m)| {
                     let staging = m
