@@ -429,13 +429,24 @@ async fn inline_ephemeral_csi_volumes_live_with_their_pod_where_the_driver_allow
         .await
         .unwrap();
 
-    csi_driver_object(&node, json!({"attachRequired": false, "podInfoOnMount": true, "volumeLifecycleModes": ["Ephemeral"]})).await;
+    csi_driver_object(&node, json!({"attachRequired": false, "podInfoOnMount": true, "volumeLifecycleModes": ["Ephemeral"], "fsGroupPolicy": "File"})).await;
     node.create_pod(pod("inline", vec![inline], false)).await;
     let p = node.wait_api_running("inline").await;
     assert_eq!(sh(&node, &p, "echo x > /v/scratch/f").await.0, 0);
     let uid = p["metadata"]["uid"].as_str().unwrap();
     let handle = format!("csi-{}", sha(&format!("{uid}scratch")));
     assert!(d.volume_dir(&handle).join("f").exists());
+    // fsGroupPolicy File: the kubelet gave the published volume to the pod's fsGroup (2500),
+    // setgid, so what the container writes is the group's too.
+    use std::os::unix::fs::MetadataExt;
+    let root = std::fs::metadata(d.volume_dir(&handle)).unwrap();
+    assert_eq!((root.gid(), root.mode() & 0o2070), (2500, 0o2070));
+    assert_eq!(
+        std::fs::metadata(d.volume_dir(&handle).join("f"))
+            .unwrap()
+            .gid(),
+        2500
+    );
     let publish = d
         .calls()
         .into_iter()
