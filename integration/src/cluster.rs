@@ -306,7 +306,8 @@ impl ClusterNode {
             .collect()
     }
 
-    async fn wait_object(
+    /// Waits until `resource` `ns/name` exists and satisfies `pred`, at most `limit`.
+    pub async fn wait_object(
         &self,
         resource: &str,
         ns: &str,

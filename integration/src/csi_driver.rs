@@ -43,6 +43,8 @@ pub struct DriverOptions {
     pub node_id: String,
     /// The topology segments `NodeGetInfo` answers.
     pub topology: BTreeMap<String, String>,
+    /// Whether it has `EXPAND_VOLUME` (`NodeExpandVolume` then answers the asked size).
+    pub expand: bool,
 }
 
 /// One call the driver received.
@@ -567,14 +569,38 @@ impl Node for Inner {
         })
     }
 
-    fn node_expand_volume(&self, _: NodeExpandVolumeRequest) -> Answer<NodeExpandVolumeResponse> {
-        Box::pin(async { Err(Status::unimplemented("expansion")) })
+    fn node_expand_volume(&self, r: NodeExpandVolumeRequest) -> Answer<NodeExpandVolumeResponse> {
+        let me = self.clone();
+        Box::pin(async move {
+            me.record(Call {
+                method: "NodeExpandVolume",
+                volume_id: r.volume_id.clone(),
+                path: r.volume_path.clone(),
+                context: BTreeMap::new(),
+                readonly: false,
+            });
+            if !me.options.expand {
+                return Err(Status::unimplemented("this driver does not expand volumes"));
+            }
+            me.existing(&r.volume_id)?;
+            if !Path::new(&r.volume_path).exists() {
+                return Err(Status::not_found(format!(
+                    "{} does not exist",
+                    r.volume_path
+                )));
+            }
+            let capacity_bytes = r.capacity_range.map_or(0, |c| c.required_bytes);
+            Ok(NodeExpandVolumeResponse { capacity_bytes })
+        })
     }
 
     fn node_get_capabilities(&self) -> Answer<NodeGetCapabilitiesResponse> {
         let mut types = vec![rpc::Type::GetVolumeStats];
         if self.options.stage {
             types.push(rpc::Type::StageUnstageVolume);
+        }
+        if self.options.expand {
+            types.push(rpc::Type::ExpandVolume);
         }
         let capabilities = types
             .into_iter()

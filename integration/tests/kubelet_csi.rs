@@ -34,6 +34,7 @@ async fn a_csi_driver_registers_and_its_node_info_follows_its_socket() {
             stage: true,
             node_id: node.node_name.clone(),
             topology: [(TOPOLOGY_KEY.to_string(), node.node_name.clone())].into(),
+            expand: false,
         },
     )
     .unwrap();

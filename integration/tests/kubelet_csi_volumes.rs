@@ -26,6 +26,11 @@ fn sha(s: &str) -> String {
 
 /// Starts the test driver on the node and waits until ferrolet has registered it.
 async fn driver(node: &ClusterNode, state: &Path, stage: bool) -> TestCsiDriver {
+    driver_with(node, state, stage, false).await
+}
+
+/// [`driver`], expanding volumes when `expand`.
+async fn driver_with(node: &ClusterNode, state: &Path, stage: bool, expand: bool) -> TestCsiDriver {
     node.wait_node("registered", |_| true).await;
     let d = TestCsiDriver::start(
         &node.node.root_dir(),
@@ -35,6 +40,7 @@ async fn driver(node: &ClusterNode, state: &Path, stage: bool) -> TestCsiDriver 
             stage,
             node_id: node.node_name.clone(),
             topology: Default::default(),
+            expand,
         },
     )
     .unwrap();
@@ -106,7 +112,7 @@ async fn csi_claim_of_mode(
         .get("persistentvolumeclaims", NAMESPACE, claim)
         .await
         .unwrap();
-    c["status"] = json!({"phase": "Bound"});
+    c["status"] = json!({"phase": "Bound", "capacity": {"storage": "1Mi"}});
     api.update_status("persistentvolumeclaims", NAMESPACE, claim, c)
         .await
         .unwrap();
@@ -627,6 +633,100 @@ async fn a_raw_block_claim_reaches_the_container_as_a_device() {
     // What the container wrote is on the disk once the loop device is gone.
     let bytes = std::fs::read(&disk).unwrap();
     assert_eq!(&bytes[..11], b"hello-block");
+    node.teardown().await;
+    drop(d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_the_resizer_grew_is_expanded_on_the_node_and_its_status_follows() {
+    let node = ClusterNode::start("csi-grow").await;
+    let state = tempfile::tempdir().unwrap();
+    let d = driver_with(&node, state.path(), true, true).await;
+    csi_driver_object(&node, json!({"attachRequired": false})).await;
+    d.create_volume("vol-g").unwrap();
+    csi_claim(&node, "grow", "pv-grow", "vol-g", &["ReadWriteOnce"]).await;
+    node.create_pod(pod("grower", vec![claim_volume("grow", false)], false))
+        .await;
+    let p = node.wait_api_running("grower").await;
+    assert!(!methods(&d, "vol-g").contains(&"NodeExpandVolume"));
+
+    // The external resizer's part: the PV grown, the claim waiting for the node.
+    let mut pv = node
+        .api
+        .get("persistentvolumes", "", "pv-grow")
+        .await
+        .unwrap();
+    pv["spec"]["capacity"]["storage"] = json!("2Mi");
+    node.api
+        .update("persistentvolumes", "", "pv-grow", pv)
+        .await
+        .unwrap();
+    let mut c = node
+        .api
+        .get("persistentvolumeclaims", NAMESPACE, "grow")
+        .await
+        .unwrap();
+    c["status"]["conditions"] = json!([{"type": "FileSystemResizePending", "status": "True"}]);
+    node.api
+        .update_status("persistentvolumeclaims", NAMESPACE, "grow", c)
+        .await
+        .unwrap();
+    // A sync of the pod (as the periodic resync would make one).
+    node.api
+        .patch(
+            "pods",
+            NAMESPACE,
+            "grower",
+            ferrolet_integration::apiserver::PatchType::Merge,
+            &json!({"metadata": {"labels": {"resync": "1"}}}),
+            None,
+        )
+        .await
+        .unwrap();
+    let claim = node
+        .wait_object(
+            "persistentvolumeclaims",
+            NAMESPACE,
+            "grow",
+            "with the new capacity",
+            |c| c["status"]["capacity"]["storage"] == "2Mi",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        claim["status"]["conditions"]
+            .as_array()
+            .is_none_or(|c| c.is_empty()),
+        "{claim:#}"
+    );
+    let expand = d
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "NodeExpandVolume")
+        .unwrap();
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    assert_eq!(
+        expand.path,
+        node.node
+            .root_dir()
+            .join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~csi/pv-grow/mount")
+            .display()
+            .to_string()
+    );
+    let events = node.pod_events("grower").await;
+    let ok = events
+        .iter()
+        .find(|e| e["reason"] == "FileSystemResizeSuccessful")
+        .unwrap();
+    assert_eq!(
+        ok["message"],
+        format!(
+            "MountVolume.NodeExpandVolume succeeded for volume \"pv-grow\" {}",
+            node.node_name
+        )
+    );
     node.teardown().await;
     drop(d);
 }

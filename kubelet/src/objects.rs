@@ -141,6 +141,13 @@ pub trait StorageSource: Send + Sync {
         &'a self,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<VolumeAttachment>, ObjectError>>;
+    /// Patches claim `namespace/name`'s status (a JSON merge patch of `{"status": ...}`).
+    fn patch_claim_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        patch: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ObjectError>>;
     /// Secret `namespace/name` for a CSI call (`node*SecretRef`), `None` if there is none.
     fn secret<'a>(
         &'a self,
@@ -219,6 +226,14 @@ impl StorageSource for NoApi {
         _: &'a str,
         _: &'a str,
     ) -> BoxFuture<'a, Result<Option<Secret>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn patch_claim_status<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ObjectError>> {
         Box::pin(async { Err(ObjectError::NoApiServer) })
     }
 }

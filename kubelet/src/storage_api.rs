@@ -91,6 +91,25 @@ impl StorageSource for ApiStorage {
         })
     }
 
+    fn patch_claim_status<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+        patch: serde_json::Value,
+    ) -> BoxFuture<'a, Result<(), ObjectError>> {
+        Box::pin(async move {
+            kube::Api::<PersistentVolumeClaim>::namespaced(self.api.client(), namespace)
+                .patch_status(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map(drop)
+                .map_err(api_error)
+        })
+    }
+
     fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>> {
         Box::pin(async move {
             let node = kube::Api::<Node>::all(self.api.client())

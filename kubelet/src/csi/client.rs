@@ -146,6 +146,17 @@ impl CsiClient {
             .map(drop)
     }
 
+    /// `NodeExpandVolume`.
+    pub async fn expand(
+        &self,
+        req: ferrolet_proto::csi::NodeExpandVolumeRequest,
+    ) -> Result<(), CsiError> {
+        let mut c = self.client.clone();
+        timed(async move { c.node_expand_volume(req).await })
+            .await
+            .map(drop)
+    }
+
     /// `NodeGetVolumeStats`.
     pub async fn volume_stats(
         &self,

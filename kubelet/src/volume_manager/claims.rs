@@ -338,6 +338,14 @@ mod tests {
         {
             Box::pin(async { Ok(None) })
         }
+        fn patch_claim_status<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: serde_json::Value,
+        ) -> BoxFuture<'a, Result<(), ObjectError>> {
+            Box::pin(async { Ok(()) })
+        }
     }
 
     fn yaml<T: serde::de::DeserializeOwned>(s: &str) -> T {

@@ -21,6 +21,7 @@ pub mod desired;
 pub mod fetch;
 pub mod reconciler;
 pub mod reconstruct;
+pub mod resize;
 pub mod retry;
 pub mod usage;
 
@@ -113,6 +114,8 @@ struct State {
     attaching: std::collections::BTreeMap<VolumeKey, String>,
     /// Whether the disk has been read (reconstruction done).
     reconstructed: bool,
+    /// Where pods synced go for their volumes' resize check.
+    resize_tx: Option<mpsc::UnboundedSender<String>>,
 }
 
 /// The volume manager.
@@ -169,6 +172,9 @@ impl VolumeManager {
         self.lock().ready_tx = Some(tx);
         tokio::spawn(reconciler::run(self.clone()));
         tokio::spawn(usage::refresh(Arc::downgrade(self)));
+        let (resize_tx, resize_rx) = mpsc::unbounded_channel();
+        self.lock().resize_tx = Some(resize_tx);
+        tokio::spawn(resize::run(Arc::downgrade(self), resize_rx));
         rx
     }
 
@@ -257,6 +263,10 @@ impl VolumeManager {
                 state.desired.add_pod(&uid, pod);
             }
             state.desired.mark_remount(&uid);
+            // Go's populator compares each claim's PV with the claim on every sync.
+            if let Some(tx) = &state.resize_tx {
+                let _ = tx.send(uid.clone());
+            }
             // Missing or failed volumes are tried at once (after an attempt in flight, so a
             // failure the wait counts is one of an attempt made during it).
             let retry: Vec<VolumeKey> = state
