@@ -730,3 +730,69 @@ async fn a_claim_the_resizer_grew_is_expanded_on_the_node_and_its_status_follows
     node.teardown().await;
     drop(d);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_gets_the_pods_tokens_and_republishes_on_every_sync_when_it_asks() {
+    let node = ClusterNode::start("csi-tokens").await;
+    let state = tempfile::tempdir().unwrap();
+    let d = driver(&node, state.path(), false).await;
+    node.api
+        .create(
+            "serviceaccounts",
+            NAMESPACE,
+            json!({"metadata": {"name": "builder"}}),
+        )
+        .await
+        .unwrap();
+    csi_driver_object(
+        &node,
+        json!({"attachRequired": false, "requiresRepublish": true,
+               "tokenRequests": [{"audience": "csi.test", "expirationSeconds": 3600}]}),
+    )
+    .await;
+    d.create_volume("vol-t").unwrap();
+    csi_claim(&node, "tok", "pv-tok", "vol-t", &["ReadWriteOnce"]).await;
+    node.create_pod(pod("tokens", vec![claim_volume("tok", false)], false))
+        .await;
+    node.wait_api_running("tokens").await;
+    let publish = d
+        .calls()
+        .into_iter()
+        .find(|c| c.method == "NodePublishVolume")
+        .unwrap();
+    let tokens: Value =
+        serde_json::from_str(&publish.context["csi.storage.k8s.io/serviceAccount.tokens"]).unwrap();
+    assert!(
+        tokens["csi.test"]["token"]
+            .as_str()
+            .is_some_and(|t| t.split('.').count() == 3),
+        "{tokens}"
+    );
+    assert!(
+        tokens["csi.test"]["expirationTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{tokens}"
+    );
+
+    // requiresRepublish: a sync of the pod publishes the volume again.
+    let before = methods(&d, "vol-t").len();
+    node.api
+        .patch(
+            "pods",
+            NAMESPACE,
+            "tokens",
+            ferrolet_integration::apiserver::PatchType::Merge,
+            &json!({"metadata": {"labels": {"resync": "1"}}}),
+            None,
+        )
+        .await
+        .unwrap();
+    wait_until("published again", Duration::from_secs(30), || {
+        methods(&d, "vol-t").len() > before
+    })
+    .await;
+    assert_eq!(methods(&d, "vol-t").last(), Some(&"NodePublishVolume"));
+    node.teardown().await;
+    drop(d);
+}

@@ -28,6 +28,8 @@ pub struct MountedVolume {
     pub pvc: Option<(String, String)>,
     /// A raw block volume: `path` is the link its containers' device is made from.
     pub block: bool,
+    /// Published again on every sync of its pod (the CSIDriver's `requiresRepublish`).
+    pub republish: bool,
 }
 
 impl MountedVolume {
@@ -125,6 +127,7 @@ mod tests {
             csi: None,
             pvc: None,
             block: false,
+            republish: false,
         }
     }
 

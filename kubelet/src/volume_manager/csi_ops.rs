@@ -237,6 +237,7 @@ impl VolumeManager {
             generation: None,
             token_fingerprint: None,
             read_only: volume.read_only,
+            republish: policy.requires_republish,
             csi: Some(CsiMounted {
                 driver: volume.driver.clone(),
                 handle: volume.handle.clone(),
@@ -390,6 +391,7 @@ impl VolumeManager {
             generation: None,
             token_fingerprint: None,
             read_only: volume.read_only,
+            republish: policy.requires_republish,
             csi: Some(CsiMounted {
                 driver: volume.driver.clone(),
                 handle: volume.handle.clone(),
@@ -426,6 +428,9 @@ impl VolumeManager {
         let mut context = volume.attributes.clone();
         if policy.pod_info_on_mount {
             context.extend(csi_volume::pod_info(pod, volume.lifecycle));
+        }
+        if let Some(tokens) = self.service_account_tokens(pod, policy).await? {
+            context.insert(csi_volume::TOKENS_ATTRIBUTE.to_string(), tokens);
         }
         let req = NodePublishVolumeRequest {
             volume_id: volume.handle.clone(),
@@ -605,6 +610,9 @@ impl VolumeManager {
         if policy.pod_info_on_mount {
             context.extend(csi_volume::pod_info(pod, volume.lifecycle));
         }
+        if let Some(tokens) = self.service_account_tokens(pod, policy).await? {
+            context.insert(csi_volume::TOKENS_ATTRIBUTE.to_string(), tokens);
+        }
         let req = NodePublishVolumeRequest {
             volume_id: volume.handle.clone(),
             publish_context,
@@ -629,6 +637,54 @@ impl VolumeManager {
             return Err(e.to_string());
         }
         Ok(target)
+    }
+
+    /// The pod's service-account tokens the CSIDriver's `tokenRequests` ask for, as Go's
+    /// `podServiceAccountTokenAttrs` hands them to the driver: JSON of audience →
+    /// `{token, expirationTimestamp}`; `None` when it asks for none.
+    async fn service_account_tokens(
+        &self,
+        pod: &Pod,
+        policy: &DriverPolicy,
+    ) -> Result<Option<String>, String> {
+        if policy.token_requests.is_empty() {
+            return Ok(None);
+        }
+        let failed = |e: String| {
+            log(format!(
+                "mounter.SetUpAt failed to get service accoount token attributes: {e}"
+            ))
+        };
+        let m = &pod.metadata;
+        let service_account = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let mut out = serde_json::Map::new();
+        for (audience, expiration) in &policy.token_requests {
+            let spec = crate::objects::TokenRequestSpec {
+                namespace: super::namespace_of(pod).to_string(),
+                service_account: service_account.clone(),
+                audience: Some(audience.clone()).filter(|a| !a.is_empty()),
+                // The API's default when the request names none.
+                expiration_seconds: expiration.unwrap_or(3600),
+                pod_name: m.name.clone().unwrap_or_default(),
+                pod_uid: m.uid.clone().unwrap_or_default(),
+            };
+            let token = self
+                .tokens
+                .token(&spec)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let expires = token_expiry(&token).unwrap_or_default();
+            out.insert(
+                audience.clone(),
+                serde_json::json!({"token": token, "expirationTimestamp": expires}),
+            );
+        }
+        Ok(Some(serde_json::Value::Object(out).to_string()))
     }
 
     /// A secret's data as a CSI call carries it (Go's `getCredentialsFromSecret`).
@@ -856,4 +912,35 @@ fn replace_link(target: &std::path::Path, at: &std::path::Path) -> std::io::Resu
         Err(e) => return Err(e),
     }
     std::os::unix::fs::symlink(target, at)
+}
+
+/// A JWT's `exp` as an RFC 3339 time (what TokenRequest's status says); `None` when it
+/// cannot be read.
+fn token_expiry(token: &str) -> Option<String> {
+    use base64::Engine;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let exp = claims.get("exp")?.as_i64()?;
+    Some(jiff::Timestamp::from_second(exp).ok()?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use base64::Engine;
+
+    use super::*;
+
+    #[test]
+    fn a_tokens_expiry_is_read_from_its_exp_claim() {
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = format!("{}.{}.sig", b64("{}"), b64(r#"{"exp":1767225600}"#));
+        assert_eq!(token_expiry(&jwt).as_deref(), Some("2026-01-01T00:00:00Z"));
+        assert_eq!(token_expiry("not-a-jwt"), None);
+        assert_eq!(token_expiry(&format!("a.{}.c", b64("{}"))), None);
+    }
 }

@@ -263,6 +263,17 @@ impl VolumeManager {
                 state.desired.add_pod(&uid, pod);
             }
             state.desired.mark_remount(&uid);
+            // Go remounts a CSI volume on every sync when its driver requires republishing
+            // (a NodePublishVolume again, with fresh tokens).
+            let republish: Vec<VolumeKey> = state
+                .actual
+                .volumes()
+                .filter(|(k, m)| k.uid == uid && m.republish)
+                .map(|(k, _)| k)
+                .collect();
+            for key in &republish {
+                state.desired.bump(key);
+            }
             // Go's populator compares each claim's PV with the claim on every sync.
             if let Some(tx) = &state.resize_tx {
                 let _ = tx.send(uid.clone());

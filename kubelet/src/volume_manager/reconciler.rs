@@ -286,6 +286,7 @@ impl VolumeManager {
                 csi: None,
                 pvc: None,
                 block: false,
+                republish: false,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }
@@ -335,6 +336,7 @@ impl VolumeManager {
                 csi: None,
                 pvc: None,
                 block: false,
+                republish: false,
             }),
             Err(e) => Err(mount_failed_message(&name, &e)),
         }

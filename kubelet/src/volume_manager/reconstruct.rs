@@ -37,6 +37,7 @@ pub fn scan(root_dir: &Path) -> Vec<(VolumeKey, MountedVolume)> {
                     csi: None,
                     pvc: None,
                     block: false,
+                    republish: false,
                 };
                 if plugin == csi_volume::POD_PLUGIN_DIR {
                     // Without its data the driver cannot be asked to unpublish: left for
@@ -95,6 +96,7 @@ fn scan_block_links(root_dir: &Path, uid: &str) -> Vec<(VolumeKey, MountedVolume
                 }),
                 pvc: None,
                 block: true,
+                republish: false,
             };
             Some((VolumeKey::new(uid, &spec), volume))
         })
