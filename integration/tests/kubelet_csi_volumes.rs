@@ -119,7 +119,7 @@ async fn csi_claim_of_mode(
 }
 
 /// The attach/detach controller's part: the VolumeAttachment of `handle` on this node,
-/// marked attached.
+/// marked attached, and the volume in the Node's `status.volumesAttached`.
 async fn attach(node: &ClusterNode, handle: &str, pv: &str) {
     let name = format!(
         "csi-{}",
@@ -138,6 +138,18 @@ async fn attach(node: &ClusterNode, handle: &str, pv: &str) {
     va["status"] = json!({"attached": true, "attachmentMetadata": {"device": "test"}});
     node.api
         .update_status("volumeattachments.storage.k8s.io", "", &name, va)
+        .await
+        .unwrap();
+    let unique = format!("kubernetes.io/csi/{DRIVER}^{handle}");
+    node.api
+        .patch(
+            "nodes",
+            "",
+            &node.node_name,
+            ferrolet_integration::apiserver::PatchType::Merge,
+            &json!({"status": {"volumesAttached": [{"name": unique, "devicePath": ""}]}}),
+            Some("status"),
+        )
         .await
         .unwrap();
 }

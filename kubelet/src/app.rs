@@ -593,7 +593,8 @@ fn start_cluster(
         root_dir: config.root_dir.clone(),
     };
     let facts = Arc::new(ClusterFacts::new(kubelet));
-    let node_status = crate::node_status::spawn(api.clone(), settings, facts, events);
+    let wake = kubelet.volumes.in_use_changed();
+    let node_status = crate::node_status::spawn(api.clone(), settings, facts, events, wake);
     let mirror_table = statuses.mirror_table();
     let uid_of_node = node_status.clone();
     let mirrors = crate::mirror_pods::MirrorPods::new(

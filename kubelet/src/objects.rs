@@ -131,6 +131,9 @@ pub trait StorageSource: Send + Sync {
     /// This node's labels as the API has them (a local volume's node affinity is checked
     /// against them).
     fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>>;
+    /// This node's `status.volumesInUse` and the names in `status.volumesAttached` as the API
+    /// has them (Go's `VerifyControllerAttachedVolume` reads both).
+    fn node_volumes(&self) -> BoxFuture<'_, Result<NodeVolumes, ObjectError>>;
     /// CSIDriver `name`, `None` if the API has none (its defaults apply).
     fn csi_driver<'a>(
         &'a self,
@@ -154,6 +157,15 @@ pub trait StorageSource: Send + Sync {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Secret>, ObjectError>>;
+}
+
+/// What the Node's status says of its volumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeVolumes {
+    /// `volumesInUse`: what this kubelet reported.
+    pub in_use: Vec<String>,
+    /// The names in `volumesAttached`: what the attach/detach controller attached.
+    pub attached: Vec<String>,
 }
 
 /// Standalone: nothing to read; every read fails with [`ObjectError::NoApiServer`].
@@ -213,6 +225,9 @@ impl StorageSource for NoApi {
         &'a self,
         _: &'a str,
     ) -> BoxFuture<'a, Result<Option<CSIDriver>, ObjectError>> {
+        Box::pin(async { Err(ObjectError::NoApiServer) })
+    }
+    fn node_volumes(&self) -> BoxFuture<'_, Result<NodeVolumes, ObjectError>> {
         Box::pin(async { Err(ObjectError::NoApiServer) })
     }
     fn volume_attachment<'a>(

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, 
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 
 use crate::kube_client::ApiHandle;
-use crate::objects::{ObjectError, StorageSource};
+use crate::objects::{NodeVolumes, ObjectError, StorageSource};
 
 /// Storage objects read from the API server.
 #[derive(Clone, Debug)]
@@ -107,6 +107,25 @@ impl StorageSource for ApiStorage {
                 .await
                 .map(drop)
                 .map_err(api_error)
+        })
+    }
+
+    fn node_volumes(&self) -> BoxFuture<'_, Result<NodeVolumes, ObjectError>> {
+        Box::pin(async move {
+            let node = kube::Api::<Node>::all(self.api.client())
+                .get_opt(self.api.node_name())
+                .await
+                .map_err(api_error)?;
+            let status = node.and_then(|n| n.status).unwrap_or_default();
+            Ok(NodeVolumes {
+                in_use: status.volumes_in_use.unwrap_or_default(),
+                attached: status
+                    .volumes_attached
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|v| v.name)
+                    .collect(),
+            })
         })
     }
 

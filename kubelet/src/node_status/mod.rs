@@ -192,6 +192,7 @@ pub fn spawn(
     settings: NodeStatusSettings,
     facts: Arc<dyn NodeFacts>,
     events: Arc<dyn EventRecorder>,
+    wake: Arc<tokio::sync::Notify>,
 ) -> NodeStatusHandle {
     let (tx, rx) = watch::channel(None);
     let lease = lease::LeaseController::new(api.clone(), settings.lease_duration_secs);
@@ -204,6 +205,7 @@ pub fn spawn(
         node: tx,
         last_report: None,
         failed: false,
+        wake,
     };
     tokio::spawn(status.run());
     NodeStatusHandle { node: rx }
@@ -220,6 +222,9 @@ struct StatusLoop {
     last_report: Option<Instant>,
     /// The last update failed: send the next one whatever it holds.
     failed: bool,
+    /// Asks for an update before the period ends (a volume now in use must be reported
+    /// before it is mounted; Go waits for its next period, kubernetes#28141).
+    wake: Arc<tokio::sync::Notify>,
 }
 
 /// What the status is computed from that does not change while the kubelet runs.
@@ -301,7 +306,10 @@ impl StatusLoop {
 
         loop {
             self.update(&fixed).await;
-            tokio::time::sleep(self.settings.status_update_frequency).await;
+            tokio::select! {
+                () = tokio::time::sleep(self.settings.status_update_frequency) => {}
+                () = self.wake.notified() => {}
+            }
         }
     }
 

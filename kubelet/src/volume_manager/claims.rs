@@ -314,6 +314,9 @@ mod tests {
         fn node_labels(&self) -> BoxFuture<'_, Result<BTreeMap<String, String>, ObjectError>> {
             Box::pin(async { Ok(BTreeMap::new()) })
         }
+        fn node_volumes(&self) -> BoxFuture<'_, Result<crate::objects::NodeVolumes, ObjectError>> {
+            Box::pin(async { Ok(Default::default()) })
+        }
         fn csi_driver<'a>(
             &'a self,
             _: &'a str,

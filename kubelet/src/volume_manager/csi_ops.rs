@@ -123,6 +123,7 @@ impl VolumeManager {
             self.lock()
                 .attaching
                 .insert(key.clone(), volume.unique_name());
+            self.in_use_changed.notify_one();
             let attached = self.wait_attached(&volume).await;
             if attached.is_err() {
                 self.lock().attaching.remove(key);
@@ -452,25 +453,48 @@ impl VolumeManager {
             .map_err(|e| log(format!("blockMapper.publishVolumeForBlock failed: {e}")))
     }
 
-    /// Waits until the volume's VolumeAttachment is attached; its attachment metadata (the
-    /// publish context).
+    /// Waits until the volume's VolumeAttachment is attached, then (Go's
+    /// `VerifyControllerAttachedVolume`) until the Node's status lists it both in use (this
+    /// kubelet's report, sent at once when the volume comes into use) and attached (the
+    /// attach/detach controller's), so the controller never detaches a volume this node is
+    /// about to mount. Its attachment metadata (the publish context).
     async fn wait_attached(&self, volume: &CsiVolume) -> Result<BTreeMap<String, String>, String> {
         let node = &self.settings.node.node_name;
         let id = csi_volume::attachment_name(&volume.handle, &volume.driver, node);
+        let unique = volume.unique_name();
         let deadline = Instant::now() + ATTACH_TIMEOUT;
-        let mut delay = Duration::from_millis(100);
+        let mut delay = Duration::from_millis(50);
         let mut last = None;
+        let mut metadata = None;
         loop {
-            match self.storage.volume_attachment(&id).await {
-                Ok(Some(va)) => {
-                    let status = va.status.unwrap_or_default();
-                    if status.attached {
-                        return Ok(status.attachment_metadata.unwrap_or_default());
+            if metadata.is_none() {
+                match self.storage.volume_attachment(&id).await {
+                    Ok(Some(va)) => {
+                        let status = va.status.unwrap_or_default();
+                        if status.attached {
+                            metadata = Some(status.attachment_metadata.unwrap_or_default());
+                        } else {
+                            last = status.attach_error.and_then(|e| e.message);
+                        }
                     }
-                    last = status.attach_error.and_then(|e| e.message);
+                    Ok(None) => {}
+                    Err(e) => last = Some(e.to_string()),
                 }
-                Ok(None) => {}
-                Err(e) => last = Some(e.to_string()),
+            }
+            if metadata.is_some() {
+                match self.storage.node_volumes().await {
+                    Ok(v) if v.in_use.contains(&unique) && v.attached.contains(&unique) => {
+                        return Ok(metadata.unwrap_or_default());
+                    }
+                    Ok(v) if !v.in_use.contains(&unique) => {
+                        self.in_use_changed.notify_one();
+                        last = Some("volume is not reported in use".to_string());
+                    }
+                    Ok(_) => {
+                        last = Some("Volume not attached according to node status".to_string())
+                    }
+                    Err(e) => last = Some(e.to_string()),
+                }
             }
             if Instant::now() + delay > deadline {
                 let why = last.map(|l| format!(": {l}")).unwrap_or_default();
@@ -484,7 +508,7 @@ impl VolumeManager {
                 ));
             }
             tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(1));
+            delay = (delay * 2).min(Duration::from_millis(500));
         }
     }
 
@@ -861,6 +885,8 @@ impl VolumeManager {
             .is_some_and(|d| d.users.is_empty())
         {
             state.devices.remove(unique);
+            // No longer in use: reported at once, so the controller may detach it.
+            self.in_use_changed.notify_one();
         }
         Ok(())
     }

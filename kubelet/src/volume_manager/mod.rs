@@ -127,6 +127,8 @@ pub struct VolumeManager {
     drivers: crate::csi::registration::Drivers,
     events: Arc<dyn EventRecorder>,
     state: Mutex<State>,
+    /// Woken when the volumes in use change: the node status reports them at once.
+    in_use_changed: Arc<Notify>,
     /// The persistent volumes' last usage readings.
     usage: Mutex<usage::UsageCache>,
     /// One lock per CSI device (staging, publishing from it, unstaging).
@@ -158,6 +160,7 @@ impl VolumeManager {
             drivers: sources.csi_drivers,
             device_locks: Mutex::default(),
             usage: Mutex::default(),
+            in_use_changed: Arc::new(Notify::new()),
             events,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
@@ -367,6 +370,11 @@ impl VolumeManager {
             state.failed_waits.insert(uid.to_string());
         }
         Some(result)
+    }
+
+    /// What the node status loop waits on besides its period: the volumes in use changed.
+    pub fn in_use_changed(&self) -> Arc<Notify> {
+        self.in_use_changed.clone()
     }
 
     /// Go's `GetVolumesInUse`: the unique names of the attachable volumes staged or being
