@@ -71,6 +71,19 @@ pub struct Device {
     pub confirmed: bool,
 }
 
+/// Where and how a volume is published (the inputs of its `NodePublishVolumeRequest`).
+struct PublishTarget<'a> {
+    pod: &'a Pod,
+    volume: &'a CsiVolume,
+    policy: &'a DriverPolicy,
+    caps: &'a Capabilities,
+    /// The staging path, for drivers that stage.
+    staging: Option<&'a std::path::Path>,
+    target: &'a std::path::Path,
+    /// The fsGroup, for drivers with `VOLUME_MOUNT_GROUP`.
+    mount_group: Option<u32>,
+}
+
 impl VolumeManager {
     /// The lock of device `unique`.
     fn device_lock(&self, unique: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -422,31 +435,22 @@ impl VolumeManager {
         blocking(move || crate::volume::mkdir_all("", &dir, 0o750))
             .await
             .map_err(|e| e.to_string())?;
-        let secrets = match &volume.publish_secret {
-            Some(r) => self.secret_data(r).await?,
-            None => BTreeMap::new(),
-        };
-        let mut context = volume.attributes.clone();
-        if policy.pod_info_on_mount {
-            context.extend(csi_volume::pod_info(pod, volume.lifecycle));
-        }
-        if let Some(tokens) = self.service_account_tokens(pod, policy).await? {
-            context.insert(csi_volume::TOKENS_ATTRIBUTE.to_string(), tokens);
-        }
-        let req = NodePublishVolumeRequest {
-            volume_id: volume.handle.clone(),
-            publish_context,
-            staging_target_path: if caps.stage_unstage {
-                staging.to_string_lossy().into_owned()
-            } else {
-                String::new()
-            },
-            target_path: target.to_string_lossy().into_owned(),
-            volume_capability: Some(csi_volume::capability(volume, caps, None)),
-            readonly: volume.read_only,
-            secrets,
-            volume_context: context,
-        };
+        let staging = caps.stage_unstage.then_some(staging);
+        let req = self
+            .publish_request(
+                PublishTarget {
+                    pod,
+                    volume,
+                    policy,
+                    caps,
+                    staging,
+                    target,
+                    mount_group: None,
+                },
+                publish_context,
+                |e| e,
+            )
+            .await?;
         client
             .publish(req)
             .await
@@ -621,34 +625,28 @@ impl VolumeManager {
                 "mounter.SetUpAt failed to save volume info data: {e}"
             ))
         })?;
-        let secrets = match &volume.publish_secret {
-            Some(r) => self.secret_data(r).await.map_err(|e| {
-                format!(
-                    "fetching NodePublishSecretRef {}/{} failed: {e}",
-                    r.namespace, r.name
-                )
-            })?,
-            None => BTreeMap::new(),
+        let secret_failed = |e: String| match &volume.publish_secret {
+            Some(r) => format!(
+                "fetching NodePublishSecretRef {}/{} failed: {e}",
+                r.namespace, r.name
+            ),
+            None => e,
         };
-        let mut context = volume.attributes.clone();
-        if policy.pod_info_on_mount {
-            context.extend(csi_volume::pod_info(pod, volume.lifecycle));
-        }
-        if let Some(tokens) = self.service_account_tokens(pod, policy).await? {
-            context.insert(csi_volume::TOKENS_ATTRIBUTE.to_string(), tokens);
-        }
-        let req = NodePublishVolumeRequest {
-            volume_id: volume.handle.clone(),
-            publish_context,
-            staging_target_path: staging
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            target_path: target.to_string_lossy().into_owned(),
-            volume_capability: Some(csi_volume::capability(volume, caps, mount_group)),
-            readonly: volume.read_only,
-            secrets,
-            volume_context: context,
-        };
+        let req = self
+            .publish_request(
+                PublishTarget {
+                    pod,
+                    volume,
+                    policy,
+                    caps,
+                    staging: staging.as_deref(),
+                    target: &target,
+                    mount_group,
+                },
+                publish_context,
+                secret_failed,
+            )
+            .await?;
         if let Err(e) = client.publish(req).await {
             if e != crate::csi::client::CsiError::Timeout {
                 let t = target.clone();
@@ -709,6 +707,49 @@ impl VolumeManager {
             );
         }
         Ok(Some(serde_json::Value::Object(out).to_string()))
+    }
+
+    /// The `NodePublishVolumeRequest` of a filesystem or block volume: the
+    /// `nodePublishSecretRef`'s data (a failure to read it through `secret_failed`), the
+    /// source's attributes with the pod's info and tokens when the CSIDriver asks for them.
+    async fn publish_request(
+        &self,
+        at: PublishTarget<'_>,
+        publish_context: BTreeMap<String, String>,
+        secret_failed: impl Fn(String) -> String,
+    ) -> Result<NodePublishVolumeRequest, String> {
+        let PublishTarget {
+            pod,
+            volume,
+            policy,
+            caps,
+            staging,
+            target,
+            mount_group,
+        } = at;
+        let secrets = match &volume.publish_secret {
+            Some(r) => self.secret_data(r).await.map_err(secret_failed)?,
+            None => BTreeMap::new(),
+        };
+        let mut context = volume.attributes.clone();
+        if policy.pod_info_on_mount {
+            context.extend(csi_volume::pod_info(pod, volume.lifecycle));
+        }
+        if let Some(tokens) = self.service_account_tokens(pod, policy).await? {
+            context.insert(csi_volume::TOKENS_ATTRIBUTE.to_string(), tokens);
+        }
+        Ok(NodePublishVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context,
+            staging_target_path: staging
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(csi_volume::capability(volume, caps, mount_group)),
+            readonly: volume.read_only,
+            secrets,
+            volume_context: context,
+        })
     }
 
     /// A secret's data as a CSI call carries it (Go's `getCredentialsFromSecret`).
