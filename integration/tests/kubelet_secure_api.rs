@@ -213,3 +213,56 @@ async fn client_certificates_guard_the_secure_port() {
 
     node.teardown().await;
 }
+
+/// A port ferrolet is configured to serve and cannot bind stops it at start-up, naming the
+/// address, as the Go kubelet's servers do: the healthz port, the read-only port and the
+/// secure port in turn, each taken by a listener of the test (a second kubelet, say). Nothing
+/// of the runtime is needed: the ports are bound before the runtime is dialled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taken_port_stops_the_kubelet_naming_the_address() {
+    use ferrolet_integration::scratch::Scratch;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let scratch = Scratch::new("kubelet-taken-port");
+    let cases = [
+        (
+            format!("healthzPort: {port}\nreadOnlyPort: 0\nenableServer: false\n"),
+            format!("listening for the healthz server on 127.0.0.1:{port}"),
+        ),
+        (
+            format!("healthzPort: 0\nreadOnlyPort: {port}\nenableServer: false\n"),
+            format!("listening for the read-only API on 127.0.0.1:{port}"),
+        ),
+        (
+            format!("healthzPort: 0\nreadOnlyPort: 0\nenableServer: true\nport: {port}\n"),
+            format!("listening for the kubelet API on 127.0.0.1:{port}"),
+        ),
+    ];
+    for (i, (ports, want)) in cases.iter().enumerate() {
+        let config = scratch.path().join(format!("config-{i}.yaml"));
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+                 address: 127.0.0.1\nhealthzBindAddress: 127.0.0.1\n{ports}"
+            ),
+        )
+        .unwrap();
+        let (status, text) = ferrolet_integration::kubelet::run_ferrolet_to_exit(
+            &config,
+            &scratch.path().join("root"),
+            "unix:///nonexistent/ferrolet-taken-port.sock",
+            &scratch.path().join(format!("ferrolet-{i}.log")),
+        )
+        .await;
+        assert!(!status.success(), "ferrolet started:\n{text}");
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+        assert!(text.contains("Address already in use"), "{text}");
+        println!(
+            "exit {:?}: {}",
+            status.code(),
+            text.lines().find(|l| l.contains(want)).unwrap_or_default()
+        );
+    }
+    drop(taken);
+}

@@ -87,7 +87,7 @@ const KUBELET: Rule = Rule {
             "assembly",
             &["config", "kubelet", "sync_pod", "view", "server"],
         ),
-        ("process", &["app", "trace"]),
+        ("process", &["app", "trace", "check"]),
     ],
 };
 

@@ -48,6 +48,17 @@ pub enum AppError {
     /// The kubelet API could not start (certificate, port).
     #[error("starting the kubelet API")]
     Api(#[source] server::secure::SecureError),
+    /// A port the kubelet is configured to serve cannot be bound: fatal, as the Go kubelet's
+    /// servers are, so that a second kubelet on the same ports does not run on unnoticed.
+    #[error("listening for the {what} on {addr}: {source}")]
+    Bind {
+        /// `healthz server`, `read-only API`.
+        what: &'static str,
+        /// `address:port`.
+        addr: SocketAddr,
+        /// Why (`Address already in use`).
+        source: std::io::Error,
+    },
     /// The kubeconfig, the TLS bootstrap or the serving certificate failed.
     #[error("joining the cluster")]
     Cluster(#[source] crate::certificate::CertificateError),
@@ -81,6 +92,12 @@ pub enum AppError {
         /// The runtime's.
         theirs: &'static str,
     },
+    /// Swap is on and `failSwapOn` is set (Go's words).
+    #[error(
+        "running with swap on is not supported, please disable swap or set --fail-swap-on flag \
+         to false (/proc/swaps lists {0})"
+    )]
+    SwapOn(String),
     /// `ferrolet trace` failed.
     #[error(transparent)]
     Trace(#[from] crate::trace::TraceError),
@@ -274,8 +291,17 @@ fn spawn_plugin_manager(
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
     let flags = Flags::parse();
-    if let Some(command) = &flags.command {
-        return Ok(crate::trace::run(command)?);
+    match &flags.command {
+        Some(crate::config::Command::Check(args)) => {
+            // Every failed check has its line already: the summary and the exit code suffice.
+            if let Err(e) = crate::check::main(&flags, args) {
+                eprintln!("{e}");
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
+        Some(crate::config::Command::Trace { what }) => return Ok(crate::trace::run(what)?),
+        None => {}
     }
     let (config, warnings) = Config::load(&flags)?;
     logging::init(config.verbosity, config.log_format.is_json()).map_err(AppError::Logging)?;
@@ -364,6 +390,10 @@ async fn check_runtime_cgroup_driver(cri: &Cri, ours: &str) -> Result<(), AppErr
 }
 
 async fn run(config: Config) -> Result<(), AppError> {
+    let swap = node::swap_in_use();
+    if config.fail_swap_on && !swap.is_empty() {
+        return Err(AppError::SwapOn(swap.join(", ")));
+    }
     tokio::fs::create_dir_all(&config.root_dir)
         .await
         .map_err(|source| AppError::RootDir {
@@ -387,13 +417,27 @@ async fn run(config: Config) -> Result<(), AppError> {
     } else {
         None
     };
+    let healthz = listen(
+        "healthz server",
+        config.healthz_port,
+        config.healthz_bind_address,
+    )
+    .await?;
+    let read_only = listen("read-only API", config.read_only_port, config.address).await?;
     let cgroup_layout = check_cgroup_version(&config)?;
     let cgroup_mode = cgroup_layout.mode();
     let cri = connect(&config).await;
     check_runtime_cgroup_driver(&cri, &config.cgroup_driver).await?;
     let mut node = NodeContext {
         node_name: config.node_name.clone(),
-        host_ip: node::host_ip().to_string(),
+        // The node's address, as its status has it: `--node-ip` when given (Go's
+        // getHostIPsAnyWay), for hostIP and for the IPs of host-network pods.
+        host_ip: config
+            .node_ips
+            .first()
+            .copied()
+            .unwrap_or_else(node::host_ip)
+            .to_string(),
         cluster_dns: config.cluster_dns.clone(),
         cluster_domain: config.cluster_domain.clone(),
         resolv_conf: config.resolv_conf.clone(),
@@ -474,21 +518,19 @@ async fn run(config: Config) -> Result<(), AppError> {
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    if config.healthz_port > 0 {
-        let addr = SocketAddr::new(config.healthz_bind_address, config.healthz_port);
+    if let Some(listener) = healthz {
         let (view, stop) = (view.clone(), stopped(stop_rx.clone()));
         tokio::spawn(async move {
-            if let Err(e) = server::serve_healthz(addr, view, stop).await {
-                tracing::error!(%addr, error = %e, "healthz server");
+            if let Err(e) = server::serve_healthz_on(listener, view, stop).await {
+                tracing::error!(error = %e, "healthz server");
             }
         });
     }
-    if config.read_only_port > 0 {
-        let addr = SocketAddr::new(config.address, config.read_only_port);
+    if let Some(listener) = read_only {
         let (view, extra, stop) = (view.clone(), extra.clone(), stopped(stop_rx.clone()));
         tokio::spawn(async move {
-            if let Err(e) = server::serve_read_only_with(addr, view, extra, stop).await {
-                tracing::error!(%addr, error = %e, "read-only API server");
+            if let Err(e) = server::serve_read_only_with(listener, view, extra, stop).await {
+                tracing::error!(error = %e, "read-only API server");
             }
         });
     }
@@ -508,6 +550,25 @@ async fn run(config: Config) -> Result<(), AppError> {
     }
     let _ = stop_tx.send(true);
     Ok(())
+}
+
+/// Binds `ip:port` for the server `what` at start-up (none when the port is 0), so that a
+/// taken port stops the kubelet with the address named instead of leaving it running without
+/// that server.
+async fn listen(
+    what: &'static str,
+    port: u16,
+    ip: std::net::IpAddr,
+) -> Result<Option<tokio::net::TcpListener>, AppError> {
+    if port == 0 {
+        return Ok(None);
+    }
+    let addr = SocketAddr::new(ip, port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { what, addr, source })?;
+    tracing::info!(%addr, "{what} listening");
+    Ok(Some(listener))
 }
 
 /// The cluster credentials: the API client (after a TLS bootstrap if needed), its rotation,

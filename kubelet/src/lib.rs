@@ -2,7 +2,8 @@
 //!
 //! Module map, by layer (a module imports only its own layer or lower ones; see
 //! ARCHITECTURE.md and `integration/tests/module_layers.rs`):
-//! - process: [`app`], the only public module (the binary calls [`app::main`]); `trace`
+//! - process: [`app`], the only public module (the binary calls [`app::main`]); `check`
+//!   (`ferrolet check`, the node's preflight); `trace`
 //!   (`ferrolet trace pod`, a client of the timeline endpoint).
 //! - assembly: `config` (KubeletConfiguration + flags, assembling the managers' own config
 //!   types), `kubelet` (desired pods, the sync loop, housekeeping), `sync_pod` (SyncPod and
@@ -38,6 +39,7 @@ pub(crate) mod admission;
 pub mod app;
 pub(crate) mod backoff;
 pub(crate) mod certificate;
+pub(crate) mod check;
 pub(crate) mod cm;
 pub(crate) mod config;
 pub(crate) mod credentials;

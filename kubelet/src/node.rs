@@ -26,3 +26,20 @@ pub fn memory_capacity() -> u64 {
         .map(|kb| kb * 1024)
         .unwrap_or(0)
 }
+
+/// The swap devices `/proc/swaps` lists (`swaps`: its text): empty when swap is off.
+pub fn swap_devices(swaps: &str) -> Vec<String> {
+    swaps
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The swap devices in use on this machine (none when /proc/swaps cannot be read).
+pub fn swap_in_use() -> Vec<String> {
+    std::fs::read_to_string("/proc/swaps")
+        .map(|t| swap_devices(&t))
+        .unwrap_or_default()
+}

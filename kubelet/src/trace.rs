@@ -3,7 +3,7 @@
 //! `--json`, as served). The secure port needs credentials this client does not carry: use
 //! `curl --cert` there.
 
-use crate::config::{Command, TraceCommand, TracePod};
+use crate::config::{TraceCommand, TracePod};
 use crate::timeline::render::{PodTimeline, table};
 
 /// Why a trace could not be shown.
@@ -43,12 +43,10 @@ pub enum TraceError {
     },
 }
 
-/// Runs `command`, printing its output.
-pub fn run(command: &Command) -> Result<(), TraceError> {
-    match command {
-        Command::Trace {
-            what: TraceCommand::Pod(args),
-        } => {
+/// Runs `ferrolet trace <what>`, printing its output.
+pub fn run(what: &TraceCommand) -> Result<(), TraceError> {
+    match what {
+        TraceCommand::Pod(args) => {
             let out = pod(args)?;
             print!("{out}");
             Ok(())

@@ -211,6 +211,10 @@ pub struct Flags {
 /// Commands other than running the kubelet (which is what no command means).
 #[derive(clap::Subcommand, Clone, Debug, PartialEq)]
 pub enum Command {
+    /// Preflight the node with these flags (`ferrolet [FLAGS] check`): the configuration,
+    /// cgroups, swap, kernel modules and sysctls, the runtime, the CNI configuration, ports,
+    /// certificates and the clock; one pass/warn/fail line each, exit 1 when any fails.
+    Check(CheckArgs),
     /// Show what a running ferrolet recorded (a client of its API).
     Trace {
         /// What to show.
@@ -495,4 +499,13 @@ mod tests {
             assert!(known.contains(&long), "--{long}: no default checked");
         }
     }
+}
+
+/// `ferrolet check`'s own options.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq)]
+pub struct CheckArgs {
+    /// The CNI configuration directory the runtime loads its pod network from (ferrolet-cri's
+    /// `cni_conf_dir`, containerd's `conf_dir`).
+    #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
+    pub cni_conf_dir: std::path::PathBuf,
 }

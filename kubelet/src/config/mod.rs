@@ -13,7 +13,7 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 pub use container_manager::{CmFlags, SYSTEMD};
-pub use flags::{Command, Flags, LogFormat, TraceCommand, TracePod};
+pub use flags::{CheckArgs, Command, Flags, LogFormat, TraceCommand, TracePod};
 pub use node::{ChangeDetection, CloudProvider, TAINT_EXTERNAL_CLOUD_PROVIDER};
 pub use serving::{Authentication, Authorization, AuthorizationMode};
 
@@ -216,6 +216,8 @@ pub struct Config {
     pub volume_plugin_dir: PathBuf,
     /// Pods whose start timelines are kept (`--pod-timeline-pods`, ferrolet's own, 256).
     pub pod_timeline_pods: usize,
+    /// Refuse to start while swap is on (`failSwapOn`, `--fail-swap-on`, true), as Go.
+    pub fail_swap_on: bool,
 }
 
 /// Go's default `volumePluginDir`.
@@ -301,6 +303,7 @@ impl Default for Config {
             config_map_and_secret_change_detection_strategy: ChangeDetection::Watch,
             volume_plugin_dir: PathBuf::from(DEFAULT_VOLUME_PLUGIN_DIR),
             pod_timeline_pods: crate::timeline::DEFAULT_PODS,
+            fail_swap_on: true,
         }
     }
 }

@@ -35,7 +35,6 @@ pub use extra::{ApiRequest, Endpoint, ExtraRoutes};
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -191,16 +190,14 @@ pub(crate) enum Routes {
     Healthz,
 }
 
-/// Serves the read-only API, with the `extra` endpoints, on `addr` until `shutdown`
-/// completes.
+/// Serves the read-only API, with the `extra` endpoints, on a bound listener until
+/// `shutdown` completes.
 pub async fn serve_read_only_with(
-    addr: SocketAddr,
+    listener: TcpListener,
     view: Arc<dyn NodeView>,
     extra: ExtraRoutes,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, "read-only API listening");
     serve_on(listener, view, Routes::ReadOnly, extra, shutdown).await
 }
 
@@ -219,17 +216,6 @@ pub async fn serve_read_only_on(
         shutdown,
     )
     .await
-}
-
-/// Serves `/healthz` only on `addr` until `shutdown` completes.
-pub async fn serve_healthz(
-    addr: SocketAddr,
-    view: Arc<dyn NodeView>,
-    shutdown: impl Future<Output = ()>,
-) -> std::io::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, "healthz listening");
-    serve_healthz_on(listener, view, shutdown).await
 }
 
 /// Serves `/healthz` only on a bound listener.

@@ -60,7 +60,7 @@ pub enum SecureError {
     #[error("{0}")]
     Unsupported(String),
     /// The address is taken or not ours.
-    #[error("listening on {addr}: {source}")]
+    #[error("listening for the kubelet API on {addr}: {source}")]
     Bind {
         /// `address:port`.
         addr: SocketAddr,

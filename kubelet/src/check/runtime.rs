@@ -1,0 +1,160 @@
+//! The runtime's checks: the CRI endpoint answering Version and Status, its cgroup driver
+//! against ours (RuntimeConfig), and the CNI configuration the runtime will load (read with
+//! `ferrolet-cni`'s loader, the one ferrolet-cri uses).
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::Finding;
+use crate::config::Config;
+use crate::cri::Cri;
+
+/// How long the runtime has to answer each call.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Version, Status and RuntimeConfig of the configured runtime.
+pub async fn checks(config: &Config) -> Vec<Finding> {
+    let endpoint = &config.container_runtime_endpoint;
+    let cri = match Cri::connect(endpoint, &config.image_service_endpoint, TIMEOUT).await {
+        Ok(c) => c,
+        Err(e) => {
+            return vec![Finding::fail(
+                "CRI",
+                format!("container runtime is not running: {e}"),
+            )];
+        }
+    };
+    let version = match cri.version().await {
+        Ok(v) => v,
+        Err(e) => {
+            return vec![Finding::fail(
+                "CRI",
+                format!("container runtime is not running: {endpoint}: {e}"),
+            )];
+        }
+    };
+    let mut out = vec![Finding::pass(
+        "CRI",
+        format!(
+            "{} {} (CRI {}) answers on {endpoint}",
+            version.runtime_name, version.runtime_version, version.runtime_api_version
+        ),
+    )];
+    match cri.status().await {
+        Ok(status) => {
+            for c in status.status.map(|s| s.conditions).unwrap_or_default() {
+                let text = format!("{}={}", c.r#type, c.status);
+                let why = [c.reason, c.message]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                out.push(match (c.status, c.r#type.as_str()) {
+                    (true, _) => Finding::pass("CRI-Status", text),
+                    // No pod network yet: the node stays NotReady until one is configured.
+                    (false, "NetworkReady") => {
+                        Finding::warn("CRI-Status", format!("{text} ({why})"))
+                    }
+                    (false, _) => Finding::fail("CRI-Status", format!("{text} ({why})")),
+                });
+            }
+        }
+        Err(e) => out.push(Finding::fail("CRI-Status", format!("Status failed: {e}"))),
+    }
+    out.push(match cri.runtime_config().await.map(|r| r.linux) {
+        Ok(Some(linux)) => {
+            let theirs = if linux.cgroup_driver == ferrolet_proto::cri::CgroupDriver::Systemd as i32
+            {
+                "systemd"
+            } else {
+                "cgroupfs"
+            };
+            if theirs == config.cgroup_driver {
+                Finding::pass(
+                    "CgroupDriver",
+                    format!("the runtime and ferrolet both use {theirs}"),
+                )
+            } else {
+                Finding::fail(
+                    "CgroupDriver",
+                    format!(
+                        "cgroupDriver is {:?} but the container runtime reports {theirs:?}",
+                        config.cgroup_driver
+                    ),
+                )
+            }
+        }
+        _ => Finding::warn(
+            "CgroupDriver",
+            "the runtime does not report its cgroup driver (RuntimeConfig): make sure it \
+             matches cgroupDriver",
+        ),
+    });
+    out
+}
+
+/// The CNI configuration in `dir`: the first valid file (by name) is the pod network, as the
+/// runtime picks it.
+pub fn cni(dir: &Path) -> Finding {
+    let files = match ferrolet_cni::config::scan_dir(dir) {
+        Ok(f) => f,
+        Err(e) => return Finding::fail("CNI", format!("{}: {e}", dir.display())),
+    };
+    let mut bad = Vec::new();
+    for (file, result) in files {
+        match result {
+            Ok(net) => {
+                let plugins: Vec<&str> =
+                    net.plugins.iter().map(|p| p.plugin_type.as_str()).collect();
+                let mut message = format!(
+                    "network {:?} from {} (cniVersion {}, plugins {})",
+                    net.name,
+                    file.display(),
+                    net.cni_version,
+                    plugins.join(", ")
+                );
+                if !bad.is_empty() {
+                    message.push_str(&format!("; skipped before it: {}", bad.join("; ")));
+                }
+                return Finding::pass("CNI", message);
+            }
+            Err(e) => bad.push(format!("{}: {e}", file.display())),
+        }
+    }
+    let mut message = format!("no network config found in {}", dir.display());
+    if !bad.is_empty() {
+        message.push_str(&format!(" ({})", bad.join("; ")));
+    }
+    Finding::fail("CNI", message)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::check::Level;
+
+    #[test]
+    fn cni_dir_empty_bad_and_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = cni(dir.path());
+        assert_eq!(f.level, Level::Fail);
+        assert_eq!(
+            f.message,
+            format!("no network config found in {}", dir.path().display())
+        );
+        std::fs::write(dir.path().join("05-bad.conflist"), "{not json").unwrap();
+        let f = cni(dir.path());
+        assert_eq!(f.level, Level::Fail);
+        assert!(f.message.contains("05-bad.conflist"), "{}", f.message);
+        std::fs::write(
+            dir.path().join("10-net.conflist"),
+            r#"{"cniVersion": "1.0.0", "name": "podnet", "plugins": [{"type": "bridge"}, {"type": "portmap", "capabilities": {"portMappings": true}}]}"#,
+        )
+        .unwrap();
+        let f = cni(dir.path());
+        assert_eq!(f.level, Level::Pass, "{f}");
+        assert!(f.message.starts_with("network \"podnet\" from "), "{f}");
+        assert!(f.message.contains("plugins bridge, portmap"), "{f}");
+    }
+}
