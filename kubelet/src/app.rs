@@ -274,6 +274,10 @@ fn spawn_plugin_manager(
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
     let flags = Flags::parse();
+    if let Some(line) = flags.version_line() {
+        println!("{line}");
+        return Ok(());
+    }
     if let Some(command) = &flags.command {
         return Ok(crate::trace::run(command)?);
     }

@@ -31,12 +31,16 @@ impl LogFormat {
 #[derive(clap::Parser, Clone, Debug, Default, PartialEq)]
 #[command(
     name = "ferrolet",
-    version,
     about = "ferrolet: a Kubernetes node agent (kubelet) that drives pods through CRI",
     after_help = "Settings: the defaults shown (the Go kubelet's, but for the runtime endpoint and \
                   the root dir), overridden by the --config file, overridden by the flags given."
 )]
 pub struct Flags {
+    /// Print `Kubernetes vX.Y.Z` and exit: the Kubernetes version whose kubelet ferrolet
+    /// follows (its API level and behaviour, what the node reports as its kubelet version;
+    /// kubeadm reads it). `--version=raw` prints it as Go's version.Info.
+    #[arg(long, value_name = "BOOL|raw", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub version: Option<String>,
     /// A KubeletConfiguration file (kubelet.config.k8s.io/v1beta1, YAML); flags override it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -203,9 +207,421 @@ pub struct Flags {
     /// recently started evicted first; 0 keeps none (ferrolet's own) [default: 256].
     #[arg(long, value_name = "N")]
     pub pod_timeline_pods: Option<usize>,
+    /// The Go kubelet's other flags ([`GO_FLAGS`]).
+    #[command(flatten)]
+    pub go: GoFlags,
     /// A command other than running the kubelet.
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Flags {
+    /// What `--version` prints, if it was given (Go's verflag: `--version`, `--version=true`
+    /// or `--version=raw`; `--version=false` is as if not given).
+    pub fn version_line(&self) -> Option<String> {
+        let version = crate::node_status::KUBELET_VERSION;
+        match self.version.as_deref()? {
+            "raw" => {
+                let (major, minor) = version
+                    .trim_start_matches('v')
+                    .split_once('.')
+                    .map(|(major, rest)| (major, rest.split('.').next().unwrap_or("")))
+                    .unwrap_or(("", ""));
+                Some(format!(
+                    "version.Info{{Major:\"{major}\", Minor:\"{minor}\", GitVersion:\"{version}\"}}"
+                ))
+            }
+            "false" | "0" | "f" | "F" | "FALSE" | "False" => None,
+            _ => Some(format!("Kubernetes {version}")),
+        }
+    }
+}
+
+/// How a Go kubelet flag's value is read (pflag's value types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoFlagKind {
+    /// `--name`, `--name=true|false` (the value only with `=`).
+    Bool,
+    /// An integer.
+    Int,
+    /// A string.
+    Str,
+    /// A Go duration.
+    Duration,
+    /// Comma-separated strings, repeatable.
+    List,
+    /// `k=v[,k=v...]`, repeatable.
+    Map,
+    /// `k<v[,k<v...]` (the eviction thresholds), repeatable.
+    LangleMap,
+    /// One `k=v` each time, repeatable.
+    MapNoSplit,
+    /// `Gate=true[,Gate=false...]`, merged with the file's gates.
+    Gates,
+}
+
+/// A flag of the Go kubelet (1.28-1.32) that ferrolet has no flag of its own for.
+#[derive(Clone, Copy, Debug)]
+pub struct GoFlag {
+    /// Its name, without `--`.
+    pub name: &'static str,
+    /// How its value is read.
+    pub kind: GoFlagKind,
+    /// The KubeletConfiguration field it sets (dotted), if any.
+    pub field: Option<&'static str>,
+    /// Whether ferrolet acts on it (through its field); the others are named in the
+    /// "not implemented" warning.
+    pub implemented: bool,
+}
+
+const fn go(
+    name: &'static str,
+    kind: GoFlagKind,
+    field: Option<&'static str>,
+    implemented: bool,
+) -> GoFlag {
+    GoFlag {
+        name,
+        kind,
+        field,
+        implemented,
+    }
+}
+
+use GoFlagKind as K;
+
+/// The Go kubelet's flags (cmd/kubelet/app/options, 1.28-1.32, deprecated ones included, and
+/// the cadvisor, credential provider and logging flags it registers) other than those
+/// [`Flags`] has. They are accepted so that a command line written for the Go kubelet (a
+/// kubeadm drop-in, a distribution's unit) starts ferrolet; a flag that is a
+/// KubeletConfiguration field sets that field, and one ferrolet does not act on is named
+/// in the start-up warning. They are clap arguments of their own (rather than words taken
+/// out of the command line before clap sees it) so that `Flags::parse` and
+/// `Flags::try_parse_from` take them in all of Go's forms (`--name=value`, `--name value`,
+/// `--name` and `--name=false` for booleans) with no second parser; ferrolet's help shows
+/// the implemented ones and hides the rest.
+pub const GO_FLAGS: &[GoFlag] = &[
+    // KubeletConfiguration fields ferrolet acts on.
+    go(
+        "authentication-token-webhook-cache-ttl",
+        K::Duration,
+        Some("authentication.webhook.cacheTTL"),
+        true,
+    ),
+    go(
+        "authorization-webhook-cache-authorized-ttl",
+        K::Duration,
+        Some("authorization.webhook.cacheAuthorizedTTL"),
+        true,
+    ),
+    go(
+        "authorization-webhook-cache-unauthorized-ttl",
+        K::Duration,
+        Some("authorization.webhook.cacheUnauthorizedTTL"),
+        true,
+    ),
+    go(
+        "container-log-max-files",
+        K::Int,
+        Some("containerLogMaxFiles"),
+        true,
+    ),
+    go(
+        "container-log-max-size",
+        K::Str,
+        Some("containerLogMaxSize"),
+        true,
+    ),
+    go("enable-server", K::Bool, Some("enableServer"), true),
+    go("eviction-hard", K::LangleMap, Some("evictionHard"), true),
+    go("eviction-soft", K::LangleMap, Some("evictionSoft"), true),
+    go(
+        "eviction-soft-grace-period",
+        K::Map,
+        Some("evictionSoftGracePeriod"),
+        true,
+    ),
+    go(
+        "eviction-minimum-reclaim",
+        K::Map,
+        Some("evictionMinimumReclaim"),
+        true,
+    ),
+    go(
+        "eviction-pressure-transition-period",
+        K::Duration,
+        Some("evictionPressureTransitionPeriod"),
+        true,
+    ),
+    go(
+        "eviction-max-pod-grace-period",
+        K::Int,
+        Some("evictionMaxPodGracePeriod"),
+        true,
+    ),
+    go("feature-gates", K::Gates, Some("featureGates"), true),
+    go("logging-format", K::Str, Some("logging.format"), true),
+    go(
+        "serialize-image-pulls",
+        K::Bool,
+        Some("serializeImagePulls"),
+        true,
+    ),
+    // KubeletConfiguration fields ferrolet does not act on.
+    go(
+        "allowed-unsafe-sysctls",
+        K::List,
+        Some("allowedUnsafeSysctls"),
+        false,
+    ),
+    go(
+        "contention-profiling",
+        K::Bool,
+        Some("enableContentionProfiling"),
+        false,
+    ),
+    go(
+        "cpu-manager-policy-options",
+        K::MapNoSplit,
+        Some("cpuManagerPolicyOptions"),
+        false,
+    ),
+    go(
+        "enable-controller-attach-detach",
+        K::Bool,
+        Some("enableControllerAttachDetach"),
+        false,
+    ),
+    go(
+        "enable-debugging-handlers",
+        K::Bool,
+        Some("enableDebuggingHandlers"),
+        false,
+    ),
+    go("event-burst", K::Int, Some("eventBurst"), false),
+    go("event-qps", K::Int, Some("eventRecordQPS"), false),
+    go("fail-swap-on", K::Bool, Some("failSwapOn"), false),
+    go("hairpin-mode", K::Str, Some("hairpinMode"), false),
+    go("iptables-drop-bit", K::Int, Some("iptablesDropBit"), false),
+    go(
+        "iptables-masquerade-bit",
+        K::Int,
+        Some("iptablesMasqueradeBit"),
+        false,
+    ),
+    go(
+        "kernel-memcg-notification",
+        K::Bool,
+        Some("kernelMemcgNotification"),
+        false,
+    ),
+    go("kube-api-burst", K::Int, Some("kubeAPIBurst"), false),
+    go("kube-api-content-type", K::Str, Some("contentType"), false),
+    go("kube-api-qps", K::Int, Some("kubeAPIQPS"), false),
+    go("kubelet-cgroups", K::Str, Some("kubeletCgroups"), false),
+    go(
+        "local-storage-capacity-isolation",
+        K::Bool,
+        Some("localStorageCapacityIsolation"),
+        false,
+    ),
+    go(
+        "log-flush-frequency",
+        K::Duration,
+        Some("logging.flushFrequency"),
+        false,
+    ),
+    go(
+        "log-json-info-buffer-size",
+        K::Str,
+        Some("logging.options.json.infoBufferSize"),
+        false,
+    ),
+    go(
+        "log-json-split-stream",
+        K::Bool,
+        Some("logging.options.json.splitStream"),
+        false,
+    ),
+    go(
+        "log-text-info-buffer-size",
+        K::Str,
+        Some("logging.options.text.infoBufferSize"),
+        false,
+    ),
+    go(
+        "log-text-split-stream",
+        K::Bool,
+        Some("logging.options.text.splitStream"),
+        false,
+    ),
+    go(
+        "make-iptables-util-chains",
+        K::Bool,
+        Some("makeIPTablesUtilChains"),
+        false,
+    ),
+    go("max-open-files", K::Int, Some("maxOpenFiles"), false),
+    go(
+        "memory-manager-policy",
+        K::Str,
+        Some("memoryManagerPolicy"),
+        false,
+    ),
+    go("oom-score-adj", K::Int, Some("oomScoreAdj"), false),
+    go("pod-cidr", K::Str, Some("podCIDR"), false),
+    go("pods-per-core", K::Int, Some("podsPerCore"), false),
+    go(
+        "protect-kernel-defaults",
+        K::Bool,
+        Some("protectKernelDefaults"),
+        false,
+    ),
+    go("registry-burst", K::Int, Some("registryBurst"), false),
+    go("registry-qps", K::Int, Some("registryPullQPS"), false),
+    go("runonce", K::Bool, Some("runOnce"), false),
+    go("seccomp-default", K::Bool, Some("seccompDefault"), false),
+    go(
+        "streaming-connection-idle-timeout",
+        K::Duration,
+        Some("streamingConnectionIdleTimeout"),
+        false,
+    ),
+    go("system-cgroups", K::Str, Some("systemCgroups"), false),
+    go("tls-cipher-suites", K::List, Some("tlsCipherSuites"), false),
+    go("tls-min-version", K::Str, Some("tlsMinVersion"), false),
+    go(
+        "topology-manager-policy",
+        K::Str,
+        Some("topologyManagerPolicy"),
+        false,
+    ),
+    go(
+        "topology-manager-policy-options",
+        K::MapNoSplit,
+        Some("topologyManagerPolicyOptions"),
+        false,
+    ),
+    go(
+        "topology-manager-scope",
+        K::Str,
+        Some("topologyManagerScope"),
+        false,
+    ),
+    go(
+        "volume-stats-agg-period",
+        K::Duration,
+        Some("volumeStatsAggPeriod"),
+        false,
+    ),
+    // Flags that are not fields, ferrolet does not act on them.
+    go("azure-container-registry-config", K::Str, None, false),
+    go("cloud-config", K::Str, None, false),
+    go("config-dir", K::Str, None, false),
+    go("exit-on-lock-contention", K::Bool, None, false),
+    go(
+        "experimental-allocatable-ignore-eviction",
+        K::Bool,
+        None,
+        false,
+    ),
+    go("experimental-mounter-path", K::Str, None, false),
+    go("image-credential-provider-bin-dir", K::Str, None, false),
+    go("image-credential-provider-config", K::Str, None, false),
+    go("keep-terminated-pod-volumes", K::Bool, None, false),
+    go("lock-file", K::Str, None, false),
+    go("register-schedulable", K::Bool, None, false),
+    go("reserved-memory", K::Str, None, false),
+    go("runtime-cgroups", K::Str, None, false),
+    go("vmodule", K::Str, None, false),
+    // cadvisor's, registered by the Go kubelet (deprecated).
+    go("application-metrics-count-limit", K::Int, None, false),
+    go("boot-id-file", K::Str, None, false),
+    go("container-hints", K::Str, None, false),
+    go("containerd", K::Str, None, false),
+    go("containerd-namespace", K::Str, None, false),
+    go("enable-load-reader", K::Bool, None, false),
+    go("event-storage-age-limit", K::Str, None, false),
+    go("event-storage-event-limit", K::Str, None, false),
+    go("global-housekeeping-interval", K::Duration, None, false),
+    go("housekeeping-interval", K::Duration, None, false),
+    go("log-cadvisor-usage", K::Bool, None, false),
+    go("machine-id-file", K::Str, None, false),
+    go("storage-driver-buffer-duration", K::Duration, None, false),
+    go("storage-driver-db", K::Str, None, false),
+    go("storage-driver-host", K::Str, None, false),
+    go("storage-driver-password", K::Str, None, false),
+    go("storage-driver-secure", K::Bool, None, false),
+    go("storage-driver-table", K::Str, None, false),
+    go("storage-driver-user", K::Str, None, false),
+];
+
+/// Help heading of the Go kubelet's flags ferrolet acts on through their fields.
+pub const GO_FIELD_FLAGS_HEADING: &str = "KubeletConfiguration fields (the Go kubelet's flags)";
+
+/// The [`GO_FLAGS`] given: name and value, in command-line order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GoFlags {
+    /// (name, value) as given; a bare boolean is `true`.
+    pub given: Vec<(String, String)>,
+}
+
+impl clap::FromArgMatches for GoFlags {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = Self::default();
+        flags.update_from_arg_matches(m)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        let mut given = Vec::new();
+        for flag in GO_FLAGS {
+            let (Ok(Some(values)), Some(indices)) =
+                (m.try_get_many::<String>(flag.name), m.indices_of(flag.name))
+            else {
+                continue;
+            };
+            given.extend(indices.zip(values).map(|(i, v)| (i, flag.name, v.clone())));
+        }
+        given.sort_by_key(|(i, ..)| *i);
+        self.given = given
+            .into_iter()
+            .map(|(_, name, value)| (name.to_string(), value))
+            .collect();
+        Ok(())
+    }
+}
+
+impl clap::Args for GoFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        GO_FLAGS.iter().fold(cmd, |cmd, flag| {
+            let arg = clap::Arg::new(flag.name)
+                .long(flag.name)
+                .action(clap::ArgAction::Append);
+            let arg = match flag.kind {
+                GoFlagKind::Bool => arg
+                    .value_name("BOOL")
+                    .num_args(0..=1)
+                    .require_equals(true)
+                    .default_missing_value("true"),
+                _ => arg
+                    .value_name("VALUE")
+                    .num_args(1)
+                    .allow_hyphen_values(true),
+            };
+            let arg = match (flag.implemented, flag.field) {
+                (true, Some(field)) => arg
+                    .help(format!("Sets {field} (see the KubeletConfiguration)"))
+                    .help_heading(GO_FIELD_FLAGS_HEADING),
+                _ => arg.hide(true),
+            };
+            cmd.arg(arg)
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
 }
 
 /// Commands other than running the kubelet (which is what no command means).
@@ -489,7 +905,10 @@ mod tests {
             .collect();
         for arg in Flags::command().get_arguments() {
             let Some(long) = arg.get_long() else { continue };
-            if arg.is_hide_set() || matches!(long, "help" | "version") {
+            if arg.is_hide_set()
+                || matches!(long, "help" | "version")
+                || arg.get_help_heading() == Some(GO_FIELD_FLAGS_HEADING)
+            {
                 continue;
             }
             assert!(known.contains(&long), "--{long}: no default checked");
