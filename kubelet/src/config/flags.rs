@@ -914,4 +914,322 @@ mod tests {
             assert!(known.contains(&long), "--{long}: no default checked");
         }
     }
+
+    /// What systemd hands the kubelet of `KEY="value"` from an EnvironmentFile, expanded
+    /// unbraced (`$KEY`) in ExecStart: the value, split at whitespace.
+    fn systemd_words(line: &str) -> Vec<String> {
+        let (_, value) = line.split_once('=').unwrap();
+        let value = value.trim().trim_matches('"');
+        value.split_whitespace().map(String::from).collect()
+    }
+
+    /// kubeadm's drop-in: `kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS
+    /// $KUBELET_KUBEADM_ARGS $KUBELET_EXTRA_ARGS`.
+    fn kubeadm_command_line(kubeadm_flags_env: &str) -> Vec<String> {
+        let drop_in = [
+            "KUBELET_KUBECONFIG_ARGS=--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf --kubeconfig=/etc/kubernetes/kubelet.conf",
+            "KUBELET_CONFIG_ARGS=--config=/var/lib/kubelet/config.yaml",
+        ];
+        let mut words = vec!["kubelet".to_string()];
+        for line in drop_in
+            .into_iter()
+            .chain([kubeadm_flags_env, "KUBELET_EXTRA_ARGS="])
+        {
+            words.extend(systemd_words(line));
+        }
+        words
+    }
+
+    #[test]
+    fn kubeadm_s_command_line() {
+        let words = kubeadm_command_line(
+            r#"KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock --pod-infra-container-image=registry.k8s.io/pause:3.9""#,
+        );
+        assert_eq!(words.len(), 6, "{words:?}");
+        let f = Flags::try_parse_from(&words).unwrap();
+        assert_eq!(
+            f.bootstrap_kubeconfig,
+            Some("/etc/kubernetes/bootstrap-kubelet.conf".into())
+        );
+        assert_eq!(f.kubeconfig, Some("/etc/kubernetes/kubelet.conf".into()));
+        assert_eq!(f.config, Some("/var/lib/kubelet/config.yaml".into()));
+        assert_eq!(
+            f.container_runtime_endpoint.as_deref(),
+            Some("unix:///var/run/containerd/containerd.sock")
+        );
+        assert_eq!(
+            f.pod_infra_container_image.as_deref(),
+            Some("registry.k8s.io/pause:3.9")
+        );
+        assert!(f.go.given.is_empty());
+
+        // What kubeadm may add to kubeadm-flags.env (node registration options, a cloud
+        // provider, systemd-resolved's file, a verbosity).
+        let words = kubeadm_command_line(
+            r#"KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock --hostname-override=node-1 --node-ip=10.0.0.5 --node-labels=tier=a,zone=b --register-with-taints=dedicated=x:NoSchedule --cloud-provider=external --resolv-conf=/run/systemd/resolve/resolv.conf --v=2 --pod-infra-container-image=registry.k8s.io/pause:3.10""#,
+        );
+        let f = Flags::try_parse_from(&words).unwrap();
+        assert_eq!(f.hostname_override.as_deref(), Some("node-1"));
+        assert_eq!(f.node_ip.as_deref(), Some("10.0.0.5"));
+        assert_eq!(f.node_labels, ["tier=a,zone=b"]);
+        assert_eq!(
+            f.register_with_taints.as_deref(),
+            Some("dedicated=x:NoSchedule")
+        );
+        assert_eq!(f.cloud_provider.as_deref(), Some("external"));
+        assert_eq!(
+            f.resolv_conf,
+            Some("/run/systemd/resolve/resolv.conf".into())
+        );
+        assert_eq!(f.v, Some(2));
+    }
+
+    /// Every flag of the Go kubelet 1.28 (cmd/kubelet/app/options and the global flags it
+    /// registers on Linux), and those 1.29-1.32 added.
+    const GO_KUBELET_FLAGS: &[&str] = &[
+        "address",
+        "allowed-unsafe-sysctls",
+        "anonymous-auth",
+        "authentication-token-webhook",
+        "authentication-token-webhook-cache-ttl",
+        "authorization-mode",
+        "authorization-webhook-cache-authorized-ttl",
+        "authorization-webhook-cache-unauthorized-ttl",
+        "bootstrap-kubeconfig",
+        "cert-dir",
+        "cgroup-driver",
+        "cgroup-root",
+        "cgroups-per-qos",
+        "client-ca-file",
+        "cloud-config",
+        "cloud-provider",
+        "cluster-dns",
+        "cluster-domain",
+        "config",
+        "config-dir",
+        "container-log-max-files",
+        "container-log-max-size",
+        "container-runtime-endpoint",
+        "contention-profiling",
+        "cpu-cfs-quota",
+        "cpu-cfs-quota-period",
+        "cpu-manager-policy",
+        "cpu-manager-policy-options",
+        "cpu-manager-reconcile-period",
+        "enable-controller-attach-detach",
+        "enable-debugging-handlers",
+        "enable-server",
+        "enforce-node-allocatable",
+        "event-burst",
+        "event-qps",
+        "eviction-hard",
+        "eviction-max-pod-grace-period",
+        "eviction-minimum-reclaim",
+        "eviction-pressure-transition-period",
+        "eviction-soft",
+        "eviction-soft-grace-period",
+        "exit-on-lock-contention",
+        "experimental-allocatable-ignore-eviction",
+        "experimental-mounter-path",
+        "fail-swap-on",
+        "feature-gates",
+        "file-check-frequency",
+        "hairpin-mode",
+        "healthz-bind-address",
+        "healthz-port",
+        "hostname-override",
+        "http-check-frequency",
+        "image-credential-provider-bin-dir",
+        "image-credential-provider-config",
+        "image-gc-high-threshold",
+        "image-gc-low-threshold",
+        "image-service-endpoint",
+        "iptables-drop-bit",
+        "iptables-masquerade-bit",
+        "keep-terminated-pod-volumes",
+        "kernel-memcg-notification",
+        "kube-api-burst",
+        "kube-api-content-type",
+        "kube-api-qps",
+        "kube-reserved",
+        "kube-reserved-cgroup",
+        "kubeconfig",
+        "kubelet-cgroups",
+        "local-storage-capacity-isolation",
+        "lock-file",
+        "make-iptables-util-chains",
+        "manifest-url",
+        "manifest-url-header",
+        "max-open-files",
+        "max-pods",
+        "maximum-dead-containers",
+        "maximum-dead-containers-per-container",
+        "memory-manager-policy",
+        "minimum-container-ttl-duration",
+        "minimum-image-ttl-duration",
+        "node-ip",
+        "node-labels",
+        "node-status-max-images",
+        "node-status-update-frequency",
+        "oom-score-adj",
+        "pod-cidr",
+        "pod-infra-container-image",
+        "pod-manifest-path",
+        "pod-max-pids",
+        "pods-per-core",
+        "port",
+        "protect-kernel-defaults",
+        "provider-id",
+        "qos-reserved",
+        "read-only-port",
+        "register-node",
+        "register-schedulable",
+        "register-with-taints",
+        "registry-burst",
+        "registry-qps",
+        "reserved-cpus",
+        "reserved-memory",
+        "resolv-conf",
+        "root-dir",
+        "rotate-certificates",
+        "rotate-server-certificates",
+        "runonce",
+        "runtime-cgroups",
+        "runtime-request-timeout",
+        "seccomp-default",
+        "serialize-image-pulls",
+        "streaming-connection-idle-timeout",
+        "sync-frequency",
+        "system-cgroups",
+        "system-reserved",
+        "system-reserved-cgroup",
+        "tls-cert-file",
+        "tls-cipher-suites",
+        "tls-min-version",
+        "tls-private-key-file",
+        "topology-manager-policy",
+        "topology-manager-policy-options",
+        "topology-manager-scope",
+        "volume-plugin-dir",
+        "volume-stats-agg-period",
+        // Logging (component-base), including 1.30's text-stream options.
+        "logging-format",
+        "log-flush-frequency",
+        "v",
+        "vmodule",
+        "log-json-split-stream",
+        "log-json-info-buffer-size",
+        "log-text-split-stream",
+        "log-text-info-buffer-size",
+        // cadvisor's and the legacy credential provider's.
+        "housekeeping-interval",
+        "application-metrics-count-limit",
+        "boot-id-file",
+        "container-hints",
+        "containerd",
+        "enable-load-reader",
+        "event-storage-age-limit",
+        "event-storage-event-limit",
+        "global-housekeeping-interval",
+        "log-cadvisor-usage",
+        "machine-id-file",
+        "storage-driver-user",
+        "storage-driver-password",
+        "storage-driver-host",
+        "storage-driver-db",
+        "storage-driver-table",
+        "storage-driver-secure",
+        "storage-driver-buffer-duration",
+        "containerd-namespace",
+        "azure-container-registry-config",
+        "version",
+    ];
+
+    #[test]
+    fn every_go_kubelet_flag_is_accepted_in_go_s_forms() {
+        use clap::CommandFactory;
+        Flags::command().debug_assert();
+        let cmd = Flags::command();
+        for name in GO_KUBELET_FLAGS {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(name))
+                .unwrap_or_else(|| panic!("--{name} is not accepted"));
+            // Booleans as `--name` and `--name=false`; values as `--name=v` and `--name v`.
+            let takes_value = !matches!(arg.get_num_args(), Some(r) if r.min_values() == 0);
+            let forms: Vec<Vec<String>> = if takes_value {
+                let value = if *name == "v" { "3" } else { "1" };
+                vec![
+                    vec![format!("--{name}={value}")],
+                    vec![format!("--{name}"), value.to_string()],
+                ]
+            } else {
+                vec![vec![format!("--{name}")], vec![format!("--{name}=false")]]
+            };
+            for form in forms {
+                let args = std::iter::once("ferrolet".to_string()).chain(form.clone());
+                // Known, whatever the value: a value ferrolet's own flag refuses (`1` is no
+                // IP address) is a clap value error, not an unknown argument.
+                if let Err(e) = Flags::try_parse_from(args) {
+                    use clap::error::ErrorKind;
+                    assert!(
+                        matches!(
+                            e.kind(),
+                            ErrorKind::ValueValidation | ErrorKind::InvalidValue
+                        ),
+                        "{form:?}: {e}"
+                    );
+                }
+            }
+        }
+        // A value may start with a dash, as pflag takes the next word whatever it is.
+        let f = Flags::try_parse_from(["ferrolet", "--oom-score-adj", "-999"]).unwrap();
+        assert_eq!(
+            f.go.given,
+            [("oom-score-adj".to_string(), "-999".to_string())]
+        );
+    }
+
+    #[test]
+    fn version_is_the_kubernetes_version_ferrolet_follows() {
+        let line = |args: &[&str]| {
+            let all = std::iter::once("ferrolet").chain(args.iter().copied());
+            Flags::try_parse_from(all).unwrap().version_line()
+        };
+        let printed = line(&["--version"]).unwrap();
+        assert_eq!(
+            printed,
+            format!("Kubernetes {}", crate::node_status::KUBELET_VERSION)
+        );
+        assert_eq!(printed, "Kubernetes v1.32.0");
+        // kubeadm's check: `^\s*Kubernetes v(\d+\.\d+\.\d+[-0-9a-zA-Z_\.+]*)\s*$` on the
+        // whole trimmed output, one line.
+        let version = printed.trim().strip_prefix("Kubernetes v").unwrap();
+        assert!(!printed.contains('\n'));
+        let mut parts = version.splitn(3, '.');
+        for _ in 0..2 {
+            let n = parts.next().unwrap();
+            assert!(
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()),
+                "{printed}"
+            );
+        }
+        let rest = parts.next().unwrap();
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        assert!(digits > 0, "{printed}");
+        assert!(
+            rest[digits..]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.+".contains(&b)),
+            "{printed}"
+        );
+        assert_eq!(line(&["--version=true"]), line(&["--version"]));
+        assert_eq!(line(&["--version=false"]), None);
+        assert_eq!(line(&[]), None);
+        assert!(
+            line(&["--version=raw"])
+                .unwrap()
+                .contains("GitVersion:\"v1.32.0\"")
+        );
+    }
 }

@@ -1050,4 +1050,230 @@ volumeStatsAggPeriod: 0s
             Err(ConfigError::Parse { .. })
         ));
     }
+
+    /// The file `kubeadm init` (1.32) writes: 1.28's plus `crashLoopBackOff: {}`, the text
+    /// logging options, and the runtime endpoint in the file rather than a flag.
+    const KUBEADM_1_32: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: unix:///var/run/containerd/containerd.sock
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+resolvConf: /run/systemd/resolve/resolv.conf
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+"#;
+
+    /// Every leaf of `file` (objects walked, lists and empty objects compared whole), by
+    /// dotted path.
+    fn leaves(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v.as_object() {
+            Some(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(&path, v, out);
+                }
+            }
+            _ => out.push((prefix.to_string(), v.clone())),
+        }
+    }
+
+    #[test]
+    fn kubeadm_s_files_come_back_out_of_configz() {
+        // What Go's defaulting puts in place of the zero values kubeadm writes, as the Go
+        // kubelet's /configz shows them.
+        let defaulted: BTreeMap<&str, serde_json::Value> = [
+            ("authentication.webhook.cacheTTL", "2m0s"),
+            ("authorization.webhook.cacheAuthorizedTTL", "5m0s"),
+            ("authorization.webhook.cacheUnauthorizedTTL", "30s"),
+            ("cpuManagerReconcilePeriod", "10s"),
+            ("evictionPressureTransitionPeriod", "5m0s"),
+            ("fileCheckFrequency", "20s"),
+            ("httpCheckFrequency", "20s"),
+            ("imageMinimumGCAge", "2m0s"),
+            ("logging.flushFrequency", "5s"),
+            ("nodeStatusReportFrequency", "5m0s"),
+            ("nodeStatusUpdateFrequency", "10s"),
+            ("runtimeRequestTimeout", "2m0s"),
+            ("streamingConnectionIdleTimeout", "4h0m0s"),
+            ("syncFrequency", "1m0s"),
+            ("volumeStatsAggPeriod", "1m0s"),
+            // kubeadm 1.28 leaves it to the flag.
+            (
+                "containerRuntimeEndpoint",
+                "unix:///var/run/containerd/containerd.sock",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::json!(v)))
+        .collect();
+        let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+        for (version, file, args) in [
+            (
+                "1.28",
+                KUBEADM_1_28,
+                &[
+                    "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+                    "--pod-infra-container-image=registry.k8s.io/pause:3.9",
+                ][..],
+            ),
+            (
+                "1.32",
+                KUBEADM_1_32,
+                &["--pod-infra-container-image=registry.k8s.io/pause:3.10"][..],
+            ),
+        ] {
+            let file = if systemd {
+                file.to_string()
+            } else {
+                file.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs")
+            };
+            let all = [
+                &[
+                    "--kubeconfig=/etc/kubernetes/kubelet.conf",
+                    "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                ][..],
+                args,
+            ]
+            .concat();
+            let (config, warnings) = with_file(&file, &all).unwrap();
+            assert!(warnings.is_empty(), "{version}: {warnings:?}");
+            let configz: serde_json::Value =
+                serde_json::from_slice(&crate::server::configz::configz(&config, None)).unwrap();
+            let shown = &configz["kubeletconfig"];
+            let written: serde_json::Value = serde_yaml_ng::from_str(&file).unwrap();
+            let mut fields = Vec::new();
+            leaves("", &written, &mut fields);
+            assert!(fields.len() > 30, "{version}: {fields:?}");
+            for (path, value) in fields {
+                if path == "apiVersion" || path == "kind" {
+                    continue;
+                }
+                let got = path.split('.').try_fold(shown, |v, k| v.get(k));
+                let want = defaulted.get(path.as_str()).unwrap_or(&value);
+                assert_eq!(got, Some(want), "{version}: {path}");
+            }
+        }
+    }
+
+    #[test]
+    fn go_s_other_flags_set_their_fields_and_the_rest_are_named_once() {
+        let yaml = format!("{HEAD}featureGates: {{QOSReserved: true, MemoryQoS: false}}\n");
+        let (c, warnings) = with_file(
+            &yaml,
+            &[
+                "--fail-swap-on=false",
+                "--eviction-hard=memory.available<1Gi,nodefs.available<5%",
+                "--eviction-hard",
+                "imagefs.available<20%",
+                "--eviction-max-pod-grace-period",
+                "30",
+                "--feature-gates=MemoryQoS=true",
+                "--serialize-image-pulls=false",
+                "--container-log-max-files=3",
+                "--enable-server=false",
+                "--cloud-config=/etc/cloud.conf",
+                "--housekeeping-interval",
+                "10s",
+                "--fail-swap-on",
+                "--event-qps=0",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.eviction.hard,
+            Some(
+                [
+                    ("memory.available", "1Gi"),
+                    ("nodefs.available", "5%"),
+                    ("imagefs.available", "20%")
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+            ),
+            "the flag replaces the defaults, repeated it accumulates"
+        );
+        assert_eq!(c.eviction.max_pod_grace_period, 30);
+        assert!(
+            c.feature_gate("QOSReserved") && c.feature_gate("MemoryQoS"),
+            "merged with the file's"
+        );
+        assert!(!c.serialize_image_pulls && !c.enable_server);
+        assert_eq!(c.container_log_max_files, 3);
+        // The typed configuration (and so /configz) has them too.
+        assert_eq!(
+            c.kubelet_config.fail_swap_on,
+            Some(true),
+            "the last one given"
+        );
+        assert_eq!(c.kubelet_config.event_record_qps, Some(0));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(
+            warnings[0],
+            "not implemented by ferrolet (ignored): --fail-swap-on, --cloud-config, \
+             --housekeeping-interval, --event-qps"
+        );
+        // Bad values name the flag (and the field where there is one).
+        assert_eq!(
+            invalid_field(Config::load(&flags(&["--container-log-max-files=x"]))),
+            "--container-log-max-files"
+        );
+        assert_eq!(
+            invalid_field(Config::load(&flags(&[
+                "--eviction-pressure-transition-period=soon"
+            ]))),
+            "evictionPressureTransitionPeriod (--eviction-pressure-transition-period)"
+        );
+        assert_eq!(
+            invalid_field(Config::load(&flags(&[
+                "--eviction-hard=memory.available<-1"
+            ]))),
+            "evictionHard[memory.available]"
+        );
+    }
 }
