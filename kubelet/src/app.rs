@@ -291,6 +291,10 @@ fn spawn_plugin_manager(
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
     let flags = Flags::parse();
+    if let Some(line) = flags.version_line() {
+        println!("{line}");
+        return Ok(());
+    }
     match &flags.command {
         Some(crate::config::Command::Check(args)) => {
             // Every failed check has its line already: the summary and the exit code suffice.

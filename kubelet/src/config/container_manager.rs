@@ -1,20 +1,17 @@
 //! The container manager's settings (`cgroupsPerQOS`, `cgroupDriver`,
 //! `enforceNodeAllocatable`, the reserved cgroups, `podPidsLimit`, `qosReserved`, the CPU
-//! manager's and CFS quota's): their file fields and flags, the Go kubelet's checks in its
-//! words, and [`Config::cm_settings`], what the container manager is handed.
+//! manager's and CFS quota's): their flags, the Go kubelet's checks in its words, and
+//! [`Config::cm_settings`], what the container manager is handed.
 
 use std::collections::BTreeMap;
 use std::num::IntErrorKind;
 use std::path::Path;
 use std::time::Duration;
 
-use ferrolet_proto::go_duration::{format_duration, parse_duration, parse_duration_flag};
-use serde_yaml_ng::Value;
+use ferrolet_proto::go_duration::{format_duration, parse_duration_flag};
 
-use super::file::{
-    boolean, duration, float, integer, invalid, keyed_map, nonempty, string, string_map, type_name,
-};
-use super::{Config, ConfigError, node};
+use super::file::invalid;
+use super::{Config, ConfigError};
 use crate::cm::{CgroupDriver, CpuManagerPolicy, Settings};
 use crate::manifest::quantity::parse_quantity;
 
@@ -52,7 +49,7 @@ const CGROUP_DRIVER: &str = "cgroupDriver (--cgroup-driver)";
 const ENFORCE: &str = "enforceNodeAllocatable (--enforce-node-allocatable)";
 const KUBE_RESERVED_CGROUP: &str = "kubeReservedCgroup (--kube-reserved-cgroup)";
 const SYSTEM_RESERVED_CGROUP: &str = "systemReservedCgroup (--system-reserved-cgroup)";
-const QOS_RESERVED: &str = "qosReserved (--qos-reserved)";
+pub(super) const QOS_RESERVED: &str = "qosReserved (--qos-reserved)";
 const CPU_MANAGER_POLICY: &str = "cpuManagerPolicy (--cpu-manager-policy)";
 const RESERVED_CPUS: &str = "reservedSystemCPUs (--reserved-cpus)";
 const CFS_QUOTA_PERIOD: &str = "cpuCFSQuotaPeriod (--cpu-cfs-quota-period)";
@@ -108,117 +105,8 @@ pub struct CmFlags {
     pub cpu_cfs_quota_period: Option<Duration>,
 }
 
-/// The KubeletConfiguration fields read here.
-pub(super) const FIELDS: [&str; 14] = [
-    "cgroupsPerQOS",
-    "cgroupDriver",
-    "failCgroupV1",
-    "enforceNodeAllocatable",
-    "kubeReservedCgroup",
-    "systemReservedCgroup",
-    "podPidsLimit",
-    "qosReserved",
-    "cpuManagerPolicy",
-    "cpuManagerReconcilePeriod",
-    "reservedSystemCPUs",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
-    "memoryThrottlingFactor",
-];
-
-/// Applies one of [`FIELDS`] from the file, with Go's defaulting (an unset pointer or a zero
-/// value is the default, except where Go keeps it).
-pub(super) fn apply_field(c: &mut Config, key: &str, v: &Value) -> Result<(), ConfigError> {
-    match key {
-        "cgroupsPerQOS" => set(&mut c.cgroups_per_qos, boolean(key, v)?),
-        "cgroupDriver" => set(&mut c.cgroup_driver, nonempty(key, v)?),
-        "failCgroupV1" => set(&mut c.fail_cgroup_v1, boolean(key, v)?),
-        // An explicit empty list enforces nothing; only an unset one is the default.
-        "enforceNodeAllocatable" => set(&mut c.enforce_node_allocatable, string_list(key, v)?),
-        "kubeReservedCgroup" => c.kube_reserved_cgroup = string(key, v)?.unwrap_or_default(),
-        "systemReservedCgroup" => c.system_reserved_cgroup = string(key, v)?.unwrap_or_default(),
-        // Go's defaulting turns any negative limit into -1.
-        "podPidsLimit" => set(
-            &mut c.pod_pids_limit,
-            integer(key, v, i64::MIN, i64::MAX)?.map(|n| n.max(-1)),
-        ),
-        "qosReserved" => c.qos_reserved = string_map(key, v)?,
-        // Go's defaulting: unset or 0 is 0.9.
-        "memoryThrottlingFactor" => set(
-            &mut c.memory_throttling_factor,
-            float(key, v)?.filter(|f| *f != 0.0),
-        ),
-        "cpuManagerPolicy" => {
-            if let Some(p) = nonempty(key, v)? {
-                c.cpu_manager_policy = cpu_manager_policy(&p)?;
-            }
-        }
-        "cpuManagerReconcilePeriod" => set(&mut c.cpu_manager_reconcile_period, duration(key, v)?),
-        "reservedSystemCPUs" => c.reserved_system_cpus = string(key, v)?.unwrap_or_default(),
-        "cpuCFSQuota" => set(&mut c.cpu_cfs_quota, boolean(key, v)?),
-        // A pointer in Go: an explicit 0s stays 0s (and is refused by the check).
-        "cpuCFSQuotaPeriod" => {
-            if let Some(s) = string(key, v)? {
-                c.cpu_cfs_quota_period =
-                    parse_duration(&s).map_err(|e| invalid(key, e.to_string()))?;
-            }
-        }
-        _ => return Err(invalid(key, "not a container manager field")),
-    }
-    Ok(())
-}
-
-fn set<T>(slot: &mut T, value: Option<T>) {
-    if let Some(v) = value {
-        *slot = v;
-    }
-}
-
-/// A list of strings; null is unset.
-fn string_list(key: &str, v: &Value) -> Result<Option<Vec<String>>, ConfigError> {
-    let items = match v {
-        Value::Null => return Ok(None),
-        Value::Sequence(items) => items,
-        other => {
-            return Err(invalid(
-                key,
-                format!("must be a list of strings, not {}", type_name(other)),
-            ));
-        }
-    };
-    items
-        .iter()
-        .enumerate()
-        .map(|(i, item)| match item {
-            Value::String(s) => Ok(s.clone()),
-            other => Err(invalid(
-                &format!("{key}[{i}]"),
-                format!("must be a string, not {}", type_name(other)),
-            )),
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Some)
-}
-
-/// `featureGates`: gate name → true/false.
-pub(super) fn feature_gates(key: &str, v: &Value) -> Result<BTreeMap<String, bool>, ConfigError> {
-    let entry = |name: &str| format!("{key}.{name}");
-    keyed_map(
-        key,
-        v,
-        (
-            "feature names to true or false",
-            "feature names must be strings",
-        ),
-        entry,
-        |field, value| {
-            boolean(field, value)?.ok_or_else(|| invalid(field, "must be true or false"))
-        },
-    )
-}
-
 /// The policy named `name`, matched as Go's CPU manager matches it (case and all).
-fn cpu_manager_policy(name: &str) -> Result<CpuManagerPolicy, ConfigError> {
+pub(super) fn cpu_manager_policy(name: &str) -> Result<CpuManagerPolicy, ConfigError> {
     match name {
         "none" => Ok(CpuManagerPolicy::None),
         "static" => Ok(CpuManagerPolicy::Static),
@@ -331,59 +219,6 @@ pub(super) fn check_cgroup_driver(driver: &str, systemd_runs: bool) -> Result<()
 }
 
 impl Config {
-    /// Applies the container manager's flags given.
-    pub(super) fn apply_cm_flags(&mut self, f: &CmFlags) -> Result<(), ConfigError> {
-        if let Some(b) = f.cgroups_per_qos {
-            self.cgroups_per_qos = b;
-        }
-        if let Some(d) = &f.cgroup_driver {
-            self.cgroup_driver = if d.is_empty() {
-                CGROUPFS.into()
-            } else {
-                d.clone()
-            };
-        }
-        if !f.enforce_node_allocatable.is_empty() {
-            // As Go's string-slice flag: comma-separated, repeatable, "" for an empty list.
-            self.enforce_node_allocatable = f
-                .enforce_node_allocatable
-                .iter()
-                .filter(|v| !v.is_empty())
-                .flat_map(|v| v.split(','))
-                .map(String::from)
-                .collect();
-        }
-        if let Some(g) = &f.kube_reserved_cgroup {
-            self.kube_reserved_cgroup = g.clone();
-        }
-        if let Some(g) = &f.system_reserved_cgroup {
-            self.system_reserved_cgroup = g.clone();
-        }
-        if let Some(n) = f.pod_max_pids {
-            self.pod_pids_limit = n;
-        }
-        if !f.qos_reserved.is_empty() {
-            self.qos_reserved = node::pairs(QOS_RESERVED, &f.qos_reserved)?;
-        }
-        if let Some(p) = &f.cpu_manager_policy {
-            self.cpu_manager_policy = cpu_manager_policy(p)?;
-        }
-        // Zero means the default, as in the file.
-        if let Some(d) = f.cpu_manager_reconcile_period.filter(|d| !d.is_zero()) {
-            self.cpu_manager_reconcile_period = d;
-        }
-        if let Some(cpus) = &f.reserved_cpus {
-            self.reserved_system_cpus = cpus.clone();
-        }
-        if let Some(b) = f.cpu_cfs_quota {
-            self.cpu_cfs_quota = b;
-        }
-        if let Some(d) = f.cpu_cfs_quota_period {
-            self.cpu_cfs_quota_period = d;
-        }
-        Ok(())
-    }
-
     /// Whether the feature gate `name` is on (all those ferrolet reads are off by default).
     pub fn feature_gate(&self, name: &str) -> bool {
         self.feature_gates.get(name).copied().unwrap_or(false)

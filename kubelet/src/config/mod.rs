@@ -1,14 +1,29 @@
 //! The kubelet's settings: a KubeletConfiguration file (`kubelet.config.k8s.io/v1beta1`, the
 //! Go kubelet's field names and defaults) overridden by flags, checked once at start-up.
+//!
+//! - [`v1beta1`]: KubeletConfiguration as one typed serde struct, every field of Go's
+//!   v1beta1 type, with Go's defaulting ([`KubeletConfiguration::set_defaults`]) in one
+//!   place. `/configz` serializes it.
+//! - `file`: reading the `--config` file into it (YAML or JSON; unknown fields warned about
+//!   by path, fields ferrolet does not act on named in one warning).
+//! - `flags` and `apply`: the flags (the Go kubelet's names); those that are fields of the
+//!   configuration are laid over the typed struct, Go's precedence (file, then the flags
+//!   given); every other Go kubelet flag is accepted and named as not implemented.
+//! - `convert`: the one conversion from the final typed struct into [`Config`], the settings
+//!   the rest of the crate reads (which keeps the typed struct it came from).
+//! - `container_manager`, `serving`, `node`: the checks of those settings, in Go's words.
 
+mod apply;
 mod container_manager;
+mod convert;
 mod file;
 mod flags;
 mod node;
 mod serving;
+pub mod v1beta1;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -218,120 +233,61 @@ pub struct Config {
     pub pod_timeline_pods: usize,
     /// Refuse to start while swap is on (`failSwapOn`, `--fail-swap-on`, true), as Go.
     pub fail_swap_on: bool,
+    /// The KubeletConfiguration these settings came from, defaulted and with the flags laid
+    /// over it: what `/configz` shows.
+    pub kubelet_config: KubeletConfiguration,
 }
 
-/// Go's default `volumePluginDir`.
-pub const DEFAULT_VOLUME_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/";
+pub use v1beta1::{DEFAULT_VOLUME_PLUGIN_DIR, KubeletConfiguration};
 
-/// ferrolet-cri's socket: our default runtime (the Go kubelet defaults to containerd's).
-pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/ferrolet/cri.sock";
 /// Default `--root-dir`.
 pub const DEFAULT_ROOT_DIR: &str = "/var/lib/ferrolet/kubelet";
 
 impl Default for Config {
-    /// The Go kubelet's defaults (ours for the runtime endpoint and root dir); no node name.
+    /// The settings of an empty KubeletConfiguration ([`KubeletConfiguration::set_defaults`],
+    /// Go's defaults but for ferrolet's own, named there) and of no flags; no node name.
     fn default() -> Self {
-        Self {
-            static_pod_path: None,
-            static_pod_url: None,
-            static_pod_url_header: BTreeMap::new(),
-            file_check_frequency: Duration::from_secs(20),
-            http_check_frequency: Duration::from_secs(20),
-            sync_frequency: Duration::from_secs(60),
-            container_runtime_endpoint: DEFAULT_RUNTIME_ENDPOINT.into(),
-            image_service_endpoint: String::new(),
-            runtime_request_timeout: Duration::from_secs(120),
-            address: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            read_only_port: 0,
-            healthz_port: 10248,
-            healthz_bind_address: IpAddr::V4(Ipv4Addr::LOCALHOST),
-            max_pods: 110,
-            cluster_dns: Vec::new(),
-            cluster_domain: String::new(),
-            resolv_conf: PathBuf::from("/etc/resolv.conf"),
-            serialize_image_pulls: true,
-            pod_logs_dir: PathBuf::from("/var/log/pods"),
-            container_log_max_size: 10 * 1024 * 1024,
-            container_log_max_files: 5,
-            cgroup_root: "/".into(),
-            cgroups_per_qos: true,
-            cgroup_driver: container_manager::CGROUPFS.into(),
-            fail_cgroup_v1: false,
-            enforce_node_allocatable: vec![container_manager::ENFORCE_PODS.into()],
-            kube_reserved_cgroup: String::new(),
-            system_reserved_cgroup: String::new(),
-            pod_pids_limit: -1,
-            qos_reserved: BTreeMap::new(),
-            memory_throttling_factor: 0.9,
-            cpu_manager_policy: crate::cm::CpuManagerPolicy::None,
-            cpu_manager_reconcile_period: Duration::from_secs(10),
-            reserved_system_cpus: String::new(),
-            cpu_cfs_quota: true,
-            cpu_cfs_quota_period: Duration::from_millis(100),
-            feature_gates: BTreeMap::new(),
-            hostname_override: None,
-            node_name: String::new(),
-            root_dir: PathBuf::from(DEFAULT_ROOT_DIR),
-            verbosity: 0,
-            log_format: LogFormat::Text,
-            gc: crate::gc::GcPolicy::default(),
-            enable_server: true,
-            port: 10250,
-            tls_cert_file: None,
-            tls_private_key_file: None,
-            cert_dir: None,
-            authentication: Authentication::default(),
-            authorization: Authorization::default(),
-            eviction: crate::eviction::EvictionConfig::default(),
-            kubeconfig: None,
-            bootstrap_kubeconfig: None,
-            node_ips: Vec::new(),
-            node_labels: BTreeMap::new(),
-            register_node: true,
-            register_with_taints: Vec::new(),
-            rotate_certificates: false,
-            server_tls_bootstrap: false,
-            pod_infra_container_image: None,
-            cloud_provider: CloudProvider::None,
-            provider_id: String::new(),
-            node_status_update_frequency: Duration::from_secs(10),
-            node_status_report_frequency: Duration::from_secs(300),
-            node_lease_duration_seconds: 40,
-            node_status_max_images: 50,
-            kube_reserved: BTreeMap::new(),
-            system_reserved: BTreeMap::new(),
-            config_map_and_secret_change_detection_strategy: ChangeDetection::Watch,
-            volume_plugin_dir: PathBuf::from(DEFAULT_VOLUME_PLUGIN_DIR),
-            pod_timeline_pods: crate::timeline::DEFAULT_PODS,
-            fail_swap_on: true,
-        }
+        Self::from_kubelet_config(KubeletConfiguration::defaulted())
+            .unwrap_or_else(|e| panic!("the default KubeletConfiguration is refused: {e}"))
     }
 }
 
 impl Config {
-    /// Defaults, then the `--config` file, then the flags given; resolves the node name and
-    /// checks every value. Returns the settings and the warnings: one per unknown field (a
-    /// typo, most likely), then one line naming every flag and field that was set but that
-    /// ferrolet does not implement. Synchronous: it runs before the async runtime exists.
+    /// Defaults, then the `--config` file, then the flags given (Go's precedence); resolves
+    /// the node name and checks every value. Returns the settings and the warnings: one per
+    /// unknown field (a typo, most likely), then one line naming every flag and field that
+    /// was set but that ferrolet does not implement. Synchronous: it runs before the async
+    /// runtime exists.
     pub fn load(flags: &Flags) -> Result<(Config, Vec<String>), ConfigError> {
-        let mut config = Config::default();
-        let mut notes = file::Notes::default();
+        let mut typed = KubeletConfiguration::default();
+        let (mut warnings, mut file_not_implemented) = (Vec::new(), Vec::new());
         if let Some(path) = &flags.config {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.clone(),
                 source,
             })?;
-            notes = file::apply(&mut config, path, &text)?;
+            let decoded = file::decode(path, &text)?;
+            typed = decoded.config;
+            warnings = decoded.warnings;
+            file_not_implemented = decoded.not_implemented;
         }
-        let ignored_flags = config.apply_flags(flags, &mut notes.warnings)?;
+        // Go defaults the file as it decodes it, then lays the flags given over it; defaulting
+        // again fills in what a flag set to its zero value.
+        typed.set_defaults();
+        let mut ignored = apply::typed_flags(&mut typed, flags)?;
+        typed.set_defaults();
+        let mut config = Config::from_kubelet_config(typed)?;
+        ignored.extend(config.apply_runtime_flags(flags, &mut warnings)?);
         config.node_name = node_name(config.hostname_override.as_deref())?;
         config.check()?;
-        let mut warnings = notes.warnings;
-        let mut ignored: Vec<String> = ignored_flags;
-        if !notes.ignored.is_empty()
+        if !file_not_implemented.is_empty()
             && let Some(path) = &flags.config
         {
-            ignored.push(format!("{}: {}", path.display(), notes.ignored.join(", ")));
+            ignored.push(format!(
+                "{}: {}",
+                path.display(),
+                file_not_implemented.join(", ")
+            ));
         }
         if !ignored.is_empty() {
             warnings.push(format!(
@@ -346,10 +302,13 @@ impl Config {
     /// over the defaults, then the checks [`Config::load`] makes (no flags, no node name).
     #[cfg(feature = "fuzzing")]
     pub(crate) fn read_file_for_fuzzing(text: &str) {
-        let mut config = Config::default();
         let path = Path::new("/etc/kubernetes/kubelet-config.yaml");
-        if file::apply(&mut config, path, text).is_ok() {
-            let _ = config.check();
+        if let Ok(decoded) = file::decode(path, text) {
+            let mut typed = decoded.config;
+            typed.set_defaults();
+            if let Ok(config) = Config::from_kubelet_config(typed) {
+                let _ = config.check();
+            }
         }
     }
 
@@ -371,145 +330,6 @@ impl Config {
             });
         }
         taints
-    }
-
-    /// Applies the flags given; returns those given that ferrolet does not implement, and
-    /// pushes other warnings.
-    fn apply_flags(
-        &mut self,
-        f: &Flags,
-        warnings: &mut Vec<String>,
-    ) -> Result<Vec<String>, ConfigError> {
-        fn set<T: Clone>(slot: &mut T, v: &Option<T>) {
-            if let Some(v) = v {
-                *slot = v.clone();
-            }
-        }
-        if let Some(p) = &f.pod_manifest_path {
-            self.static_pod_path = Some(p.clone()).filter(|p| !p.as_os_str().is_empty());
-        }
-        if let Some(u) = &f.manifest_url {
-            self.static_pod_url = Some(u.clone()).filter(|u| !u.is_empty());
-        }
-        if !f.manifest_url_header.is_empty() {
-            self.static_pod_url_header = header_flags(&f.manifest_url_header)?;
-        }
-        set(&mut self.root_dir, &f.root_dir);
-        set(
-            &mut self.container_runtime_endpoint,
-            &f.container_runtime_endpoint,
-        );
-        set(&mut self.image_service_endpoint, &f.image_service_endpoint);
-        set(&mut self.read_only_port, &f.read_only_port);
-        set(&mut self.healthz_port, &f.healthz_port);
-        set(&mut self.healthz_bind_address, &f.healthz_bind_address);
-        set(&mut self.address, &f.address);
-        set(&mut self.max_pods, &f.max_pods);
-        if !f.cluster_dns.is_empty() {
-            self.cluster_dns = f.cluster_dns.clone();
-        }
-        set(&mut self.cluster_domain, &f.cluster_domain);
-        set(&mut self.resolv_conf, &f.resolv_conf);
-        set(&mut self.cgroup_root, &f.cgroup_root);
-        // Zero means the default, as in the file.
-        for (slot, v) in [
-            (&mut self.file_check_frequency, f.file_check_frequency),
-            (&mut self.http_check_frequency, f.http_check_frequency),
-            (&mut self.sync_frequency, f.sync_frequency),
-            (&mut self.runtime_request_timeout, f.runtime_request_timeout),
-        ] {
-            if let Some(v) = v.filter(|v| !v.is_zero()) {
-                *slot = v;
-            }
-        }
-        set(&mut self.verbosity, &f.v);
-        set(&mut self.log_format, &f.log_format);
-        if f.hostname_override.is_some() {
-            self.hostname_override = f.hostname_override.clone();
-        }
-        self.gc.apply_flags(&f.gc);
-        self.apply_cm_flags(&f.cm)?;
-        serving::apply_flags(self, f)?;
-        self.apply_node_flags(f, warnings)
-    }
-
-    /// The flags of API-server mode and node registration.
-    fn apply_node_flags(
-        &mut self,
-        f: &Flags,
-        warnings: &mut Vec<String>,
-    ) -> Result<Vec<String>, ConfigError> {
-        let path = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
-        if f.kubeconfig.is_some() {
-            self.kubeconfig = path(&f.kubeconfig);
-        }
-        if f.bootstrap_kubeconfig.is_some() {
-            self.bootstrap_kubeconfig = path(&f.bootstrap_kubeconfig);
-        }
-        if let Some(ips) = &f.node_ip {
-            let (ips, w) = node::node_ips(ips)?;
-            self.node_ips = ips;
-            warnings.extend(w);
-        }
-        if !f.node_labels.is_empty() {
-            self.node_labels = node::pairs("--node-labels", &f.node_labels)?;
-        }
-        if let Some(b) = f.register_node {
-            self.register_node = b;
-        }
-        if let Some(t) = &f.register_with_taints {
-            let specs = t.split(',').filter(|s| !s.is_empty());
-            self.register_with_taints = node::taints("--register-with-taints", specs)?;
-        }
-        if let Some(b) = f.rotate_certificates {
-            self.rotate_certificates = b;
-        }
-        if let Some(b) = f.rotate_server_certificates {
-            self.server_tls_bootstrap = b;
-        }
-        if f.pod_infra_container_image.is_some() {
-            self.pod_infra_container_image = f
-                .pod_infra_container_image
-                .clone()
-                .filter(|s| !s.is_empty());
-        }
-        if let Some(p) = &f.cloud_provider {
-            self.cloud_provider = CloudProvider::parse(p).ok_or_else(|| ConfigError::Invalid {
-                field: "--cloud-provider".into(),
-                reason: format!(
-                    "unknown cloud provider {p:?}: only \"\" and \"external\" are supported"
-                ),
-            })?;
-        }
-        if let Some(id) = &f.provider_id {
-            self.provider_id = id.clone();
-        }
-        if let Some(d) = f.node_status_update_frequency.filter(|d| !d.is_zero()) {
-            self.node_status_update_frequency = d;
-        }
-        if let Some(n) = f.node_status_max_images {
-            self.node_status_max_images = n;
-        }
-        if !f.kube_reserved.is_empty() {
-            self.kube_reserved = node::pairs("kubeReserved (--kube-reserved)", &f.kube_reserved)?;
-        }
-        if !f.system_reserved.is_empty() {
-            self.system_reserved =
-                node::pairs("systemReserved (--system-reserved)", &f.system_reserved)?;
-        }
-        if let Some(n) = f.pod_timeline_pods {
-            self.pod_timeline_pods = n;
-        }
-        let mut ignored = Vec::new();
-        if let Some(dir) = &f.volume_plugin_dir {
-            self.volume_plugin_dir = dir.clone();
-            if !self.volume_plugin_dir.as_os_str().is_empty()
-                && self.volume_plugin_dir != Path::new(DEFAULT_VOLUME_PLUGIN_DIR)
-            {
-                ignored.push("--volume-plugin-dir".to_string());
-            }
-        }
-        Ok(ignored)
     }
 
     /// The start-up checks: values every part relies on.
@@ -704,16 +524,29 @@ mod tests {
                 .unwrap_err()
                 .to_string()
         };
-        assert!(err("kubeReserved: [1]").contains("must be a map of strings, not "));
-        assert!(err("kubeReserved: {1: x}").contains("keys must be strings"));
-        assert!(err("kubeReserved: {memory: [1]}").contains("kubeReserved[memory]"));
+        // serde's words since the typed KubeletConfiguration (the field still named).
+        assert!(
+            err("kubeReserved: [1]")
+                .contains("kubeReserved: invalid type: sequence, expected a map")
+        );
+        assert!(
+            err("kubeReserved: {1: x}")
+                .contains("kubeReserved: invalid type: integer `1`, expected a string")
+        );
+        assert!(err("kubeReserved: {memory: [1]}").contains("kubeReserved[memory]: "));
         assert!(
             err("staticPodURLHeader: 1")
-                .contains("must be a map of header names to lists of values")
+                .contains("staticPodURLHeader: invalid type: integer `1`, expected a map")
         );
-        assert!(err("staticPodURLHeader: {A: 1}").contains("must be a list of strings"));
-        assert!(err("featureGates: 1").contains("must be a map of feature names to true or false"));
-        assert!(err("featureGates: {QOSReserved: 2}").contains("featureGates.QOSReserved"));
+        assert!(
+            err("staticPodURLHeader: {A: 1}")
+                .contains("staticPodURLHeader[A]: invalid type: integer `1`, expected a sequence")
+        );
+        assert!(
+            err("featureGates: 1")
+                .contains("featureGates: invalid type: integer `1`, expected a map")
+        );
+        assert!(err("featureGates: {QOSReserved: 2}").contains("featureGates.QOSReserved: "));
     }
 
     fn invalid_field(r: Result<(Config, Vec<String>), ConfigError>) -> String {
@@ -1218,5 +1051,232 @@ volumeStatsAggPeriod: 0s
             with_file("- 1\n", &[]),
             Err(ConfigError::Parse { .. })
         ));
+    }
+
+    /// The file `kubeadm init` (1.32) writes: 1.28's plus `crashLoopBackOff: {}`, the text
+    /// logging options, and the runtime endpoint in the file rather than a flag.
+    const KUBEADM_1_32: &str = r#"apiVersion: kubelet.config.k8s.io/v1beta1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    cacheTTL: 0s
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
+authorization:
+  mode: Webhook
+  webhook:
+    cacheAuthorizedTTL: 0s
+    cacheUnauthorizedTTL: 0s
+cgroupDriver: systemd
+clusterDNS:
+- 10.96.0.10
+clusterDomain: cluster.local
+containerRuntimeEndpoint: unix:///var/run/containerd/containerd.sock
+cpuManagerReconcilePeriod: 0s
+crashLoopBackOff: {}
+evictionPressureTransitionPeriod: 0s
+fileCheckFrequency: 0s
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+httpCheckFrequency: 0s
+imageMaximumGCAge: 0s
+imageMinimumGCAge: 0s
+kind: KubeletConfiguration
+logging:
+  flushFrequency: 0
+  options:
+    json:
+      infoBufferSize: "0"
+    text:
+      infoBufferSize: "0"
+  verbosity: 0
+memorySwap: {}
+nodeStatusReportFrequency: 0s
+nodeStatusUpdateFrequency: 0s
+resolvConf: /run/systemd/resolve/resolv.conf
+rotateCertificates: true
+runtimeRequestTimeout: 0s
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+staticPodPath: /etc/kubernetes/manifests
+streamingConnectionIdleTimeout: 0s
+syncFrequency: 0s
+volumeStatsAggPeriod: 0s
+"#;
+
+    /// Every leaf of `file` (objects walked, lists and empty objects compared whole), by
+    /// dotted path.
+    fn leaves(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v.as_object() {
+            Some(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    leaves(&path, v, out);
+                }
+            }
+            _ => out.push((prefix.to_string(), v.clone())),
+        }
+    }
+
+    #[test]
+    fn kubeadm_s_files_come_back_out_of_configz() {
+        // What Go's defaulting puts in place of the zero values kubeadm writes, as the Go
+        // kubelet's /configz shows them.
+        let defaulted: BTreeMap<&str, serde_json::Value> = [
+            ("authentication.webhook.cacheTTL", "2m0s"),
+            ("authorization.webhook.cacheAuthorizedTTL", "5m0s"),
+            ("authorization.webhook.cacheUnauthorizedTTL", "30s"),
+            ("cpuManagerReconcilePeriod", "10s"),
+            ("evictionPressureTransitionPeriod", "5m0s"),
+            ("fileCheckFrequency", "20s"),
+            ("httpCheckFrequency", "20s"),
+            ("imageMinimumGCAge", "2m0s"),
+            ("logging.flushFrequency", "5s"),
+            ("nodeStatusReportFrequency", "5m0s"),
+            ("nodeStatusUpdateFrequency", "10s"),
+            ("runtimeRequestTimeout", "2m0s"),
+            ("streamingConnectionIdleTimeout", "4h0m0s"),
+            ("syncFrequency", "1m0s"),
+            ("volumeStatsAggPeriod", "1m0s"),
+            // kubeadm 1.28 leaves it to the flag.
+            (
+                "containerRuntimeEndpoint",
+                "unix:///var/run/containerd/containerd.sock",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::json!(v)))
+        .collect();
+        let systemd = std::path::Path::new("/run/systemd/system").is_dir();
+        for (version, file, args) in [
+            (
+                "1.28",
+                KUBEADM_1_28,
+                &[
+                    "--container-runtime-endpoint=unix:///var/run/containerd/containerd.sock",
+                    "--pod-infra-container-image=registry.k8s.io/pause:3.9",
+                ][..],
+            ),
+            (
+                "1.32",
+                KUBEADM_1_32,
+                &["--pod-infra-container-image=registry.k8s.io/pause:3.10"][..],
+            ),
+        ] {
+            let file = if systemd {
+                file.to_string()
+            } else {
+                file.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs")
+            };
+            let all = [
+                &[
+                    "--kubeconfig=/etc/kubernetes/kubelet.conf",
+                    "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+                ][..],
+                args,
+            ]
+            .concat();
+            let (config, warnings) = with_file(&file, &all).unwrap();
+            assert!(warnings.is_empty(), "{version}: {warnings:?}");
+            let configz: serde_json::Value =
+                serde_json::from_slice(&crate::server::configz::configz(&config, None)).unwrap();
+            let shown = &configz["kubeletconfig"];
+            let written: serde_json::Value = serde_yaml_ng::from_str(&file).unwrap();
+            let mut fields = Vec::new();
+            leaves("", &written, &mut fields);
+            assert!(fields.len() > 30, "{version}: {fields:?}");
+            for (path, value) in fields {
+                if path == "apiVersion" || path == "kind" {
+                    continue;
+                }
+                let got = path.split('.').try_fold(shown, |v, k| v.get(k));
+                let want = defaulted.get(path.as_str()).unwrap_or(&value);
+                assert_eq!(got, Some(want), "{version}: {path}");
+            }
+        }
+    }
+
+    #[test]
+    fn go_s_other_flags_set_their_fields_and_the_rest_are_named_once() {
+        let yaml = format!("{HEAD}featureGates: {{QOSReserved: true, MemoryQoS: false}}\n");
+        let (c, warnings) = with_file(
+            &yaml,
+            &[
+                "--fail-swap-on=false",
+                "--eviction-hard=memory.available<1Gi,nodefs.available<5%",
+                "--eviction-hard",
+                "imagefs.available<20%",
+                "--eviction-max-pod-grace-period",
+                "30",
+                "--feature-gates=MemoryQoS=true",
+                "--serialize-image-pulls=false",
+                "--container-log-max-files=3",
+                "--enable-server=false",
+                "--cloud-config=/etc/cloud.conf",
+                "--housekeeping-interval",
+                "10s",
+                "--fail-swap-on",
+                "--event-qps=0",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            c.eviction.hard,
+            Some(
+                [
+                    ("memory.available", "1Gi"),
+                    ("nodefs.available", "5%"),
+                    ("imagefs.available", "20%")
+                ]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+            ),
+            "the flag replaces the defaults, repeated it accumulates"
+        );
+        assert_eq!(c.eviction.max_pod_grace_period, 30);
+        assert!(
+            c.feature_gate("QOSReserved") && c.feature_gate("MemoryQoS"),
+            "merged with the file's"
+        );
+        assert!(!c.serialize_image_pulls && !c.enable_server);
+        assert_eq!(c.container_log_max_files, 3);
+        // The typed configuration (and so /configz) has them too.
+        assert_eq!(
+            c.kubelet_config.fail_swap_on,
+            Some(true),
+            "the last one given"
+        );
+        assert!(c.fail_swap_on);
+        assert_eq!(c.kubelet_config.event_record_qps, Some(0));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(
+            warnings[0],
+            "not implemented by ferrolet (ignored): --cloud-config, --housekeeping-interval, \
+             --event-qps"
+        );
+        // Bad values name the flag (and the field where there is one).
+        assert_eq!(
+            invalid_field(Config::load(&flags(&["--container-log-max-files=x"]))),
+            "--container-log-max-files"
+        );
+        assert_eq!(
+            invalid_field(Config::load(&flags(&[
+                "--eviction-pressure-transition-period=soon"
+            ]))),
+            "evictionPressureTransitionPeriod (--eviction-pressure-transition-period)"
+        );
+        assert_eq!(
+            invalid_field(Config::load(&flags(&[
+                "--eviction-hard=memory.available<-1"
+            ]))),
+            "evictionHard[memory.available]"
+        );
     }
 }

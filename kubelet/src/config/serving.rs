@@ -4,13 +4,11 @@
 //! `AlwaysAllow` authorization, since there may be no API server to ask. The webhook modes
 //! need `--kubeconfig`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use serde_yaml_ng::Value;
-
-use super::file::{boolean, duration, invalid, nonempty, type_name};
-use super::{Config, ConfigError, Flags};
+use super::file::invalid;
+use super::{Config, ConfigError};
 
 /// `authorization.mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,192 +96,6 @@ impl Default for Authorization {
     }
 }
 
-/// The nested object at `key`, or none for null.
-fn object<'v>(key: &str, v: &'v Value) -> Result<Option<&'v serde_yaml_ng::Mapping>, ConfigError> {
-    match v {
-        Value::Null => Ok(None),
-        Value::Mapping(m) => Ok(Some(m)),
-        other => Err(invalid(
-            key,
-            format!("must be an object, not {}", type_name(other)),
-        )),
-    }
-}
-
-/// Walks a two-level object, calling `leaf` with each `a.b` key (or `a` for a scalar) and
-/// its value; `leaf` returns false for keys it does not know. `groups` must be objects.
-fn walk(
-    top: &str,
-    v: &Value,
-    path: &Path,
-    groups: &[&str],
-    warnings: &mut Vec<String>,
-    mut leaf: impl FnMut(&str, &Value) -> Result<bool, ConfigError>,
-) -> Result<(), ConfigError> {
-    let Some(map) = object(top, v)? else {
-        return Ok(());
-    };
-    for (k, v) in map {
-        let Some(k) = k.as_str() else {
-            warnings.push(format!(
-                "{}: a non-string key in {top:?} (ignored)",
-                path.display()
-            ));
-            continue;
-        };
-        let mut keys = Vec::new();
-        match v {
-            Value::Mapping(inner) => {
-                for (k2, v2) in inner {
-                    let k2 = k2.as_str().unwrap_or("?");
-                    keys.push((format!("{k}.{k2}"), v2));
-                }
-            }
-            Value::Null => {}
-            other if groups.contains(&k) => {
-                return Err(invalid(
-                    &format!("{top}.{k}"),
-                    format!("must be an object, not {}", type_name(other)),
-                ));
-            }
-            other => keys.push((k.to_string(), other)),
-        }
-        for (key, value) in keys {
-            if leaf(&key, value)? {
-                continue;
-            }
-            warnings.push(format!(
-                "{}: unknown field \"{top}.{key}\" (ignored)",
-                path.display()
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Reads the `authentication` object.
-pub(super) fn authentication(
-    c: &mut Config,
-    path: &Path,
-    v: &Value,
-    warnings: &mut Vec<String>,
-) -> Result<(), ConfigError> {
-    let authn = &mut c.authentication;
-    walk(
-        "authentication",
-        v,
-        path,
-        &["x509", "anonymous", "webhook"],
-        warnings,
-        |key, v| {
-            let field = format!("authentication.{key}");
-            match key {
-                "x509.clientCAFile" => {
-                    authn.client_ca_file = nonempty(&field, v)?.map(PathBuf::from);
-                }
-                "anonymous.enabled" => {
-                    if let Some(b) = boolean(&field, v)? {
-                        authn.anonymous = b;
-                    }
-                }
-                "webhook.enabled" => {
-                    if let Some(b) = boolean(&field, v)? {
-                        authn.webhook = b;
-                    }
-                }
-                "webhook.cacheTTL" => {
-                    if let Some(d) = duration(&field, v)? {
-                        authn.webhook_cache_ttl = d;
-                    }
-                }
-                _ => return Ok(false),
-            }
-            Ok(true)
-        },
-    )
-}
-
-/// Reads the `authorization` object.
-pub(super) fn authorization(
-    c: &mut Config,
-    path: &Path,
-    v: &Value,
-    warnings: &mut Vec<String>,
-) -> Result<(), ConfigError> {
-    let authz = &mut c.authorization;
-    walk(
-        "authorization",
-        v,
-        path,
-        &["webhook"],
-        warnings,
-        |key, v| {
-            let field = format!("authorization.{key}");
-            match key {
-                "mode" => {
-                    if let Some(m) = nonempty(&field, v)? {
-                        authz.mode = mode(&field, &m)?;
-                    }
-                }
-                "webhook.cacheAuthorizedTTL" => {
-                    if let Some(d) = duration(&field, v)? {
-                        authz.webhook_cache_authorized_ttl = d;
-                    }
-                }
-                "webhook.cacheUnauthorizedTTL" => {
-                    if let Some(d) = duration(&field, v)? {
-                        authz.webhook_cache_unauthorized_ttl = d;
-                    }
-                }
-                _ => return Ok(false),
-            }
-            Ok(true)
-        },
-    )
-}
-
-fn mode(field: &str, s: &str) -> Result<AuthorizationMode, ConfigError> {
-    AuthorizationMode::parse(s).ok_or_else(|| {
-        invalid(
-            field,
-            format!("unknown authorization mode {s:?} (want AlwaysAllow, Webhook or Static)"),
-        )
-    })
-}
-
-/// The flags of the secure API over the file's values.
-pub(super) fn apply_flags(c: &mut Config, f: &Flags) -> Result<(), ConfigError> {
-    let path = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
-    if let Some(p) = f.port {
-        c.port = p;
-    }
-    if f.tls_cert_file.is_some() {
-        c.tls_cert_file = path(&f.tls_cert_file);
-    }
-    if f.tls_private_key_file.is_some() {
-        c.tls_private_key_file = path(&f.tls_private_key_file);
-    }
-    if f.cert_dir.is_some() {
-        c.cert_dir = path(&f.cert_dir);
-    }
-    if f.client_ca_file.is_some() {
-        c.authentication.client_ca_file = path(&f.client_ca_file);
-    }
-    if let Some(b) = f.anonymous_auth {
-        c.authentication.anonymous = b;
-    }
-    if let Some(b) = f.authentication_token_webhook {
-        c.authentication.webhook = b;
-    }
-    if let Some(m) = f.authorization_mode.as_deref().filter(|m| !m.is_empty()) {
-        c.authorization.mode = mode("authorization.mode (--authorization-mode)", m)?;
-    }
-    if f.authorization_policy_file.is_some() {
-        c.authorization.policy_file = path(&f.authorization_policy_file);
-    }
-    Ok(())
-}
-
 /// The start-up checks of the secure API's settings.
 pub(super) fn check(c: &Config) -> Result<(), ConfigError> {
     if !c.enable_server {
@@ -348,6 +160,7 @@ impl Config {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::config::Flags;
     use clap::Parser;
     use std::io::Write;
 
@@ -407,7 +220,7 @@ mod tests {
         assert!(c.authentication.anonymous);
         assert_eq!(warnings.len(), 1, "{warnings:?}");
         assert!(
-            warnings[0].contains("unknown field \"authentication.oidc.issuer\""),
+            warnings[0].contains("unknown field \"authentication.oidc\""),
             "{warnings:?}"
         );
         let yaml = "authentication: {webhook: {enabled: true, cacheTTL: 10s}}\n\

@@ -1,35 +1,18 @@
 //! The eviction settings of KubeletConfiguration (`evictionHard`, `evictionSoft`,
 //! `evictionSoftGracePeriod`, `evictionMinimumReclaim`, `evictionPressureTransitionPeriod`,
-//! `evictionMaxPodGracePeriod`, `mergeDefaultEvictionSettings`) and their parsing into
-//! thresholds with the Go kubelet's rules and messages.
+//! `evictionMaxPodGracePeriod`, `mergeDefaultEvictionSettings`; read by `crate::config`) and
+//! their parsing into thresholds with the Go kubelet's rules and messages.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
-
-use serde_yaml_ng::Value;
 
 use super::signals::{Signal, Threshold, ThresholdValue};
 use crate::manifest::quantity::parse_quantity;
 use ferrolet_proto::go_duration::parse_duration;
 
-/// The Go kubelet's Linux default `evictionHard`.
-pub const DEFAULT_EVICTION_HARD: [(&str, &str); 4] = [
-    ("memory.available", "100Mi"),
-    ("nodefs.available", "10%"),
-    ("nodefs.inodesFree", "5%"),
-    ("imagefs.available", "15%"),
-];
-
-/// The KubeletConfiguration fields read here.
-pub const FIELDS: [&str; 7] = [
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMinimumReclaim",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "mergeDefaultEvictionSettings",
-];
+/// The Go kubelet's Linux default `evictionHard` (defined with the configuration's other
+/// defaults).
+pub use crate::config::v1beta1::DEFAULT_EVICTION_HARD;
 
 /// A field and what is wrong with it.
 pub type FieldError = (String, String);
@@ -225,70 +208,4 @@ fn min_reclaim(field: &str, signal: Signal, text: &str) -> Result<ThresholdValue
     Ok(ThresholdValue::Quantity(
         i64::try_from(q.value_ceil()).unwrap_or(i64::MAX),
     ))
-}
-
-/// Reads one of [`FIELDS`] from the configuration file; false for any other field.
-pub fn apply_field(c: &mut EvictionConfig, key: &str, v: &Value) -> Result<bool, FieldError> {
-    match key {
-        "evictionHard" => c.hard = string_map(key, v)?,
-        "evictionSoft" => c.soft = string_map(key, v)?.unwrap_or_default(),
-        "evictionSoftGracePeriod" => c.soft_grace_period = string_map(key, v)?.unwrap_or_default(),
-        "evictionMinimumReclaim" => c.minimum_reclaim = string_map(key, v)?.unwrap_or_default(),
-        "evictionPressureTransitionPeriod" => match v {
-            Value::Null => {}
-            Value::String(s) => {
-                let d = parse_duration(s).map_err(|e| (key.to_string(), e.to_string()))?;
-                // Zero means the default, as Go's defaulting treats it.
-                if !d.is_zero() {
-                    c.pressure_transition_period = d;
-                }
-            }
-            _ => return Err((key.to_string(), "must be a duration string".into())),
-        },
-        "evictionMaxPodGracePeriod" => match v {
-            Value::Null => {}
-            Value::Number(n) => {
-                c.max_pod_grace_period = n
-                    .as_i64()
-                    .filter(|n| i32::try_from(*n).is_ok())
-                    .ok_or_else(|| (key.to_string(), format!("{n} is not a 32-bit integer")))?;
-            }
-            _ => return Err((key.to_string(), "must be an integer".into())),
-        },
-        "mergeDefaultEvictionSettings" => match v {
-            Value::Null => {}
-            Value::Bool(b) => c.merge_defaults = *b,
-            _ => return Err((key.to_string(), "must be true or false".into())),
-        },
-        _ => return Ok(false),
-    }
-    Ok(true)
-}
-
-/// `map[string]string`; null is unset.
-fn string_map(key: &str, v: &Value) -> Result<Option<BTreeMap<String, String>>, FieldError> {
-    let map = match v {
-        Value::Null => return Ok(None),
-        Value::Mapping(m) => m,
-        _ => {
-            return Err((
-                key.to_string(),
-                "must be a map of eviction signals to values".into(),
-            ));
-        }
-    };
-    let mut out = BTreeMap::new();
-    for (k, v) in map {
-        let k = k
-            .as_str()
-            .ok_or_else(|| (key.to_string(), "eviction signals must be strings".into()))?;
-        let v = v.as_str().ok_or_else(|| {
-            (
-                format!("{key}[{k}]"),
-                "must be a string (a quantity, a percentage or a duration)".into(),
-            )
-        })?;
-        out.insert(k.to_string(), v.to_string());
-    }
-    Ok(Some(out))
 }

@@ -5,9 +5,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use serde_yaml_ng::Value;
 
-use super::config::{EvictionConfig, apply_field};
+use super::config::EvictionConfig;
 use super::manager::{EvictionManager, PodTerminator, eviction_message};
 use super::rank::{self, RankBy};
 use super::signals::*;
@@ -170,26 +169,42 @@ fn bad_thresholds_are_refused_with_the_field() {
 
 #[test]
 fn config_fields_read_from_yaml() {
-    let mut c = EvictionConfig::default();
-    let yaml = |s: &str| -> Value { serde_yaml_ng::from_str(s).unwrap() };
-    assert!(apply_field(&mut c, "evictionHard", &yaml("{nodefs.available: '99%'}")).unwrap());
+    // Through the typed KubeletConfiguration (crate::config), as the file reads them.
+    let load = |body: &str| {
+        let yaml = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{body}"
+        );
+        let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        let mut map = value.as_mapping().unwrap().clone();
+        map.remove("apiVersion");
+        map.remove("kind");
+        let mut typed: crate::config::KubeletConfiguration =
+            serde_yaml_ng::from_value(serde_yaml_ng::Value::Mapping(map))?;
+        typed.set_defaults();
+        Ok::<_, serde_yaml_ng::Error>(
+            crate::config::Config::from_kubelet_config(typed)
+                .unwrap()
+                .eviction,
+        )
+    };
+    let c = load(
+        "evictionHard: {nodefs.available: '99%'}\nevictionPressureTransitionPeriod: 30s\n\
+         evictionMaxPodGracePeriod: 20\nmergeDefaultEvictionSettings: true\n",
+    )
+    .unwrap();
     assert_eq!(c.hard, Some(map(&[("nodefs.available", "99%")])));
-    assert!(apply_field(&mut c, "evictionPressureTransitionPeriod", &yaml("30s")).unwrap());
     assert_eq!(c.pressure_transition_period, Duration::from_secs(30));
-    assert!(apply_field(&mut c, "evictionMaxPodGracePeriod", &yaml("20")).unwrap());
     assert_eq!(c.max_pod_grace_period, 20);
-    assert!(apply_field(&mut c, "mergeDefaultEvictionSettings", &yaml("true")).unwrap());
     assert!(c.merge_defaults);
-    assert!(!apply_field(&mut c, "maxPods", &yaml("5")).unwrap());
-    let (field, _) =
-        apply_field(&mut c, "evictionHard", &yaml("{nodefs.available: 10}")).unwrap_err();
-    assert_eq!(field, "evictionHard[nodefs.available]");
-    let (field, _) = apply_field(&mut c, "evictionSoft", &yaml("[a]")).unwrap_err();
-    assert_eq!(field, "evictionSoft");
-    assert!(apply_field(&mut c, "evictionPressureTransitionPeriod", &yaml("soon")).is_err());
+    assert!(load("evictionHard: {nodefs.available: 10}\n").is_err());
+    assert!(load("evictionSoft: [a]\n").is_err());
+    assert!(load("evictionPressureTransitionPeriod: soon\n").is_err());
     // null keeps the default (evictionHard: the defaults again).
-    assert!(apply_field(&mut c, "evictionHard", &yaml("null")).unwrap());
-    assert_eq!(c.hard, None);
+    let c = load("evictionHard: null\n").unwrap();
+    assert_eq!(
+        c.effective_hard(),
+        EvictionConfig::default().effective_hard()
+    );
 }
 
 #[test]

@@ -222,7 +222,16 @@ async fn configz_streaming_and_plugged_paths() {
     let extra = ExtraRoutes::new().route("/metrics", |req: ApiRequest| async move {
         crate::server::text(StatusCode::OK, format!("metrics for {}", req.path))
     });
-    let server = start(|c, _| c.authentication.anonymous = true, extra).await;
+    // /configz shows the KubeletConfiguration the settings came from: set there too.
+    let server = start(
+        |c, _| {
+            c.authentication.anonymous = true;
+            c.kubelet_config.authentication.anonymous.enabled = Some(true);
+            c.kubelet_config.port = Some(0);
+        },
+        extra,
+    )
+    .await;
     let client = server.client(None);
 
     let (status, body) = server.get(&client, "/configz").await;
