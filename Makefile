@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test deb test-packages test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -16,6 +16,21 @@ test: env lint
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 	$(CARGO) test -p ferrolet-fuzz --features targets --test replay
+
+## deb: the ferrolet and ferrolet-cri .debs into target/debian/ (packaging/deb.sh: cargo-deb,
+# installed if missing; man pages and completions by ferrolet-docgen). DEB_PROFILE=dev packages
+# the debug binaries `make build` made (CI's; no second build), DEB_PROFILE=release a release
+# build; DEB_FAST=1 compresses faster.
+DEB_PROFILE ?= dev
+DEB_FAST ?= 0
+deb:
+	DEB_PROFILE=$(DEB_PROFILE) DEB_FAST=$(DEB_FAST) CARGO=$(CARGO) packaging/deb.sh
+
+## test-packages: the .debs of `make deb` installed with dpkg into a scratch root (its own empty
+# dpkg database; nothing outside it touched), their files, units, conffiles, the kubelet
+# alternative and the installed binaries checked, then purged (packaging/test-packages.sh).
+test-packages:
+	CARGO=$(CARGO) packaging/test-packages.sh
 
 ## unit: every test that needs neither root nor containerd nor the registries: the crates'
 # unit tests, the CNI library and CLI against fake plugins, the registry client against its

@@ -287,6 +287,12 @@ fn spawn_plugin_manager(
     .spawn();
 }
 
+/// The binary's command line as clap describes it (every flag and `trace`), for what is made
+/// from it outside the binary: the man page and shell completions of the packages.
+pub fn command() -> clap::Command {
+    <Flags as clap::CommandFactory>::command()
+}
+
 /// Runs the kubelet with the process's arguments until a termination signal.
 pub fn main() -> Result<(), AppError> {
     crate::heap::tune();
@@ -694,5 +700,46 @@ async fn termination_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The packages' `/etc/ferrolet/kubelet.yaml` (packaging/etc/ferrolet/) loads as ferrolet
+    /// reads `--config`, with nothing ignored, and says what kubelet.service promises. Its
+    /// `cgroupDriver: systemd` is checked as text and loaded as `cgroupfs`: the driver's own
+    /// check wants systemd as PID 1, which the machine running the tests need not have.
+    #[test]
+    fn the_packaged_config_loads() {
+        let text = include_str!("../../packaging/etc/ferrolet/kubelet.yaml");
+        assert!(text.contains("\ncgroupDriver: systemd\n"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kubelet.yaml");
+        let cgroupfs = text.replace("\ncgroupDriver: systemd\n", "\ncgroupDriver: cgroupfs\n");
+        std::fs::write(&file, cgroupfs).unwrap();
+        let flags = Flags::parse_from(["ferrolet".as_ref(), "--config".as_ref(), file.as_os_str()]);
+        let (config, warnings) = Config::load(&flags).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            config.static_pod_path,
+            Some(PathBuf::from("/etc/kubernetes/manifests"))
+        );
+        assert_eq!(
+            config.container_runtime_endpoint,
+            "unix:///run/ferrolet/cri.sock"
+        );
+    }
+
+    /// The command the man page and completions are made from is the one main parses with.
+    #[test]
+    fn the_command_is_the_flags() {
+        let command = command();
+        assert_eq!(command.get_name(), "ferrolet");
+        assert!(command.get_arguments().any(|a| a.get_id() == "kubeconfig"));
+        assert!(command.get_subcommands().any(|c| c.get_name() == "trace"));
+        command.debug_assert();
     }
 }

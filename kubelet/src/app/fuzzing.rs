@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::certificate::{kubeconfig, pem};
 use crate::manifest::{self, quantity, validate};
-use crate::server::{logs, stats, stream_options, x509};
+use crate::server::{logs, stats, stream_options};
 
 /// A fixed "now" (2026-01-01T00:00:00Z) for the certificate checks, so a run depends only on
 /// its input.
@@ -104,8 +104,8 @@ pub fn server_query(data: &[u8]) {
 
 /// Certificates and keys the kubelet reads; the first byte picks: 0 a PEM bundle (a store's
 /// pair file, a client certificate: its leaf, the expiry check, the pair as a signing key),
-/// 1 one DER certificate (rotation's fields, and the secure port's reading of a client
-/// certificate's subject and validity), 2 a kubeconfig (its embedded client certificate
+/// 1 one DER certificate (the one reader's fields: rotation's, a client certificate's subject,
+/// the serving certificate's validity; its version and public key), 2 a kubeconfig (its embedded client certificate
 /// checked as bootstrap checks it, then loaded into a client as kube's loader does; file
 /// references and credential plugins removed, so nothing is read or run), 3 a PEM key.
 pub fn certificate(data: &[u8]) {
@@ -120,8 +120,8 @@ pub fn certificate(data: &[u8]) {
         }
         1 => {
             let _ = pem::info(rest);
-            let _ = x509::subject(rest);
-            let _ = x509::validity(rest);
+            let _ = pem::unsupported_version(rest);
+            let _ = pem::public_key_info(rest);
         }
         2 => {
             if let Ok(text) = std::str::from_utf8(rest) {

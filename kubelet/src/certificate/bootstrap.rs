@@ -119,7 +119,10 @@ async fn wait_for_server(client: &kube::Client) {
     loop {
         match client.apiserver_version().await {
             Ok(_) => return,
-            Err(e) => tracing::info!(error = %e, "failed to connect to the API server"),
+            Err(e) => {
+                let error = super::api_error_text(&e);
+                tracing::info!(%error, "failed to connect to the API server")
+            }
         }
         if tokio::time::Instant::now() + Duration::from_secs(2) > deadline {
             tracing::warn!("timed out waiting to connect to the API server");

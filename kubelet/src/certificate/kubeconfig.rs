@@ -41,10 +41,39 @@ pub async fn load(path: &Path) -> Result<kube::Config, CertificateError> {
 }
 
 /// A client for `config` (which came from `path`), on kube's rustls stack.
+///
+/// A client certificate that is X.509 v1 is refused here, naming it: rustls checks the
+/// certificate against its key with webpki, which reads only v3 certificates, and kube's
+/// error for it would be `invalid peer certificate: Other(OtherError(UnsupportedCertVersion))`.
+/// (The Go kubelet takes a v1 one; ferrolet cannot without its own TLS client stack.)
 pub fn client(config: kube::Config, path: &Path) -> Result<kube::Client, CertificateError> {
-    kube::Client::try_from(config).map_err(|source| CertificateError::Client {
-        path: path.to_path_buf(),
-        source,
+    let auth = config.auth_info.clone();
+    kube::Client::try_from(config).map_err(|source| {
+        let version = client_certificate(&auth)
+            .ok()
+            .flatten()
+            .and_then(|pem| pem::certificates(&pem).ok())
+            .and_then(|certs| {
+                certs
+                    .first()
+                    .and_then(|leaf| pem::unsupported_version(leaf))
+            });
+        match version {
+            Some(reason) => CertificateError::content(
+                format!("{}: its client certificate", path.display()),
+                format!(
+                    "{}{reason}",
+                    auth.client_certificate
+                        .as_ref()
+                        .map(|file| format!("{file}: "))
+                        .unwrap_or_default()
+                ),
+            ),
+            None => CertificateError::Client {
+                path: path.to_path_buf(),
+                source,
+            },
+        }
     })
 }
 

@@ -17,6 +17,8 @@ pub mod serving;
 pub mod store;
 
 #[cfg(test)]
+pub mod fixtures;
+#[cfg(test)]
 mod tests;
 
 use std::net::IpAddr;
@@ -154,6 +156,48 @@ impl CertificateError {
             reason: reason.to_string(),
         }
     }
+}
+
+/// `error` (from a call to the API server) as ferrolet logs it: its text, and, when the TLS
+/// handshake failed because the API server presented an X.509 v1 serving certificate, that
+/// reason in words. rustls verifies only v3 end-entity certificates and cannot be told
+/// otherwise (Go accepts v1), and kube's error says no more than `client error (Connect)`.
+pub fn api_error_text(error: &(dyn std::error::Error + 'static)) -> String {
+    if server_certificate_version_refused(error) {
+        format!(
+            "{error}: the API server's serving certificate is {}",
+            pem::version_reason(1).replacen("an X.509 v1", "an X.509 v1 (or v2)", 1)
+        )
+    } else {
+        error.to_string()
+    }
+}
+
+/// Whether webpki's `UnsupportedCertVersion` is among `error`'s causes. An `io::Error`'s
+/// `source()` skips the error it wraps, so each one's inner error is looked at too.
+fn server_certificate_version_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let refused = |e: &(dyn std::error::Error + 'static)| {
+        matches!(
+            e.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)))
+                if matches!(
+                    other.0.downcast_ref::<webpki::Error>(),
+                    Some(webpki::Error::UnsupportedCertVersion)
+                )
+        )
+    };
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let inner = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        if refused(e) || inner.is_some_and(refused) {
+            return true;
+        }
+        next = inner.or_else(|| e.source());
+    }
+    false
 }
 
 /// The client of `--kubeconfig` (bootstrapped first when `--bootstrap-kubeconfig` is set and

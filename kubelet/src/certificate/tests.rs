@@ -701,3 +701,114 @@ async fn a_conflicting_fixed_name_must_be_compatible() {
     // The stub's GET of the name is a 404: the existing CSR cannot be looked at.
     assert!(err.to_string().contains("node-csr-abc"), "{err}");
 }
+
+/// An HTTPS server on 127.0.0.1 presenting `pair` (certificate then key, PEM) that answers
+/// every request `ok`; its URL.
+async fn https_server(pair: String) -> String {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let key = pem::certified_key(pair.as_bytes()).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(
+        Arc::unwrap_or_clone(key),
+    )));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = tls.read(&mut buf).await;
+                let _ = tls
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+/// A kube client for `url` trusting `ca` (PEM).
+fn client_trusting(url: &str, ca: &str) -> kube::Client {
+    let mut config = kube::Config::new(url.parse().unwrap());
+    config.root_cert = Some(vec![crate::certificate::fixtures::der(ca).to_vec()]);
+    kube::Client::try_from(config).unwrap()
+}
+
+async fn healthz(client: &kube::Client) -> Result<String, kube::Error> {
+    let req = hyper::Request::get("/healthz").body(Vec::new()).unwrap();
+    client.request_text(req).await
+}
+
+/// ferrolet's client and the API server's certificates: a v1 CA in the kubeconfig is a trust
+/// anchor like any; a v1 serving certificate is refused by rustls, and the log says so.
+#[tokio::test]
+async fn api_server_certificates_v1_ca_taken_v1_leaf_explained() {
+    use crate::certificate::fixtures::*;
+    let v3 = https_server(format!("{SERVER_V3}{SERVER_V3_KEY}")).await;
+    assert_eq!(healthz(&client_trusting(&v3, CA_V1)).await.unwrap(), "ok");
+
+    let v1 = https_server(format!("{SERVER_V1}{SERVER_V1_KEY}")).await;
+    let err = healthz(&client_trusting(&v1, CA_V3)).await.unwrap_err();
+    let text = super::api_error_text(&err);
+    assert!(
+        text.ends_with(
+            ": the API server's serving certificate is an X.509 v1 (or v2) certificate; rustls \
+             accepts only v3 end-entity certificates: reissue it with extensions \
+             (openssl x509 -req … -extfile …)"
+        ),
+        "{text}"
+    );
+    // Other failures are left as they are: a server from a CA the client does not trust.
+    let err = healthz(&client_trusting(&v3, CA_V3)).await.unwrap_err();
+    assert_eq!(super::api_error_text(&err), err.to_string());
+}
+
+/// A kubeconfig whose client certificate is v1 cannot make a client (rustls checks the key
+/// against it with webpki); the error names the kubeconfig, the file and the reason.
+#[tokio::test]
+async fn a_v1_client_certificate_in_a_kubeconfig_is_named() {
+    use crate::certificate::fixtures::*;
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("client.crt");
+    let key = dir.path().join("client.key");
+    std::fs::write(&cert, CLIENT_V1).unwrap();
+    std::fs::write(&key, CLIENT_V1_KEY).unwrap();
+    let mut config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+    config.auth_info = AuthInfo {
+        client_certificate: Some(cert.display().to_string()),
+        client_key: Some(key.display().to_string()),
+        ..AuthInfo::default()
+    };
+    let path = Path::new("/etc/kubernetes/kubelet.conf");
+    let Err(err) = kubeconfig::client(config.clone(), path) else {
+        panic!("a client from a v1 client certificate");
+    };
+    let err = err.to_string();
+    assert_eq!(
+        err,
+        format!(
+            "/etc/kubernetes/kubelet.conf: its client certificate: {}: an X.509 v1 certificate; \
+             rustls accepts only v3 end-entity certificates: reissue it with extensions \
+             (openssl x509 -req … -extfile …)",
+            cert.display()
+        )
+    );
+    // A v3 one makes a client.
+    std::fs::write(&cert, CLIENT_V3).unwrap();
+    std::fs::write(&key, CLIENT_V3_KEY).unwrap();
+    kubeconfig::client(config, path).unwrap();
+}

@@ -158,7 +158,8 @@ pub async fn register(api: &ApiHandle, node: &Node) -> Node {
                 return n;
             }
             Err(e) => {
-                tracing::error!(node = api.node_name(), error = %e, "unable to register node with API server")
+                let error = crate::certificate::api_error_text(&e);
+                tracing::error!(node = api.node_name(), %error, "unable to register node with API server")
             }
         }
     }

@@ -30,7 +30,7 @@ use serde::Deserialize;
 
 use super::extra::is_subpath;
 use super::webhook::{TokenAuthenticator, WebhookAuthorizer};
-use super::x509;
+use crate::certificate::pem;
 
 /// The user of requests without credentials.
 pub const ANONYMOUS_USER: &str = "system:anonymous";
@@ -165,8 +165,19 @@ impl Authenticator {
         };
         clients
             .verify_client_cert(leaf, intermediates, now)
-            .map_err(|e| AuthnError::BadCertificate(e.to_string()))?;
-        let subject = x509::subject(leaf).map_err(|e| AuthnError::BadCertificate(e.to_string()))?;
+            .map_err(|e| match pem::unsupported_version(leaf) {
+                // webpki's own words for it are `Other(OtherError(UnsupportedCertVersion))`.
+                Some(reason) => AuthnError::BadCertificate(format!(
+                    "the client certificate{} is {reason}",
+                    pem::info(leaf)
+                        .ok()
+                        .and_then(|i| i.common_name)
+                        .map(|cn| format!(" (CN={cn})"))
+                        .unwrap_or_default()
+                )),
+                None => AuthnError::BadCertificate(e.to_string()),
+            })?;
+        let subject = pem::info(leaf).map_err(AuthnError::BadCertificate)?;
         Ok(subject.common_name.filter(|n| !n.is_empty()).map(|name| {
             let mut groups = subject.organizations;
             groups.push(AUTHENTICATED_GROUP.into());
@@ -554,6 +565,26 @@ mod tests {
             authn.authenticate(&[CertificateDer::from(vec![0x30, 0x00])]),
             Err(AuthnError::BadCertificate(_))
         ));
+    }
+
+    /// openssl's certificates: a v3 one from a v1 CA (webpki takes v1 trust anchors) names its
+    /// user; a v1 one is refused saying why, naming its CN.
+    #[test]
+    fn openssl_certificates_v1_refused_with_the_reason() {
+        use crate::certificate::fixtures::{self, der};
+        let authn = Authenticator::new(Some(verifier(fixtures::CA_V1)), false);
+        let user = authn.authenticate(&[der(fixtures::CLIENT_V3)]).unwrap();
+        assert_eq!(user.name, "system:node:n1");
+        assert_eq!(user.groups, ["system:nodes", AUTHENTICATED_GROUP]);
+
+        let authn = Authenticator::new(Some(verifier(fixtures::CA_V3)), true);
+        let err = authn.authenticate(&[der(fixtures::CLIENT_V1)]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "verifying the client certificate: the client certificate (CN=alice) is an X.509 v1 \
+             certificate; rustls accepts only v3 end-entity certificates: reissue it with \
+             extensions (openssl x509 -req … -extfile …)"
+        );
     }
 
     #[test]

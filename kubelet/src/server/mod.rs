@@ -9,7 +9,7 @@
 //!   ([`metrics`]), `/debug/pods/{namespace}/{name}/timeline` ([`timeline`]).
 //!
 //! [`crate::cri_log`] reads the CRI log format, [`follow`] streams a log file as it grows. The
-//! secure API adds TLS ([`tls`], [`x509`]), authentication and authorization ([`auth`]),
+//! secure API adds TLS ([`tls`]), authentication and authorization ([`auth`]),
 //! `/configz` ([`configz`]) and the streaming endpoints ([`streaming`]: `/exec`, `/attach`,
 //! `/portForward`, `/run`; their queries in [`stream_options`], the connection to the
 //! runtime's streaming server through [`upgrade_proxy`]).
@@ -29,7 +29,6 @@ pub mod timeline;
 pub mod tls;
 pub mod upgrade_proxy;
 pub mod webhook;
-pub mod x509;
 
 pub use extra::{ApiRequest, Endpoint, ExtraRoutes};
 

@@ -10,6 +10,13 @@
 //! with rustls: it hints the configured CAs and checks that the client owns the key it
 //! presents (the handshake signature), and [`crate::server::auth`] verifies the chain per
 //! request against the same CAs.
+//!
+//! X.509 v1 certificates (what `openssl x509 -req` makes without `-extfile`): a v1 serving
+//! certificate is served (its key checked by [`pem::certified_key_der`], not by webpki); the
+//! client CAs may be v1 (webpki takes v1 trust anchors); a client presenting a v1 certificate
+//! completes the handshake (its signature checked against the certificate's key alone) and is
+//! then refused with 401 and a log line saying why, since webpki verifies only v3 end
+//! entities and rustls cannot be told otherwise.
 
 use std::fmt;
 use std::io::Write;
@@ -26,13 +33,13 @@ use rcgen::{
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, SubjectPublicKeyInfoDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ResolvesServerCert, ServerConfig, WebPkiClientVerifier};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use rustls::{DigitallySignedStruct, DistinguishedName as HintName, RootCertStore};
 
-use super::x509;
+use crate::certificate::pem;
 
 /// File names of the self-signed serving certificate in the cert dir (the Go kubelet's).
 pub const SELF_SIGNED_CERT: &str = "kubelet.crt";
@@ -149,11 +156,9 @@ pub fn serving_files(
 fn usable(cert: &Path, key: &Path, now: i64) -> Result<(), String> {
     let chain = read_chain(cert).map_err(|e| e.to_string())?;
     let key_der = read_key(key).map_err(|e| e.to_string())?;
-    CertifiedKey::from_der(chain.clone(), key_der, &provider())
-        .map_err(|e| format!("the key does not fit the certificate: {e}"))?;
-    let leaf = chain.first().ok_or("no certificate")?;
-    let validity = x509::validity(leaf).map_err(|e| e.to_string())?;
-    if validity.not_after <= now {
+    let leaf = chain.first().cloned().ok_or("no certificate")?;
+    pem::certified_key_der(chain, key_der)?;
+    if pem::info(&leaf)?.not_after <= now {
         return Err("the certificate has expired".into());
     }
     Ok(())
@@ -313,20 +318,22 @@ pub fn server_config(
 pub fn certified_key(files: &ServingFiles) -> Result<Arc<CertifiedKey>, TlsError> {
     let chain = read_chain(&files.cert_file)?;
     let key = read_key(&files.key_file)?;
-    if let Ok(v) = x509::validity(&chain[0])
-        && v.not_after <= unix_now()
-    {
-        tracing::warn!(cert = %files.cert_file.display(), "the serving certificate has expired");
+    match pem::info(&chain[0]) {
+        Ok(leaf) if leaf.not_after <= unix_now() => {
+            tracing::warn!(cert = %files.cert_file.display(), "the serving certificate has expired");
+        }
+        Ok(_) => {}
+        Err(reason) => {
+            return Err(TlsError::Content {
+                path: files.cert_file.clone(),
+                reason,
+            });
+        }
     }
-    let pair =
-        CertifiedKey::from_der(chain, key, &provider()).map_err(|source| TlsError::Rustls {
-            what: format!(
-                "serving certificate {} with key {}",
-                files.cert_file.display(),
-                files.key_file.display()
-            ),
-            source,
-        })?;
+    let pair = pem::certified_key_der(chain, key).map_err(|reason| TlsError::Content {
+        path: files.cert_file.clone(),
+        reason: format!("with key {}: {reason}", files.key_file.display()),
+    })?;
     Ok(Arc::new(pair))
 }
 
@@ -398,7 +405,12 @@ impl ClientCertVerifier for DeferredClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+        match self.inner.verify_tls12_signature(message, cert, dss) {
+            Err(_) if pem::unsupported_version(cert).is_some() => {
+                signed_by_key_of(message, cert, dss, false)
+            }
+            verified => verified,
+        }
     }
 
     fn verify_tls13_signature(
@@ -407,12 +419,75 @@ impl ClientCertVerifier for DeferredClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+        match self.inner.verify_tls13_signature(message, cert, dss) {
+            Err(_) if pem::unsupported_version(cert).is_some() => {
+                signed_by_key_of(message, cert, dss, true)
+            }
+            verified => verified,
+        }
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.inner.supported_verify_schemes()
     }
+}
+
+/// Whether `dss` signs `message` with the key of `cert`, read by ferrolet rather than webpki:
+/// for the X.509 v1 (and v2) client certificates webpki will not parse, so that their clients
+/// reach HTTP and hear why they are refused (the authenticator's 401) instead of a handshake
+/// alert. Only possession of the key is shown here; the certificate itself is never trusted.
+fn signed_by_key_of(
+    message: &[u8],
+    cert: &CertificateDer<'_>,
+    dss: &DigitallySignedStruct,
+    tls13: bool,
+) -> Result<HandshakeSignatureValid, rustls::Error> {
+    let bad = || rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding);
+    let spki = pem::public_key_info(cert).map_err(|_| bad())?;
+    let algorithms = provider().signature_verification_algorithms;
+    if tls13 {
+        return rustls::crypto::verify_tls13_signature_with_raw_key(
+            message,
+            &SubjectPublicKeyInfoDer::from(spki.as_slice()),
+            dss,
+            &algorithms,
+        );
+    }
+    // TLS 1.2 names no curve in its schemes: every algorithm of the scheme whose key type is
+    // the certificate's is tried, as rustls does for the certificates webpki reads.
+    let (key_algorithm, public_key) = split_public_key_info(&spki).ok_or_else(bad)?;
+    let candidates = algorithms
+        .mapping
+        .iter()
+        .find(|(scheme, _)| *scheme == dss.scheme)
+        .map(|(_, algs)| *algs)
+        .ok_or(rustls::PeerMisbehaved::SignedHandshakeWithUnadvertisedSigScheme)?;
+    candidates
+        .iter()
+        .filter(|alg| alg.public_key_alg_id().as_ref() == key_algorithm)
+        .find(|alg| {
+            alg.verify_signature(public_key, message, dss.signature())
+                .is_ok()
+        })
+        .map(|_| HandshakeSignatureValid::assertion())
+        .ok_or(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::BadSignature,
+        ))
+}
+
+/// A SubjectPublicKeyInfo's algorithm (the contents of its AlgorithmIdentifier, as webpki
+/// names algorithms) and its key (the BIT STRING's bits).
+fn split_public_key_info(spki: &[u8]) -> Option<(&[u8], &[u8])> {
+    use x509_cert::der::{Decode, Header, Reader, SliceReader};
+    let mut outer = SliceReader::new(spki).ok()?;
+    let header = Header::decode(&mut outer).ok()?;
+    let mut inner = SliceReader::new(outer.read_slice(header.length).ok()?).ok()?;
+    let algorithm = Header::decode(&mut inner).ok()?;
+    let algorithm = inner.read_slice(algorithm.length).ok()?;
+    let key = Header::decode(&mut inner).ok()?;
+    // The BIT STRING's first octet counts unused bits, 0 for every key type.
+    let key = inner.read_slice(key.length).ok()?.split_first()?.1;
+    Some((algorithm, key))
 }
 
 #[cfg(test)]
@@ -457,11 +532,11 @@ mod tests {
         let (cert, key) = self_signed("node-a", &[LOCALHOST], NOW).unwrap();
         let certs = chain(&cert);
         assert_eq!(certs.len(), 2, "the leaf, then its CA");
-        let leaf = x509::subject(&certs[0]).unwrap();
-        let ca = x509::subject(&certs[1]).unwrap();
+        let leaf = pem::info(&certs[0]).unwrap();
+        let ca = pem::info(&certs[1]).unwrap();
         assert_eq!(leaf.common_name.as_deref(), Some("node-a@1800000000"));
         assert_eq!(ca.common_name.as_deref(), Some("node-a-ca@1800000000"));
-        let v = x509::validity(&certs[0]).unwrap();
+        let v = leaf;
         assert_eq!(v.not_before, NOW - 3600);
         assert_eq!(v.not_after, NOW + 365 * 24 * 3600);
         assert!(key.starts_with("-----BEGIN PRIVATE KEY-----"), "{key}");
@@ -530,6 +605,182 @@ mod tests {
         .unwrap();
         assert_eq!(files.cert_file, Path::new("/etc/k/tls.crt"));
         assert!(!files.self_signed);
+    }
+
+    /// A client that trusts whatever the server presents (and every handshake signature): the
+    /// server side is what is under test.
+    #[derive(Debug)]
+    struct TrustAll;
+
+    impl ServerCertVerifier for TrustAll {
+        fn verify_server_cert(
+            &self,
+            _: &CertificateDer<'_>,
+            _: &[CertificateDer<'_>],
+            _: &ServerName<'_>,
+            _: &[u8],
+            _: UnixTime,
+        ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        }
+        fn verify_tls12_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn verify_tls13_signature(
+            &self,
+            _: &[u8],
+            _: &CertificateDer<'_>,
+            _: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            Ok(HandshakeSignatureValid::assertion())
+        }
+        fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+            provider()
+                .signature_verification_algorithms
+                .supported_schemes()
+        }
+    }
+
+    /// A handshake of a client (TLS `version`, presenting `identity` if any, verifying with
+    /// `verifier`) with `server`; the client certificates the server saw, or the client's
+    /// error, else the server's.
+    async fn handshake(
+        server: Arc<ServerConfig>,
+        verifier: Arc<dyn ServerCertVerifier>,
+        identity: Option<(&str, &str)>,
+        version: &'static rustls::SupportedProtocolVersion,
+    ) -> Result<Vec<CertificateDer<'static>>, String> {
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[version])
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let client = match identity {
+            Some((cert, key)) => {
+                let pair = format!("{cert}{key}");
+                builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(
+                    pem::certified_key_der(
+                        pem::certificates(pair.as_bytes()).unwrap(),
+                        pem::private_key(pair.as_bytes()).unwrap(),
+                    )
+                    .unwrap(),
+                )))
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let accept = tokio_rustls::TlsAcceptor::from(server).accept(a);
+        let connect = tokio_rustls::TlsConnector::from(Arc::new(client))
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), b);
+        let (accepted, connected) = tokio::join!(accept, connect);
+        connected.map_err(|e| format!("client: {e}"))?;
+        let accepted = accepted.map_err(|e| format!("server: {e}"))?;
+        Ok(accepted
+            .get_ref()
+            .1
+            .peer_certificates()
+            .map(|c| c.to_vec())
+            .unwrap_or_default())
+    }
+
+    fn files_of(dir: &Path, cert: &str, key: &str) -> ServingFiles {
+        let files = ServingFiles {
+            cert_file: dir.join("tls.crt"),
+            key_file: dir.join("tls.key"),
+            self_signed: false,
+        };
+        std::fs::write(&files.cert_file, cert).unwrap();
+        std::fs::write(&files.key_file, key).unwrap();
+        files
+    }
+
+    /// `openssl x509 -req` without `-extfile` makes a v1 certificate: it serves (rustls' own
+    /// key check would refuse it), and a webpki client is the one that refuses it.
+    #[tokio::test]
+    async fn a_v1_serving_certificate_serves() {
+        use crate::certificate::fixtures;
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_of(dir.path(), fixtures::SERVER_V1, fixtures::SERVER_V1_KEY);
+        assert!(usable(&files.cert_file, &files.key_file, NOW).is_ok());
+        let config = server_config(&files, None).unwrap();
+        for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+            handshake(config.clone(), Arc::new(TrustAll), None, version)
+                .await
+                .unwrap();
+        }
+        let mut roots = RootCertStore::empty();
+        roots.add(fixtures::der(fixtures::CA_V3)).unwrap();
+        let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .unwrap();
+        let err = handshake(config, webpki, None, &rustls::version::TLS13)
+            .await
+            .unwrap_err();
+        assert!(err.contains("UnsupportedCertVersion"), "{err}");
+
+        let wrong = files_of(dir.path(), fixtures::SERVER_V1, fixtures::SERVER_V3_KEY);
+        let err = server_config(&wrong, None).unwrap_err().to_string();
+        assert!(
+            err.contains("tls.crt") && err.contains("does not fit"),
+            "{err}"
+        );
+    }
+
+    /// A client presenting a v1 certificate (RSA, P-256) completes the handshake over TLS 1.2
+    /// and 1.3, its signature checked against the certificate's key, so the authenticator can
+    /// refuse it over HTTP with the reason; a signature by another key is still refused.
+    #[tokio::test]
+    async fn a_v1_client_certificate_gets_through_the_handshake() {
+        use crate::certificate::fixtures;
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_of(dir.path(), fixtures::SERVER_V3, fixtures::SERVER_V3_KEY);
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, fixtures::CA_V3).unwrap();
+        let config = server_config(&files, Some(client_verifier(&ca).unwrap())).unwrap();
+        let identities = [
+            (fixtures::CLIENT_V1, fixtures::CLIENT_V1_KEY),
+            (fixtures::SERVER_V1, fixtures::SERVER_V1_KEY),
+            (fixtures::CLIENT_V3, fixtures::CLIENT_V3_KEY),
+        ];
+        for (cert, key) in identities {
+            for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+                let peer = handshake(
+                    config.clone(),
+                    Arc::new(TrustAll),
+                    Some((cert, key)),
+                    version,
+                )
+                .await
+                .unwrap();
+                assert_eq!(peer, [fixtures::der(cert)]);
+            }
+        }
+        // The v1 certificate of one key, the handshake signed by another: refused.
+        let other = rustls::crypto::ring::default_provider()
+            .key_provider
+            .load_private_key(pem::private_key(fixtures::SERVER_V3_KEY.as_bytes()).unwrap())
+            .unwrap();
+        let liar = CertifiedKey::new(vec![fixtures::der(fixtures::SERVER_V1)], other);
+        for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+            let client = rustls::ClientConfig::builder_with_provider(provider())
+                .with_protocol_versions(&[version])
+                .unwrap()
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(TrustAll))
+                .with_client_cert_resolver(Arc::new(SingleCertAndKey::from(liar.clone())));
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            let accept = tokio_rustls::TlsAcceptor::from(config.clone()).accept(a);
+            let connect = tokio_rustls::TlsConnector::from(Arc::new(client))
+                .connect(ServerName::try_from("127.0.0.1").unwrap(), b);
+            let (accepted, _) = tokio::join!(accept, connect);
+            let err = accepted.unwrap_err().to_string();
+            assert!(err.contains("BadSignature"), "{version:?}: {err}");
+        }
     }
 
     #[test]

@@ -5,123 +5,20 @@
 //! Exit status: 0 success, 1 plugin or network error (`ls` finding no valid network config
 //! is one: nothing would get a pod network from that dir), 2 usage error.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use ferrolet_cni::config::{self, NetworkConfigList};
 use ferrolet_cni::invoke::{self, TraceRecord};
 use ferrolet_cni::{Cni, CniError, GcAttachment, RuntimeConf, netns};
 use serde_json::{Map, Value, json};
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "ferrolet-cni",
-    version,
-    about = "Run and debug CNI networks and plugins",
-    after_help = "Exit status: 0 success; 1 a plugin or network error, or `ls` finding no valid \
-                  network config in --conf-dir; 2 a usage error."
-)]
-struct Cli {
-    /// Directory of network configs (*.conf, *.conflist, *.json).
-    #[arg(
-        long,
-        global = true,
-        env = "NETCONFPATH",
-        default_value = config::DEFAULT_CONF_DIR
-    )]
-    conf_dir: PathBuf,
-    /// Plugin search path, `:`-separated.
-    #[arg(
-        long,
-        global = true,
-        env = "CNI_PATH",
-        default_value = "/opt/cni/bin:/usr/lib/cni"
-    )]
-    bin_dir: String,
-    /// Result cache directory (results under <dir>/results).
-    #[arg(long, global = true, default_value = ferrolet_cni::cache::DEFAULT_CACHE_DIR)]
-    cache_dir: PathBuf,
-    /// Directory of named network namespaces.
-    #[arg(long, global = true, default_value = netns::DEFAULT_NETNS_DIR)]
-    netns_dir: PathBuf,
-    /// Per-plugin-call timeout, in seconds.
-    #[arg(long, global = true, default_value_t = 60)]
-    timeout: u64,
-    /// Print raw JSON instead of the human form.
-    #[arg(long, global = true)]
-    json: bool,
-    /// For every plugin call, print its stdin config, env, stdout, stderr, exit code, duration.
-    #[arg(long, global = true)]
-    trace: bool,
-    #[command(subcommand)]
-    cmd: Cmd,
-}
+mod cli;
 
-#[derive(Subcommand, Debug)]
-enum Cmd {
-    /// Networks in the conf dir, their version and chain, and each plugin's binary and versions;
-    /// exits 1, saying where it looked, when the conf dir holds no valid network config.
-    Ls,
-    /// Attach NETNS to NETWORK (ADD).
-    Add(Attach),
-    /// Check an attachment (CHECK).
-    Check(Attach),
-    /// Detach (DEL).
-    Del(Attach),
-    /// Whether the network's plugins are ready (STATUS, 1.1.0).
-    Status { network: String },
-    /// Garbage-collect cached attachments not listed with --valid (GC).
-    Gc {
-        network: String,
-        /// A still-valid attachment, CONTAINERID:IFNAME (repeatable).
-        #[arg(long = "valid")]
-        valid: Vec<String>,
-    },
-    /// Named network namespaces.
-    Netns {
-        #[command(subcommand)]
-        cmd: NetnsCmd,
-    },
-    /// Run a command inside a network namespace.
-    Exec {
-        /// Netns name (in --netns-dir) or path.
-        netns: String,
-        /// The command and its arguments (after `--`).
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-enum NetnsCmd {
-    /// Create a named netns.
-    Add { name: String },
-    /// Delete a named netns (name or path).
-    Del { name: String },
-    /// List live named netns.
-    Ls,
-}
-
-#[derive(Args, Debug)]
-struct Attach {
-    network: String,
-    /// Netns name (in --netns-dir) or path.
-    netns: String,
-    #[arg(long, default_value = "eth0")]
-    ifname: String,
-    /// Container ID (default: derived from the netns path).
-    #[arg(long)]
-    container_id: Option<String>,
-    /// CNI_ARGS, `K=V;K=V`.
-    #[arg(long)]
-    args: Option<String>,
-    /// Capability args as a JSON object, e.g. '{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}'.
-    #[arg(long)]
-    cap_args: Option<String>,
-}
+use cli::{Attach, Cli, Cmd, NetnsCmd};
 
 /// An error in how the tool was called: exit status 2.
 #[derive(Debug)]
