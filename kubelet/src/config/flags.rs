@@ -57,7 +57,7 @@ pub struct Flags {
     /// Node name to use instead of the host name.
     #[arg(long, value_name = "NAME")]
     pub hostname_override: Option<String>,
-    /// Where the kubelet keeps pod dirs and volumes [default: /var/lib/ferrolet/kubelet].
+    /// Where the kubelet keeps pod dirs and volumes [default: /var/lib/kubelet].
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
     /// CRI runtime endpoint (containerRuntimeEndpoint) [default: unix:///run/ferrolet/cri.sock].

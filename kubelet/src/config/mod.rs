@@ -159,7 +159,7 @@ pub struct Config {
     pub hostname_override: Option<String>,
     /// The node name: the override or the host's name, trimmed and lowercased.
     pub node_name: String,
-    /// Pod dirs and volumes (`--root-dir`, /var/lib/ferrolet/kubelet).
+    /// Pod dirs and volumes (`--root-dir`, /var/lib/kubelet).
     pub root_dir: PathBuf,
     /// Log verbosity (`logging.verbosity`, `-v`).
     pub verbosity: u8,
@@ -240,8 +240,10 @@ pub struct Config {
 
 pub use v1beta1::{DEFAULT_VOLUME_PLUGIN_DIR, KubeletConfiguration};
 
-/// Default `--root-dir`.
-pub const DEFAULT_ROOT_DIR: &str = "/var/lib/ferrolet/kubelet";
+/// Default `--root-dir`: the Go kubelet's, since a drop-in kubelet must find what is laid out
+/// for one there (kubeadm's `config.yaml` and `kubeadm reset`'s clean-up, CSI drivers'
+/// `plugins_registry/`, device plugins' sockets).
+pub const DEFAULT_ROOT_DIR: &str = "/var/lib/kubelet";
 
 impl Default for Config {
     /// The settings of an empty KubeletConfiguration ([`KubeletConfiguration::set_defaults`],
@@ -578,7 +580,7 @@ mod tests {
             c.container_runtime_endpoint,
             "unix:///run/ferrolet/cri.sock"
         );
-        assert_eq!(c.root_dir, PathBuf::from("/var/lib/ferrolet/kubelet"));
+        assert_eq!(c.root_dir, PathBuf::from("/var/lib/kubelet"));
     }
 
     #[test]

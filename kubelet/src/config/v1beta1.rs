@@ -29,13 +29,8 @@ pub const KIND: &str = "KubeletConfiguration";
 pub const DEFAULT_RUNTIME_ENDPOINT: &str = "unix:///run/ferrolet/cri.sock";
 /// Go's default `volumePluginDir`.
 pub const DEFAULT_VOLUME_PLUGIN_DIR: &str = "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/";
-/// Go's Linux default `evictionHard`.
-pub const DEFAULT_EVICTION_HARD: [(&str, &str); 4] = [
-    ("memory.available", "100Mi"),
-    ("nodefs.available", "10%"),
-    ("nodefs.inodesFree", "5%"),
-    ("imagefs.available", "15%"),
-];
+/// Go's Linux default `evictionHard` (kept with the eviction manager, a lower layer).
+pub use crate::eviction::config::DEFAULT_EVICTION_HARD;
 
 /// A Go `metav1.Duration`: written and read as Go's duration strings (`1m0s`, `100ms`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,6 +1,6 @@
 //! The eviction settings of KubeletConfiguration (`evictionHard`, `evictionSoft`,
 //! `evictionSoftGracePeriod`, `evictionMinimumReclaim`, `evictionPressureTransitionPeriod`,
-//! `evictionMaxPodGracePeriod`, `mergeDefaultEvictionSettings`; read by `crate::config`) and
+//! `evictionMaxPodGracePeriod`, `mergeDefaultEvictionSettings`; read by the configuration) and
 //! their parsing into thresholds with the Go kubelet's rules and messages.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,13 @@ use ferrolet_proto::go_duration::parse_duration;
 
 /// The Go kubelet's Linux default `evictionHard` (defined with the configuration's other
 /// defaults).
-pub use crate::config::v1beta1::DEFAULT_EVICTION_HARD;
+/// Go's Linux default `evictionHard`.
+pub const DEFAULT_EVICTION_HARD: [(&str, &str); 4] = [
+    ("memory.available", "100Mi"),
+    ("nodefs.available", "10%"),
+    ("nodefs.inodesFree", "5%"),
+    ("imagefs.available", "15%"),
+];
 
 /// A field and what is wrong with it.
 pub type FieldError = (String, String);

@@ -40,7 +40,7 @@ pub const DEFAULT_READONLY_PATHS: [&str; 5] = [
 
 /// Where `Localhost` seccomp profiles live: `<root-dir>/seccomp` of the default root dir
 /// (`seccompProfileRoot`).
-pub const SECCOMP_PROFILE_ROOT: &str = "/var/lib/ferrolet/kubelet/seccomp";
+pub const SECCOMP_PROFILE_ROOT: &str = "/var/lib/kubelet/seccomp";
 
 /// The AppArmor annotation prefix static pods may still use instead of the field.
 const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
@@ -431,10 +431,7 @@ spec:
         assert_eq!(a.supplemental_groups, [3000, 4000, 4001]);
         let sc = a.seccomp.as_ref().unwrap();
         assert_eq!(sc.profile_type, ProfileType::Localhost as i32);
-        assert_eq!(
-            sc.localhost_ref,
-            "/var/lib/ferrolet/kubelet/seccomp/audit.json"
-        );
+        assert_eq!(sc.localhost_ref, "/var/lib/kubelet/seccomp/audit.json");
         assert!(a.masked_paths.is_empty() && a.readonly_paths.is_empty());
         assert_eq!(a.selinux_options.as_ref().unwrap().level, "s0:c1");
         assert!(a.apparmor.is_none());
