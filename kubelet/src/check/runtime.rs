@@ -20,7 +20,7 @@ pub async fn checks(config: &Config) -> Vec<Finding> {
         Err(e) => {
             return vec![Finding::fail(
                 "CRI",
-                format!("container runtime is not running: {e}"),
+                format!("container runtime is not running: {}", with_causes(&e)),
             )];
         }
     };
@@ -91,6 +91,22 @@ pub async fn checks(config: &Config) -> Vec<Finding> {
         ),
     });
     out
+}
+
+/// `e` and the causes its message leaves out (a transport error's "No such file or
+/// directory"), joined as Go's wrapped errors read.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The CNI configuration in `dir`: the first valid file (by name) is the pod network, as the
