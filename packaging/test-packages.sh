@@ -69,7 +69,10 @@ for bin in ferrolet ferrolet-cri ferrolet-cni; do
 	echo "test-packages: installed $bin --version: $version"
 done
 kubelet=$root$(readlink "$root/etc/alternatives/kubelet")
-"$kubelet" --version | grep -q '^ferrolet ' || fail "kubelet --version is not ferrolet's"
+[ "$kubelet" = "$root/usr/bin/ferrolet" ] || fail "the kubelet alternative is $kubelet, not ferrolet"
+# What kubeadm's preflight runs and parses (the whole output, one line).
+"$kubelet" --version | grep -Eqx 'Kubernetes v[0-9]+\.[0-9]+\.[0-9]+' ||
+	fail "kubelet --version is not the one line kubeadm parses"
 
 t=$(date +%s)
 dpkg_root --purge ferrolet ferrolet-cri
