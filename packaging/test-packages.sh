@@ -73,6 +73,11 @@ kubelet=$root$(readlink "$root/etc/alternatives/kubelet")
 # What kubeadm's preflight runs and parses (the whole output, one line).
 "$kubelet" --version | grep -Eqx 'Kubernetes v[0-9]+\.[0-9]+\.[0-9]+' ||
 	fail "kubelet --version is not the one line kubeadm parses"
+# The package provides `kubelet` at the version the binary reports (kubeadm's package depends
+# on kubelet >= its minor), kept in kubelet/Cargo.toml by hand: this holds the two together.
+level=$("$kubelet" --version | sed 's/^Kubernetes v//')
+dpkg-query --admindir="$root/var/lib/dpkg" -W -f='${Provides}\n' ferrolet | grep -qx "kubelet (= $level)" ||
+	fail "ferrolet does not provide kubelet (= $level)"
 
 t=$(date +%s)
 dpkg_root --purge ferrolet ferrolet-cri
