@@ -169,3 +169,60 @@ fn date(unix: i64) -> String {
         .map(|t| t.to_string())
         .unwrap_or_else(|_| unix.to_string())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::check::Level;
+    use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair};
+
+    /// A self-signed certificate for `cn` valid from `from` to `to` (Unix seconds).
+    fn cert(cn: &str, from: i64, to: i64) -> String {
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(from).unwrap();
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(to).unwrap();
+        params
+            .self_signed(&KeyPair::generate().unwrap())
+            .unwrap()
+            .pem()
+    }
+
+    #[test]
+    fn certificates_pass_warn_and_fail_by_their_validity() {
+        let now = pem::unix_now();
+        let day = 24 * 3600;
+        let check = |pem: &str| expiry("Certificate-x".into(), "client CA", pem.as_bytes());
+        let good = check(&cert("kubernetes", now - day, now + 365 * day));
+        assert_eq!(good.level, Level::Pass, "{good}");
+        assert!(
+            good.message
+                .starts_with("client CA \"kubernetes\" valid until "),
+            "{good}"
+        );
+        let soon = check(&cert("node", now - day, now + 10 * day));
+        assert_eq!(soon.level, Level::Warn, "{soon}");
+        assert!(soon.message.contains("expires soon"), "{soon}");
+        let expired = check(&cert("old", now - 10 * day, now - day));
+        assert_eq!(expired.level, Level::Fail, "{expired}");
+        assert!(expired.message.contains("expired"), "{expired}");
+        let early = check(&cert("skewed", now + day, now + 10 * day));
+        assert_eq!(early.level, Level::Fail, "{early}");
+        assert!(early.message.contains("is not valid before"), "{early}");
+        assert_eq!(check("not a certificate").level, Level::Fail);
+    }
+
+    #[test]
+    fn an_unreadable_file_is_named() {
+        let f = certificate_file("serving certificate", Path::new("/nonexistent/kubelet.crt"));
+        assert_eq!(f.level, Level::Fail);
+        assert_eq!(f.name, "Certificate-/nonexistent/kubelet.crt");
+        assert!(
+            f.message
+                .starts_with("serving certificate: /nonexistent/kubelet.crt: "),
+            "{f}"
+        );
+    }
+}
