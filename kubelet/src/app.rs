@@ -458,6 +458,7 @@ async fn run(config: Config) -> Result<(), AppError> {
         memory_capacity: node::memory_capacity(),
         // Known once the container manager has the node's capacity.
         memory_qos: None,
+        seccomp_profile_root: config.root_dir.join("seccomp"),
     };
     tracing::info!(node = %node.node_name, host_ip = %node.host_ip, "starting");
     let (seams, statuses) = match &credentials {

@@ -56,7 +56,11 @@ pub fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(resources::linux_resources(pod, container, node)?),
-            security_context: Some(security::container_security_context(pod, container)?),
+            security_context: Some(security::container_security_context(
+                pod,
+                container,
+                &node.seccomp_profile_root,
+            )?),
         }),
         windows: None,
         cdi_devices: Vec::new(),

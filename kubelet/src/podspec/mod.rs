@@ -73,6 +73,9 @@ pub struct NodeContext {
     pub memory_capacity: u64,
     /// Containers' `memory.min`/`memory.high` (the `MemoryQoS` gate on cgroup v2); `None`: off.
     pub memory_qos: Option<resources::MemoryQos>,
+    /// Where `Localhost` seccomp profiles are looked up: `<root-dir>/seccomp`, as Go's
+    /// `seccompProfileRoot`.
+    pub seccomp_profile_root: PathBuf,
 }
 
 /// Per-container inputs known at sync time.
@@ -191,6 +194,7 @@ pub(crate) mod testutil {
             systemd_cgroups: false,
             memory_capacity: 8 << 30,
             memory_qos: None,
+            seccomp_profile_root: PathBuf::from("/var/lib/kubelet/seccomp"),
         }
     }
 

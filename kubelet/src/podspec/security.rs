@@ -38,10 +38,6 @@ pub const DEFAULT_READONLY_PATHS: [&str; 5] = [
     "/proc/sysrq-trigger",
 ];
 
-/// Where `Localhost` seccomp profiles live: `<root-dir>/seccomp` of the default root dir
-/// (`seccompProfileRoot`).
-pub const SECCOMP_PROFILE_ROOT: &str = "/var/lib/kubelet/seccomp";
-
 /// The AppArmor annotation prefix static pods may still use instead of the field.
 const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kubernetes.io/";
 
@@ -203,9 +199,11 @@ fn capabilities(c: &Capabilities) -> cri::Capability {
 /// The container's CRI security context (Go's `determineEffectiveSecurityContext`).
 // The deprecated AppArmor string is still set, as Go does, for runtimes that read only it.
 #[allow(deprecated)]
+/// `Localhost` seccomp profiles are looked up under `seccomp_root` (`<root-dir>/seccomp`).
 pub fn container_security_context(
     pod: &Pod,
     container: &Container,
+    seccomp_root: &std::path::Path,
 ) -> Result<cri::LinuxContainerSecurityContext, SpecError> {
     let spec = spec_of(pod)?;
     let psc = spec.security_context.as_ref();
@@ -234,7 +232,7 @@ pub fn container_security_context(
         no_new_privs: eff.allow_privilege_escalation == Some(false),
         masked_paths: paths(&DEFAULT_MASKED_PATHS),
         readonly_paths: paths(&DEFAULT_READONLY_PATHS),
-        seccomp: Some(seccomp(pod, container, &field)?),
+        seccomp: Some(seccomp(pod, container, seccomp_root, &field)?),
         apparmor,
         apparmor_profile,
         ..Default::default()
@@ -246,6 +244,7 @@ pub fn container_security_context(
 fn seccomp(
     pod: &Pod,
     container: &Container,
+    seccomp_root: &std::path::Path,
     field: &dyn Fn(&str) -> String,
 ) -> Result<cri::SecurityProfile, SpecError> {
     let from_container = container
@@ -260,18 +259,19 @@ fn seccomp(
     let Some(p) = from_container.or(from_pod) else {
         return Ok(profile(ProfileType::Unconfined, String::new()));
     };
-    seccomp_field(p, field)
+    seccomp_field(p, seccomp_root, field)
 }
 
 fn seccomp_field(
     p: &SeccompProfile,
+    seccomp_root: &std::path::Path,
     field: &dyn Fn(&str) -> String,
 ) -> Result<cri::SecurityProfile, SpecError> {
     match p.type_.as_str() {
         "RuntimeDefault" => Ok(profile(ProfileType::RuntimeDefault, String::new())),
         "Localhost" => match p.localhost_profile.as_deref().filter(|s| !s.is_empty()) {
             Some(name) => {
-                let path = std::path::Path::new(SECCOMP_PROFILE_ROOT).join(name);
+                let path = seccomp_root.join(name);
                 Ok(profile(
                     ProfileType::Localhost,
                     path.to_string_lossy().into_owned(),
@@ -361,6 +361,9 @@ mod tests {
     use crate::podspec::testutil::pod;
     use cri::NamespaceMode;
 
+    /// The default root dir's `seccomp/`.
+    const ROOT_DIR: &str = "/var/lib/kubelet/seccomp";
+
     fn modes(spec_yaml: &str) -> (NamespaceMode, NamespaceMode, NamespaceMode) {
         let p = pod(&format!(
             "metadata: {{name: p, uid: u}}\nspec: {{containers: [{{name: c}}], {spec_yaml}}}"
@@ -419,7 +422,8 @@ spec:
     fn container_overrides_pod() {
         let p = pod(POD);
         let spec = p.spec.as_ref().unwrap();
-        let a = container_security_context(&p, &spec.containers[0]).unwrap();
+        let a = container_security_context(&p, &spec.containers[0], std::path::Path::new(ROOT_DIR))
+            .unwrap();
         assert_eq!(a.run_as_user.as_ref().unwrap().value, 0);
         assert_eq!(a.run_as_group.as_ref().unwrap().value, 2000);
         assert!(a.privileged);
@@ -432,12 +436,24 @@ spec:
         let sc = a.seccomp.as_ref().unwrap();
         assert_eq!(sc.profile_type, ProfileType::Localhost as i32);
         assert_eq!(sc.localhost_ref, "/var/lib/kubelet/seccomp/audit.json");
+        // Another --root-dir has its own seccomp/ (Go's seccompProfileRoot).
+        let other = container_security_context(
+            &p,
+            &spec.containers[0],
+            std::path::Path::new("/srv/kubelet/seccomp"),
+        )
+        .unwrap();
+        assert_eq!(
+            other.seccomp.unwrap().localhost_ref,
+            "/srv/kubelet/seccomp/audit.json"
+        );
         assert!(a.masked_paths.is_empty() && a.readonly_paths.is_empty());
         assert_eq!(a.selinux_options.as_ref().unwrap().level, "s0:c1");
         assert!(a.apparmor.is_none());
         assert!(!run_as_non_root(&p, &spec.containers[0]));
 
-        let b = container_security_context(&p, &spec.containers[1]).unwrap();
+        let b = container_security_context(&p, &spec.containers[1], std::path::Path::new(ROOT_DIR))
+            .unwrap();
         assert_eq!(b.run_as_user.as_ref().unwrap().value, 1000);
         assert!(!b.privileged && !b.readonly_rootfs && !b.no_new_privs);
         assert!(b.capabilities.is_none());
@@ -471,7 +487,7 @@ spec:
     fn defaults_without_security_contexts() {
         let p = pod("metadata: {name: p, uid: u}\nspec: {containers: [{name: c}]}");
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let sc = container_security_context(&p, c).unwrap();
+        let sc = container_security_context(&p, c, std::path::Path::new(ROOT_DIR)).unwrap();
         assert_eq!(
             sc.seccomp.as_ref().unwrap().profile_type,
             ProfileType::Unconfined as i32
@@ -489,7 +505,9 @@ spec:
         let p = pod("metadata: {name: p, uid: u}
 spec: {containers: [{name: c, securityContext: {seccompProfile: {type: Localhost}}}]}");
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let err = container_security_context(&p, c).unwrap_err().to_string();
+        let err = container_security_context(&p, c, std::path::Path::new(ROOT_DIR))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("localhostProfile must be set"), "{err}");
     }
 }

@@ -507,6 +507,7 @@ fn setup_blocking(root_dir: &Path, pod: &Pod) -> Result<PodVolumes, VolumeError>
         systemd_cgroups: false,
         memory_capacity: crate::node::memory_capacity(),
         memory_qos: None,
+        seccomp_profile_root: PathBuf::new(),
     };
     let mut out = PodVolumes::default();
     for v in volumes {
