@@ -375,12 +375,9 @@ async fn connect(config: &Config) -> Cri {
 /// Fails when the runtime reports another cgroup driver than ours (Go reads the same
 /// RuntimeConfig); a runtime without the call (containerd before 1.7) is taken at our word.
 async fn check_runtime_cgroup_driver(cri: &Cri, ours: &str) -> Result<(), AppError> {
-    let theirs = match cri.runtime_config().await {
-        Ok(r) => match r.linux.map(|l| l.cgroup_driver) {
-            Some(d) if d == ferrolet_proto::cri::CgroupDriver::Systemd as i32 => "systemd",
-            Some(_) => "cgroupfs",
-            None => return Ok(()),
-        },
+    let theirs = match cri.cgroup_driver().await {
+        Ok(Some(driver)) => driver,
+        Ok(None) => return Ok(()),
         Err(e) => {
             tracing::info!(error = %e, "the container runtime does not report its cgroup driver; using ours");
             return Ok(());

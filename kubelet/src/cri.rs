@@ -146,6 +146,19 @@ impl Cri {
         )
     }
 
+    /// The runtime's cgroup driver as the kubelet's `cgroupDriver` names it (`systemd`,
+    /// `cgroupfs`), from RuntimeConfig; None when the runtime reports no Linux config.
+    pub async fn cgroup_driver(&self) -> Result<Option<&'static str>, CriError> {
+        let linux = self.runtime_config().await?.linux;
+        Ok(linux.map(|l| {
+            if l.cgroup_driver == cri::CgroupDriver::Systemd as i32 {
+                "systemd"
+            } else {
+                "cgroupfs"
+            }
+        }))
+    }
+
     /// Status: the runtime's conditions (RuntimeReady, NetworkReady).
     pub async fn status(&self) -> Result<cri::StatusResponse, CriError> {
         call!(

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 
 use super::Finding;
 use crate::cm::cgroup::Layout;
-use crate::cm::cgroup::layout::Mode;
 use crate::config::{Config, SYSTEMD};
 
 /// Where `/proc` is (a scratch dir in tests).
@@ -110,13 +109,15 @@ pub fn cgroups(config: &Config) -> Finding {
         );
     }
     let driver = &config.cgroup_driver;
-    match layout.mode() {
-        Mode::V2 => Finding::pass("SystemVerification", format!("cgroup v2, driver {driver}")),
-        Mode::V1 | Mode::Hybrid if config.fail_cgroup_v1 => Finding::fail(
+    if layout.mode().is_v2() {
+        return Finding::pass("SystemVerification", format!("cgroup v2, driver {driver}"));
+    }
+    match config.fail_cgroup_v1 {
+        true => Finding::fail(
             "SystemVerification",
             "kubelet is configured to not run on a host using cgroup v1 (failCgroupV1)",
         ),
-        Mode::V1 | Mode::Hybrid => Finding::warn(
+        false => Finding::warn(
             "SystemVerification",
             format!(
                 "cgroup v1, driver {driver}: cgroup v1 support is in maintenance mode, please \

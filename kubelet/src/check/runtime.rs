@@ -61,14 +61,8 @@ pub async fn checks(config: &Config) -> Vec<Finding> {
         }
         Err(e) => out.push(Finding::fail("CRI-Status", format!("Status failed: {e}"))),
     }
-    out.push(match cri.runtime_config().await.map(|r| r.linux) {
-        Ok(Some(linux)) => {
-            let theirs = if linux.cgroup_driver == ferrolet_proto::cri::CgroupDriver::Systemd as i32
-            {
-                "systemd"
-            } else {
-                "cgroupfs"
-            };
+    out.push(match cri.cgroup_driver().await {
+        Ok(Some(theirs)) => {
             if theirs == config.cgroup_driver {
                 Finding::pass(
                     "CgroupDriver",
