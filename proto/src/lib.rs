@@ -14,6 +14,9 @@
 //!   calls on CSI drivers.
 //! - [`pluginregistration`]: the kubelet's plugin registration API (`pluginregistration.v1`),
 //!   which CSI and DRA drivers serve on a socket the kubelet's plugin watcher finds.
+//! - [`deviceplugin`]: the device plugin API (`deviceplugin.v1beta1`): the kubelet's
+//!   registration service and the `DevicePlugin` service plugins serve (`ListAndWatch` streamed).
+//! - [`podresources`]: the kubelet's pod resources API (`podresources.v1`) monitoring agents call.
 //! - [`go_duration`]: durations as Go writes them (`4h0m0s`), the form Kubernetes and
 //!   containerd configuration use.
 //! - [`spdy`]: SPDY/3.1 (frames, compressed header blocks, a multiplexed connection), the
@@ -24,11 +27,13 @@
 
 pub mod containerd;
 pub mod csi;
+pub mod deviceplugin;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod go_duration;
 pub mod pluginregistration;
+pub mod podresources;
 #[cfg(any(test, feature = "raw-h2"))]
 pub mod raw_h2;
 pub mod spdy;
