@@ -73,6 +73,12 @@ pub enum AppError {
     /// A blocking start-up task failed.
     #[error("start-up task: {0}")]
     Join(#[source] tokio::task::JoinError),
+    /// The device plugin registration socket could not be served.
+    #[error("starting the device manager: {0}")]
+    DeviceManager(#[source] crate::cm::devicemanager::registration::RegistrationError),
+    /// The pod resources socket could not be served.
+    #[error(transparent)]
+    PodResources(#[from] server::pod_resources::PodResourcesError),
     /// The host is on cgroup v1 and `failCgroupV1` is set (Go's words).
     #[error(
         "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is \
@@ -153,6 +159,27 @@ async fn start_cpu_manager(
         "cpu manager: started"
     );
     Ok((policy == CpuManagerPolicy::Static).then_some(manager))
+}
+
+/// The containers the runtime runs as the kubelet starts, `(pod uid, name)`: after a restart
+/// they already use their devices. Go logs a failed listing and starts with none.
+async fn running_containers(cri: &Cri) -> std::collections::BTreeSet<(String, String)> {
+    match cri.runtime_pods().await {
+        Ok(pods) => pods
+            .into_iter()
+            .flat_map(|p| {
+                let uid = p.uid;
+                p.containers
+                    .into_iter()
+                    .filter(|c| c.state == ferrolet_proto::cri::ContainerState::ContainerRunning)
+                    .map(move |c| (uid.clone(), c.name))
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "device manager: listing the runtime's containers");
+            Default::default()
+        }
+    }
 }
 
 /// Validates the node's cgroups against the configuration and builds the `kubepods` tree
@@ -482,7 +509,13 @@ async fn run(config: Config) -> Result<(), AppError> {
     let (cm, capacity) = start_container_manager(&config, cgroup_layout).await?;
     node.memory_qos = memory_qos(&config, &capacity, cgroup_mode);
     let cpu = start_cpu_manager(&config, &cri).await?;
+    let running = running_containers(&cri).await;
     let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu).await;
+    kubelet.devices.set_running_at_start(running);
+    crate::cm::devicemanager::registration::start(kubelet.devices.clone())
+        .await
+        .map_err(AppError::DeviceManager)?;
+    server::pod_resources::start(&config.root_dir, kubelet.clone())?;
     tokio::spawn(crate::heap::release_free_pages());
     let (tx, rx) = mpsc::channel(64);
     if let (Some(c), Some(statuses)) = (&credentials, statuses) {

@@ -398,10 +398,24 @@ impl Kubelet {
         let image = ensured.id;
         // Once per start, before the mounts (their subPathExpr reads it), as Go's
         // GenerateRunContainerOptions.
-        let envs = self
+        let devices = self
+            .device_options(pod, c)
+            .await
+            .map_err(|e| fail("CreateContainerConfigError", e))?;
+        let mut envs = self
             .container_env(pod, c, pod_ips)
             .await
             .map_err(|e| fail("CreateContainerConfigError", e))?;
+        // The plugins' env goes first (the container's own wins) and counts for `$(VAR)` and
+        // `subPathExpr`, as Go's GenerateRunContainerOptions.
+        let device_envs = devices
+            .envs
+            .iter()
+            .map(|(key, value)| ferrolet_proto::cri::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            });
+        envs = device_envs.chain(envs).collect();
         let mounts = self
             .container_mounts(pod, c, target.volumes, pod_ips, &envs)
             .await
@@ -415,6 +429,11 @@ impl Kubelet {
         };
         let mut config = podspec::container_config(pod, c, &self.node, &ctx)
             .map_err(|e| fail("CreateContainerConfigError", e.to_string()))?;
+        let devices = crate::cm::devicemanager::RunContainerOptions {
+            envs: Vec::new(),
+            ..devices
+        };
+        crate::kubelet::devices::apply(&mut config, devices, &uid_of(pod), &c.name);
         // Tells ferrolet-cri where rotation happens, so its log writer waits for our rotation
         // instead of letting a fast logger run far past the limit between two passes; other
         // runtimes ignore it.

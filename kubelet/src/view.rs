@@ -126,3 +126,43 @@ impl SummarySource for Kubelet {
         Box::pin(self.stats_summary(cpu_and_memory_only))
     }
 }
+
+impl crate::server::pod_resources::PodResourcesSource for Kubelet {
+    fn pods(&self) -> Vec<std::sync::Arc<Pod>> {
+        Kubelet::pods(self).into_iter().map(|s| s.pod).collect()
+    }
+
+    fn container_devices(
+        &self,
+        uid: &str,
+        name: &str,
+    ) -> Vec<ferrolet_proto::podresources::ContainerDevices> {
+        self.devices.container_devices(uid, name)
+    }
+
+    fn container_cpus(&self, uid: &str, name: &str) -> Vec<i64> {
+        let Some(cpu) = &self.cpu else {
+            return Vec::new();
+        };
+        let m = cpu
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.exclusive_cpus(uid, name)
+            .map(|set| set.iter().map(i64::from).collect())
+            .unwrap_or_default()
+    }
+
+    fn allocatable_devices(&self) -> Vec<ferrolet_proto::podresources::ContainerDevices> {
+        self.devices.allocatable_devices()
+    }
+
+    fn allocatable_cpus(&self) -> Vec<i64> {
+        let Some(cpu) = &self.cpu else {
+            return Vec::new();
+        };
+        let m = cpu
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        m.allocatable_cpus().iter().map(i64::from).collect()
+    }
+}

@@ -13,10 +13,13 @@
 //! - [`manager`]: [`ContainerManager`], the tree itself: start-up, pod cgroups, QoS updates,
 //!   removal.
 //! - [`cpu_manager`]: the CPU manager (`none` and `static` policies, its state file).
+//! - [`devicemanager`]: device plugins: registration, their devices as extended resources,
+//!   allocation at admission, what containers are created with, the checkpoint.
 
 pub mod allocatable;
 pub mod cgroup;
 pub mod cpu_manager;
+pub mod devicemanager;
 pub mod manager;
 pub mod pod_config;
 pub mod qos;

@@ -413,6 +413,10 @@ impl Config {
             })?;
         }
         set(&mut self.pod_timeline_pods, &f.pod_timeline_pods);
+        set(
+            &mut self.device_plugin_stop_grace_period,
+            &f.device_plugin_stop_grace_period,
+        );
         Ok(Vec::new())
     }
 }

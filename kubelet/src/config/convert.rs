@@ -239,6 +239,7 @@ impl Config {
             config_map_and_secret_change_detection_strategy,
             volume_plugin_dir: PathBuf::from(&kc.volume_plugin_dir),
             pod_timeline_pods: crate::timeline::DEFAULT_PODS,
+            device_plugin_stop_grace_period: crate::cm::devicemanager::DEFAULT_STOP_GRACE_PERIOD,
             fail_swap_on: kc.fail_swap_on.unwrap_or(true),
             kubelet_config: kc,
         })

@@ -207,6 +207,10 @@ pub struct Flags {
     /// recently started evicted first; 0 keeps none (ferrolet's own) [default: 256].
     #[arg(long, value_name = "N")]
     pub pod_timeline_pods: Option<usize>,
+    /// How long a device plugin that went away keeps its resource in the node's capacity
+    /// before it shows 0 (ferrolet's own; Go's fixed 5 minutes) [default: 5m0s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_flag)]
+    pub device_plugin_stop_grace_period: Option<Duration>,
     /// The Go kubelet's other flags ([`GO_FLAGS`]).
     #[command(flatten)]
     pub go: GoFlags,
@@ -848,6 +852,10 @@ mod tests {
                 d.cpu_manager_reconcile_period,
             ),
             ("cpu-cfs-quota-period", d.cpu_cfs_quota_period),
+            (
+                "device-plugin-stop-grace-period",
+                d.device_plugin_stop_grace_period,
+            ),
         ];
         // Defaults that are another setting, not a value.
         let derived = [

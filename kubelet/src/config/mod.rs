@@ -231,6 +231,9 @@ pub struct Config {
     pub volume_plugin_dir: PathBuf,
     /// Pods whose start timelines are kept (`--pod-timeline-pods`, ferrolet's own, 256).
     pub pod_timeline_pods: usize,
+    /// How long a gone device plugin's resource stays in the capacity
+    /// (`--device-plugin-stop-grace-period`, ferrolet's own; Go's fixed 5 minutes).
+    pub device_plugin_stop_grace_period: Duration,
     /// Refuse to start while swap is on (`failSwapOn`, `--fail-swap-on`, true), as Go.
     pub fail_swap_on: bool,
     /// The KubeletConfiguration these settings came from, defaulted and with the flags laid

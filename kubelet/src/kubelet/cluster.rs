@@ -3,6 +3,7 @@
 //! API pod source) each take narrow handles; this file joins them to the kubelet: the facts
 //! the node status reports, the node admission sees, and the static pods mirrors are kept for.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -90,6 +91,10 @@ impl NodeFacts for ClusterFacts {
     fn gather(&self) -> std::pin::Pin<Box<dyn Future<Output = NodeInputs> + Send + '_>> {
         Box::pin(async move {
             let runtime = self.runtime_health().await;
+            let devices = match self.kubelet.upgrade() {
+                Some(k) => k.devices.capacity().await,
+                None => Default::default(),
+            };
             let images = match self.cri.list_images().await {
                 Ok(images) => Some(
                     images
@@ -133,6 +138,7 @@ impl NodeFacts for ClusterFacts {
                     .kubelet
                     .upgrade()
                     .and_then(|k| k.volumes.volumes_in_use()),
+                devices,
             }
         })
     }
@@ -146,7 +152,7 @@ impl Kubelet {
             return NodeInfo::from_node(&node);
         }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let allocatable = [
+        let mut allocatable: BTreeMap<String, Quantity> = [
             ("cpu", cpus.to_string()),
             ("memory", self.node.memory_capacity.to_string()),
             ("pods", self.config.max_pods.to_string()),
@@ -154,6 +160,10 @@ impl Kubelet {
         .into_iter()
         .map(|(k, v)| (k.to_string(), Quantity(v)))
         .collect();
+        // Standalone there is no Node: the device plugins' resources as its status would show.
+        for (resource, n) in self.devices.allocatable_now() {
+            allocatable.insert(resource, Quantity(n.to_string()));
+        }
         NodeInfo {
             name: self.node.node_name.clone(),
             allocatable,
@@ -173,7 +183,10 @@ impl Kubelet {
             .filter(|s| !s.status.phase.as_deref().is_some_and(phase::is_terminal))
             .map(|s| s.pod.clone())
             .collect();
-        match crate::admission::admit(pod, &self.node_info(), &admitted) {
+        let mut node = self.node_info();
+        self.devices
+            .sanitize_allocatable(&crate::types::uid_of(pod), &mut node.allocatable);
+        match crate::admission::admit(pod, &node, &admitted) {
             Ok(admitted) => {
                 if !admitted.shortfall.is_empty() {
                     tracing::warn!(pod = %crate::types::pod_name(pod), "critical pod admitted without the resources it requests");

@@ -6,6 +6,7 @@ mod cgroups;
 pub mod cluster;
 mod cpu;
 mod cpu_sampling;
+pub(crate) mod devices;
 mod eviction;
 mod oom;
 mod timeline;
@@ -149,6 +150,8 @@ pub struct Kubelet {
     pub(crate) sources_ready: AtomicBool,
     /// The pods being admitted and the allocations made, for the CPU manager's stale check.
     pub(crate) cpu_admissions: Arc<cpu::CpuAdmissions>,
+    /// Device plugins and the devices they gave containers.
+    pub(crate) devices: Arc<crate::cm::devicemanager::DeviceManager>,
 }
 
 impl Kubelet {
@@ -203,6 +206,12 @@ impl Kubelet {
             },
             seams.events.clone(),
         );
+        // Device changes wake the node status as volumes in use do.
+        let devices = crate::cm::devicemanager::DeviceManager::new(
+            &config.root_dir,
+            config.device_plugin_stop_grace_period,
+            volumes.in_use_changed(),
+        );
         let timeline = Arc::new(crate::timeline::Timeline::new(crate::timeline::Limits {
             pods: config.pod_timeline_pods,
             ..Default::default()
@@ -224,6 +233,7 @@ impl Kubelet {
             cpu: cpu.map(|m| Arc::new(Mutex::new(m))),
             sources_ready: AtomicBool::new(false),
             cpu_admissions: Arc::default(),
+            devices,
             config,
             node,
             cri,
@@ -550,7 +560,10 @@ impl Kubelet {
     /// why, reported, and never started.
     async fn admitted(&self, uid: &str, pod: &Arc<Pod>) -> bool {
         let verdict = match self.allocate_cpus(pod).await {
-            Ok(()) => self.admit(pod),
+            Ok(()) => match self.allocate_devices(pod).await {
+                Ok(()) => self.admit(pod),
+                Err(rejection) => Err(rejection),
+            },
             Err(rejection) => Err(rejection),
         };
         let Err(rejection) = verdict else {

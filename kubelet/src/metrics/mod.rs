@@ -91,6 +91,10 @@ pub struct Metrics {
     /// `kubelet_oom_events_total{scope}`: ferrolet's own (Go's kubelet leaves OOM counts to
     /// cadvisor's `container_oom_events_total`).
     pub oom_events: CounterVec,
+    /// `kubelet_device_plugin_registration_total{resource_name}`.
+    pub device_plugin_registrations: CounterVec,
+    /// `kubelet_device_plugin_alloc_duration_seconds{resource_name}`.
+    pub device_plugin_alloc_duration: HistogramVec,
     /// `prober_probe_total{probe_type,result,container,pod,namespace,pod_uid}`.
     pub probe_total: CounterVec,
     /// `prober_probe_duration_seconds{probe_type,container,pod,namespace}`.
@@ -224,6 +228,19 @@ impl Metrics {
                 "Cumulative number of out of memory kills the kernel reported, by the limit reached: container, pod, system or other.",
                 &["scope"],
             )),
+            device_plugin_registrations: CounterVec::new(alpha(
+                "kubelet_device_plugin_registration_total",
+                "Cumulative number of device plugin registrations. Broken down by resource name.",
+                &["resource_name"],
+            )),
+            device_plugin_alloc_duration: HistogramVec::new(
+                alpha(
+                    "kubelet_device_plugin_alloc_duration_seconds",
+                    "Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
+                    &["resource_name"],
+                ),
+                DEF_BUCKETS,
+            ),
             probe_total: CounterVec::new(Desc {
                 name: "prober_probe_total",
                 help: "Cumulative number of a liveness, readiness or startup probe for a container by result.",
@@ -269,6 +286,8 @@ impl Metrics {
             &self.running_containers,
             &self.images_garbage_collected,
             &self.oom_events,
+            &self.device_plugin_registrations,
+            &self.device_plugin_alloc_duration,
             &self.probe_total,
             &self.probe_duration,
         ];
@@ -747,6 +766,18 @@ pub fn oom_events_watched(scopes: &[&str]) {
     for scope in scopes {
         global().oom_events.add(&[scope], 0.0);
     }
+}
+
+/// Counts a device plugin's registration request for `resource`, accepted or not (as Go).
+pub fn device_plugin_registration(resource: &str) {
+    global().device_plugin_registrations.inc(&[resource]);
+}
+
+/// Observes one `Allocate` call to `resource`'s plugin.
+pub fn device_plugin_alloc(resource: &str, took: Duration) {
+    global()
+        .device_plugin_alloc_duration
+        .observe(&[resource], took.as_secs_f64());
 }
 
 fn unix_now() -> f64 {

@@ -165,6 +165,19 @@ pub struct NodeInputs {
     /// The attachable volumes in use (Go's `volumesInUse`: the attach/detach controller
     /// detaches none of them), sorted; `None` until the volume manager has read the disk.
     pub volumes_in_use: Option<Vec<String>>,
+    /// The device plugins' resources (Go's `GetDevicePluginResourceCapacity`).
+    pub devices: DeviceCapacity,
+}
+
+/// The device-plugin resources for the node's status (Go's `GetCapacity`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCapacity {
+    /// Every device, healthy or not, by resource.
+    pub capacity: BTreeMap<String, i64>,
+    /// Healthy devices, by resource.
+    pub allocatable: BTreeMap<String, i64>,
+    /// Resources whose plugin has been gone past the grace period: shown as 0 from now on.
+    pub removed: Vec<String>,
 }
 
 /// The kubelet as the node status sees it; the lead implements it over the kubelet.

@@ -500,9 +500,26 @@ pub fn node_status(
         });
     }
     status.addresses = Some(addresses(params.ip, params.hostname));
-    let cap = capacity(params.machine, params.max_pods);
+    let mut cap = capacity(params.machine, params.max_pods);
+    // Extended resources stay as last reported, as Go sets keys on the old capacity: others'
+    // (an admin's patch) are kept, and a device plugin's resource once gone shows 0.
+    for (name, q) in old.capacity.iter().flatten() {
+        if crate::admission::resources::is_extended(name) && !cap.contains_key(name) {
+            cap.insert(name.clone(), q.clone());
+        }
+    }
+    for (name, n) in &inputs.devices.capacity {
+        cap.insert(name.clone(), decimal_quantity(*n));
+    }
+    for name in &inputs.devices.removed {
+        cap.insert(name.clone(), decimal_quantity(0));
+    }
     // Hugepage sizes no longer present leave both maps, as Go's reconcileHugePageResource.
-    status.allocatable = Some(allocatable(&cap, params.reservation));
+    let mut alloc = allocatable(&cap, params.reservation);
+    for (name, n) in &inputs.devices.allocatable {
+        alloc.insert(name.clone(), decimal_quantity(*n));
+    }
+    status.allocatable = Some(alloc);
     status.capacity = Some(cap);
     status.node_info = Some(node_info(params.machine, inputs.runtime_version.as_ref()));
     status.daemon_endpoints = Some(NodeDaemonEndpoints {

@@ -20,6 +20,7 @@ pub mod extra;
 pub mod follow;
 pub mod logs;
 pub mod metrics;
+pub mod pod_resources;
 pub mod pods;
 pub mod secure;
 pub mod stats;

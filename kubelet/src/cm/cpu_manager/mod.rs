@@ -240,8 +240,8 @@ impl CpuManager {
         Some(self.state.cpuset_or_default(pod_uid, container_name)).filter(|s| !s.is_empty())
     }
 
-    /// A container's exclusive CPUs, if any (Go's `GetExclusiveCPUs`).
-    #[cfg(test)]
+    /// A container's exclusive CPUs, if any (Go's `GetExclusiveCPUs`; the pod resources API
+    /// reports them).
     pub fn exclusive_cpus(&self, pod_uid: &str, container_name: &str) -> Option<&CpuSet> {
         self.state.cpuset(pod_uid, container_name)
     }
