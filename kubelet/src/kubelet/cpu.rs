@@ -82,8 +82,8 @@ pub(crate) struct CpuAdmissions {
 }
 
 /// The active pods as one pass read them, and the allocations made before that.
-pub(super) struct ActivePods {
-    pub(super) pods: Vec<Arc<Pod>>,
+struct ActivePods {
+    pods: Vec<Arc<Pod>>,
     allocations: u64,
 }
 
@@ -145,7 +145,7 @@ impl Kubelet {
     /// The pods whose containers keep their CPUs (Go's `GetActivePods`): admitted and not
     /// yet terminated (a finished one only while it is still being killed), and those being
     /// admitted.
-    pub(super) fn cpu_active_pods(&self) -> ActivePods {
+    fn cpu_active_pods(&self) -> ActivePods {
         self.cpu_admissions.read(|| {
             self.pods
                 .read()

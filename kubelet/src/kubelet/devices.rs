@@ -5,6 +5,7 @@
 //! devices) after `PreStartContainer`.
 
 use std::collections::BTreeSet;
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
 
 use ferrolet_proto::cri;
@@ -22,17 +23,33 @@ const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/devicemanager_";
 const MAX_ANNOTATION_NAME: usize = 63;
 
 impl Kubelet {
+    /// The pods whose devices stay theirs (Go's `GetActivePods` over its pod manager): known
+    /// to a source, not rejected, not finished unless still being killed.
+    fn device_active_pods(&self) -> BTreeSet<String> {
+        self.pods
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, s)| !s.rejected && !s.terminated && !s.removed)
+            .filter(|(_, s)| {
+                s.terminating
+                    || !s
+                        .status
+                        .phase
+                        .as_deref()
+                        .is_some_and(crate::status::phase::is_terminal)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
     /// Admission's device allocation; a failure rejects the pod with Go's
     /// `UnexpectedAdmissionError`.
     pub(super) async fn allocate_devices(&self, pod: &Pod) -> Result<(), Rejection> {
-        let active: Option<BTreeSet<String>> =
-            self.sources_ready.load(Ordering::Relaxed).then(|| {
-                self.cpu_active_pods()
-                    .pods
-                    .iter()
-                    .map(|p| uid_of(p))
-                    .collect()
-            });
+        let active = self
+            .sources_ready
+            .load(Ordering::Relaxed)
+            .then(|| self.device_active_pods());
         let ctx = AdmitContext {
             active: active.as_ref(),
         };
@@ -48,8 +65,7 @@ impl Kubelet {
         pod: &Pod,
         c: &Container,
     ) -> Result<RunContainerOptions, String> {
-        let uid = uid_of(pod);
-        let active = self.cpu_active_pods().pods.iter().any(|p| uid_of(p) == uid);
+        let active = self.device_active_pods().contains(&uid_of(pod));
         self.devices
             .run_container_options(pod, c, active)
             .await

@@ -58,6 +58,9 @@ pub struct PodState {
     pub terminated: bool,
     /// Refused by admission: never started, its status says why.
     pub rejected: bool,
+    /// Gone from its source (Go's pod manager no longer has it), though maybe still being
+    /// killed: its devices may go to other pods, as in Go.
+    pub removed: bool,
 }
 
 impl PodState {
@@ -547,7 +550,10 @@ impl Kubelet {
                     if done {
                         continue;
                     }
-                    self.update_state(&uid, |s| s.terminating = true);
+                    self.update_state(&uid, |s| {
+                        s.terminating = true;
+                        s.removed = true;
+                    });
                     tracing::info!(pod = %pod_name(&pod), grace, "pod removed from its source; stopping it");
                     workers.update(&uid, Work::Kill(pod, grace));
                 }
