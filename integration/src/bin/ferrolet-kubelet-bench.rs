@@ -198,6 +198,10 @@ struct RunArgs {
     /// at random moments, not in step with the kubelet's periodic work (relists, housekeeping).
     #[arg(long, default_value_t = 0)]
     gap_ms: u64,
+    /// An extended resource every container's limits ask for, `NAME=COUNT` (repeatable): the
+    /// pods then get devices from a device plugin at admission (issue #37's benchmark).
+    #[arg(long = "extended-resource", value_name = "NAME=COUNT", value_parser = resource_arg)]
+    extended_resources: Vec<(String, u32)>,
 }
 
 /// Latency summary of one measure over a round's pods, milliseconds.
@@ -474,13 +478,16 @@ impl Bench {
             .map(|i| {
                 let path = self.manifest_path(i);
                 let tmp = self.manifest_dir.join(format!(".{}.tmp", self.pod_name(i)));
-                let body = manifest_with(
-                    &self.pod_name(i),
-                    &self.run_id,
-                    i,
-                    &self.args.image,
-                    self.args.probes,
-                    self.args.probe_period_s,
+                let body = with_limits(
+                    manifest_with(
+                        &self.pod_name(i),
+                        &self.run_id,
+                        i,
+                        &self.args.image,
+                        self.args.probes,
+                        self.args.probe_period_s,
+                    ),
+                    &self.args.extended_resources,
                 );
                 (path, tmp, body)
             })
@@ -820,6 +827,40 @@ fn manifest_with(
         "command": ["sh", "-c", COMMAND],
     });
     pod_manifest(name, run_id, index, vec![sleep])
+}
+
+/// `NAME=COUNT`.
+fn resource_arg(s: &str) -> Result<(String, u32), String> {
+    let (name, count) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected NAME=COUNT"))?;
+    let count = count
+        .parse()
+        .map_err(|e| format!("{s:?}: bad count: {e}"))?;
+    Ok((name.to_string(), count))
+}
+
+/// `manifest` with `resources` as every container's limits (extended resources: requests
+/// default to limits).
+fn with_limits(manifest: Vec<u8>, resources: &[(String, u32)]) -> Vec<u8> {
+    if resources.is_empty() {
+        return manifest;
+    }
+    let Ok(mut pod) = serde_json::from_slice::<Value>(&manifest) else {
+        return manifest;
+    };
+    let limits: serde_json::Map<String, Value> = resources
+        .iter()
+        .map(|(name, n)| (name.clone(), Value::String(n.to_string())))
+        .collect();
+    if let Some(containers) = pod["spec"]["containers"].as_array_mut() {
+        for c in containers {
+            c["resources"] = json!({ "limits": limits });
+        }
+    }
+    let mut out = pod.to_string().into_bytes();
+    out.push(b'\n');
+    out
 }
 
 /// The benchmark's pod of `containers`, labelled with the run and its index, as one JSON line.
@@ -1511,6 +1552,20 @@ mod tests {
         let c = &m["spec"]["containers"][0];
         assert_eq!(c["imagePullPolicy"], "IfNotPresent");
         assert_eq!(c["command"][2], COMMAND);
+    }
+
+    #[test]
+    fn extended_resources_become_every_containers_limits() {
+        let m = with_limits(
+            manifest("bench-ab-1", "ab", 1, "img:1"),
+            &[resource_arg("example.com/resource=1").unwrap()],
+        );
+        let m: Value = serde_json::from_slice(&m).unwrap();
+        assert_eq!(
+            m["spec"]["containers"][0]["resources"]["limits"]["example.com/resource"],
+            "1"
+        );
+        assert!(resource_arg("x").is_err());
     }
 
     #[test]
