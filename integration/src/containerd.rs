@@ -40,6 +40,28 @@ pub fn containerd_command(mut command: std::process::Command) -> std::process::C
     command
 }
 
+/// The `(major, minor)` version of [`containerd_binary`], from `containerd --version`
+/// (`containerd github.com/containerd/containerd 1.6.20~ds1 ...`, `... v2.1.9 ...`).
+///
+/// # Panics
+/// If containerd cannot be run or its version not read: a test that branches on it must not
+/// guess.
+pub fn containerd_version() -> (u32, u32) {
+    let binary = containerd_binary();
+    let out = std::process::Command::new(&binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("running {} --version: {e}", binary.display()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    parse_version(&text).unwrap_or_else(|| panic!("no version in {text:?}"))
+}
+
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let word = text.split_whitespace().nth(2)?;
+    let mut parts = word.trim_start_matches('v').split(['.', '~', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// Says which containerd this test binary runs on, on stderr itself (not a test's captured
 /// output), so every CI log shows it per binary.
 pub fn record_version() {
@@ -325,4 +347,24 @@ pub fn config_toml(dir: &Path, socket: &Path) -> String {
         .replace("@STATE@", &dir.join("state").display().to_string())
         .replace("@SOCKET@", &socket.display().to_string())
         .replace("@OPT@", &dir.join("opt").display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::parse_version;
+
+    #[test]
+    fn versions_of_debian_and_upstream_builds() {
+        assert_eq!(
+            parse_version("containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1\n"),
+            Some((1, 6))
+        );
+        assert_eq!(
+            parse_version("containerd github.com/containerd/containerd/v2 v2.1.9 abc\n"),
+            Some((2, 1))
+        );
+        assert_eq!(parse_version("garbage"), None);
+    }
 }

@@ -47,11 +47,22 @@ impl ContainerdCriNode {
     /// Starts containerd with its CRI plugin on a fresh bridge + portmap network, gives it
     /// the pause image, and returns once its CRI answers.
     pub async fn start(name: &str) -> Self {
+        Self::start_with_cdi(name, &[]).await
+    }
+
+    /// [`ContainerdCriNode::start`] with CDI on and its spec files read from `cdi_spec_dirs`
+    /// (lowest priority first) instead of the node's `/etc/cdi` and `/var/run/cdi`; none given:
+    /// containerd's defaults. containerd 1.7+ reads the keys (on by default from 2.0);
+    /// containerd 1.6 has no CDI and ignores them.
+    pub async fn start_with_cdi(name: &str, cdi_spec_dirs: &[PathBuf]) -> Self {
         let net = TestNetwork::new(&format!("cd-{name}"));
         net.write_conflist(vec![net.bridge_plugin(), net.portmap_plugin()]);
         let scratch = Scratch::new(&format!("containerd-cri-{name}"));
         let dir = scratch.path().to_path_buf();
-        let config = config_toml(&dir, &net);
+        let mut config = config_toml(&dir, &net);
+        if !cdi_spec_dirs.is_empty() {
+            config = with_cdi(&config, cdi_spec_dirs);
+        }
         let config_path = dir.join("config.toml");
         std::fs::write(&config_path, config)
             .unwrap_or_else(|e| panic!("writing {}: {e}", config_path.display()));
@@ -83,6 +94,11 @@ impl ContainerdCriNode {
             ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient::new(channel),
             self.created.clone(),
         )
+    }
+
+    /// A client of its containerd, in the CRI plugin's namespace.
+    pub async fn containerd(&self) -> Containerd {
+        self.daemon.client().await
     }
 
     /// Records ids another client (the kubelet) made, for the leak checks.
@@ -340,6 +356,27 @@ fn config_toml(dir: &Path, net: &TestNetwork) -> String {
             "@SYSTEMD_CGROUP@",
             &crate::cgroups::systemd_driver().to_string(),
         )
+}
+
+/// `config` with CDI on and reading `dirs`: the two keys of containerd's CRI plugin section
+/// (where 1.7 reads them; 2.x's migration of a version 2 config moves them to its runtime
+/// plugin).
+fn with_cdi(config: &str, dirs: &[PathBuf]) -> String {
+    const SECTION: &str = "[plugins.\"io.containerd.grpc.v1.cri\"]\n";
+    assert!(
+        config.contains(SECTION),
+        "the CRI plugin's section is missing from the template"
+    );
+    let list = dirs
+        .iter()
+        .map(|d| serde_json::Value::String(d.display().to_string()).to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    config.replacen(
+        SECTION,
+        &format!("{SECTION}  enable_cdi = true\n  cdi_spec_dirs = [{list}]\n"),
+        1,
+    )
 }
 
 /// One `hosts.toml` per loopback registry: plain HTTP, as containerd's CRI reads them.

@@ -18,11 +18,11 @@ use ferrolet_proto::containerd::services::v1::{
 };
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::{
-    ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, ImageStatusRequest, Int64Value,
-    KeyValue, LinuxContainerConfig, LinuxContainerResources, LinuxContainerSecurityContext,
-    LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListImagesRequest, Mount, NamespaceMode,
-    NamespaceOption, PodSandboxConfig, PodSandboxMetadata, PortMapping, Protocol, PullImageRequest,
-    RemoveImageRequest,
+    CdiDevice, ContainerConfig, ContainerMetadata, DnsConfig, ImageSpec, ImageStatusRequest,
+    Int64Value, KeyValue, LinuxContainerConfig, LinuxContainerResources,
+    LinuxContainerSecurityContext, LinuxPodSandboxConfig, LinuxSandboxSecurityContext,
+    ListImagesRequest, Mount, NamespaceMode, NamespaceOption, PodSandboxConfig, PodSandboxMetadata,
+    PortMapping, Protocol, PullImageRequest, RemoveImageRequest,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -815,6 +815,14 @@ impl ContainerBuilder {
         self
     }
 
+    /// Asks for the CDI device `name` (`vendor.com/class=name`) in CRI's `cdi_devices`.
+    pub fn cdi_device(mut self, name: &str) -> Self {
+        self.config.cdi_devices.push(CdiDevice {
+            name: name.to_string(),
+        });
+        self
+    }
+
     /// Sets the log path (relative to the pod's log directory; empty: no log).
     pub fn log_path(mut self, path: &str) -> Self {
         self.config.log_path = path.to_string();
@@ -1018,8 +1026,9 @@ pub fn image_without_command(dir: &Path) -> PathBuf {
     built.dir
 }
 
-/// containerd objects a pod leaves: containers, tasks, non-committed snapshots, leases.
-pub(crate) async fn containerd_runtime_leaks(client: &Containerd) -> Vec<String> {
+/// containerd objects a pod leaves: containers, tasks, non-committed snapshots, leases (also
+/// what a failed call must not add to a running node's).
+pub async fn containerd_runtime_leaks(client: &Containerd) -> Vec<String> {
     let mut leaks = Vec::new();
     match client.containers().list(CdListContainers::default()).await {
         Ok(r) => leaks.extend(

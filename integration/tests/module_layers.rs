@@ -111,6 +111,7 @@ const FERROLET_CRI: Rule = Rule {
             "domain",
             &[
                 "oci",
+                "cdi",
                 "sandbox",
                 "container",
                 "stats",

@@ -90,6 +90,12 @@ pub struct Config {
     pub enable_tls_streaming: bool,
     /// The streaming server's certificate and key (PEM), read when TLS streaming is on.
     pub x509_key_pair_streaming: X509KeyPairStreaming,
+    /// Give containers the CDI devices they ask for (`cdi_devices`, `cdi.k8s.io/*`
+    /// annotations), as containerd 2.x does by default; off, such requests are ignored.
+    pub enable_cdi: bool,
+    /// Where CDI spec files are, lowest priority first: a device defined in a later directory
+    /// wins over one in an earlier.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 /// The streaming server's certificate and key, named as containerd names them.
@@ -162,6 +168,8 @@ impl Default for Config {
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT.into(),
             enable_tls_streaming: false,
             x509_key_pair_streaming: X509KeyPairStreaming::default(),
+            enable_cdi: true,
+            cdi_spec_dirs: vec!["/etc/cdi".into(), "/var/run/cdi".into()],
         }
     }
 }
@@ -324,6 +332,11 @@ mod tests {
             "127.0.0.1:0".parse().unwrap()
         );
         assert!(!c.enable_tls_streaming);
+        assert!(c.enable_cdi);
+        assert_eq!(
+            c.cdi_spec_dirs,
+            [PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")]
+        );
         assert_eq!(
             c.stream_idle_timeout().unwrap(),
             Some(Duration::from_secs(4 * 3600))
@@ -394,6 +407,14 @@ mod tests {
         ] {
             assert!(Config::parse(bad).unwrap().validate().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn cdi_keys_as_containerd_names_them() {
+        let c = Config::parse("enable_cdi = false\ncdi_spec_dirs = [\"/srv/cdi\"]\n").unwrap();
+        c.validate().unwrap();
+        assert!(!c.enable_cdi);
+        assert_eq!(c.cdi_spec_dirs, [PathBuf::from("/srv/cdi")]);
     }
 
     #[test]

@@ -21,6 +21,8 @@
 //!
 //! Domain, what the services work on:
 //! - [`oci`]: OCI runtime specs for pause and application containers.
+//! - [`cdi`]: CDI devices: spec files resolved by qualified name, their edits applied to a
+//!   container's OCI spec.
 //! - [`sandbox`]: what a pod sandbox is; the files it shares; its network (netns + CNI).
 //! - [`container`]: what a container is; its FIFO IO, CRI log file (with attach's fan-out),
 //!   exec (sync and streaming), attach.
@@ -41,6 +43,7 @@
 //! - [`reference`]: image reference parsing and normalization, as Kubernetes users expect.
 
 pub mod archive;
+pub mod cdi;
 pub mod cli;
 pub mod completion;
 pub mod config;

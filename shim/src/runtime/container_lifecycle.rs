@@ -186,6 +186,9 @@ impl RuntimeInner {
                 .as_ref()
                 .and_then(|c| c.stop_signal().as_deref()),
         )?;
+        // Before anything is made: a device no spec defines fails the call with nothing to
+        // undo.
+        let cdi = self.resolve_cdi(&config).await?;
         let snapshot =
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id).await?;
         let built = async {
@@ -196,9 +199,10 @@ impl RuntimeInner {
                 None => oci::PodNamespaces::Pause(sandbox_pid),
             };
             let target_pid = self.target_pid(sb, &config);
-            // The builder stats devices and creates missing bind-mount sources.
-            let spec = tokio::task::block_in_place(|| {
-                oci::container_spec(&ContainerSpecInput {
+            // The builder stats devices and creates missing bind-mount sources; CDI edits
+            // stat the host nodes of their devices.
+            let spec = tokio::task::block_in_place(|| -> Result<oci::Spec> {
+                let mut spec = oci::container_spec(&ContainerSpecInput {
                     id,
                     config: &config,
                     sandbox_config: &sb.meta.config,
@@ -211,7 +215,13 @@ impl RuntimeInner {
                     cgroups_path: &cgroups_path,
                     min_oom_score_adj: self.min_oom_score_adj,
                     cgroups: oci::CgroupSupport::node(),
-                })
+                })?;
+                // Last, as containerd applies them: over the user, mounts and devices the
+                // request itself made.
+                if let Some(cdi) = &cdi {
+                    cdi.apply(&mut spec)?;
+                }
+                Ok(spec)
             })?;
             Ok::<_, RuntimeError>(spec)
         }
@@ -292,6 +302,32 @@ impl RuntimeInner {
         self.containers.insert(container);
         self.emit(id, &sb.meta.id, ContainerEventType::ContainerCreatedEvent);
         Ok(())
+    }
+
+    /// The CDI edits for the devices `config` asks for (`cdi_devices` and `cdi.k8s.io/*`
+    /// annotations); `None` when it asks for none or CDI is off.
+    async fn resolve_cdi(
+        &self,
+        config: &cri::ContainerConfig,
+    ) -> Result<Option<crate::cdi::Resolved>> {
+        let Some(registry) = &self.cdi else {
+            let asked = !config.cdi_devices.is_empty()
+                || config
+                    .annotations
+                    .keys()
+                    .any(|k| k.starts_with(crate::cdi::ANNOTATION_PREFIX));
+            if asked {
+                // containerd with enable_cdi = false ignores them too, but says nothing.
+                tracing::warn!("CDI devices asked for, but CDI is off (enable_cdi = false)");
+            }
+            return Ok(None);
+        };
+        let devices = crate::cdi::requested_devices(config)?;
+        if devices.is_empty() {
+            return Ok(None);
+        }
+        tracing::info!(?devices, "CDI devices");
+        Ok(Some(registry.resolve_async(devices).await?))
     }
 
     /// Gives up the snapshot of a create that failed; if containerd cannot remove it now, the

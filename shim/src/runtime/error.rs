@@ -77,6 +77,7 @@ macro_rules! coded {
 
 coded!(
     crate::oci::OciError,
+    crate::cdi::CdiError,
     crate::sandbox::files::FilesError,
     crate::sandbox::network::NetworkError,
     crate::container::exec::ExecError,

@@ -131,6 +131,8 @@ pub struct RuntimeInner {
     pub streams: crate::streaming::Urls,
     /// Wakes the sweeper ([`sweep`]) early.
     pub sweep_wanted: tokio::sync::Notify,
+    /// CDI spec files, when CDI is on (`enable_cdi`).
+    pub cdi: Option<Arc<crate::cdi::Registry>>,
 }
 
 /// The RuntimeService: cheap to clone.
@@ -184,7 +186,22 @@ impl Runtime {
             min_oom_score_adj: crate::oci::own_oom_score_adj(),
             streams: stream_server.urls(),
             sweep_wanted: tokio::sync::Notify::new(),
+            cdi: config
+                .enable_cdi
+                .then(|| Arc::new(crate::cdi::Registry::new(config.cdi_spec_dirs.clone()))),
         });
+        if let Some(registry) = inner.cdi.clone() {
+            // Read once now, so broken spec files are in the log from the start rather than
+            // at the first container that asks for a device.
+            tokio::task::spawn_blocking(move || {
+                let devices = registry.refresh();
+                tracing::info!(
+                    dirs = ?registry.dirs(),
+                    devices,
+                    "CDI on: devices resolved from spec files as containers ask for them"
+                );
+            });
+        }
         // Subscribe before reading state, so no exit falls between the two.
         let exits = events::subscribe(&inner).await?;
         recover::recover(&inner).await?;
