@@ -136,7 +136,7 @@ impl Registration for Registrar {
             };
             if r.version != VERSION {
                 return refuse(format!(
-                    "requested API version {:?} is not supported by kubelet. Supported versions are [{VERSION:?}]",
+                    "requested API version {:?} is not supported by kubelet. Supported version is [{VERSION:?}]",
                     r.version
                 ));
             }
