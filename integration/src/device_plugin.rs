@@ -10,8 +10,9 @@
 //! are the test's ([`PluginBuilder`]); a test changes a device's health while it runs (a
 //! `ListAndWatch` update to every stream) and stops it as a killed plugin goes (its streams
 //! end, its socket goes). Every call is recorded ([`Calls`]) for the test to check what the
-//! kubelet asked.
+//! kubelet asked. [`observe`] reads what the kubelet shows of its devices in return.
 
+pub mod observe;
 mod service;
 #[cfg(test)]
 mod tests;

@@ -15,12 +15,16 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ferrolet_integration::apiserver::DeleteOptions;
 use ferrolet_integration::cluster::{ClusterNode, ClusterOptions, NAMESPACE};
 use ferrolet_integration::cri::poll;
+use ferrolet_integration::device_plugin::observe::{
+    self, CheckpointEntry, Devices, PerNuma, PodDevices, checkpoint_entries, ids_of, pod_devices,
+    pod_resources_client, read_checkpoint, registered_devices, resource_devices,
+};
 use ferrolet_integration::device_plugin::{
     DEFAULT_ENV, PluginBuilder, TestDevicePlugin, merged, plugin_dir,
 };
@@ -32,8 +36,7 @@ use ferrolet_proto::deviceplugin::{
     RegistrationClient, VERSION,
 };
 use ferrolet_proto::podresources::{
-    ContainerDevices, GetPodResourcesRequest, POD_RESOURCES_DIR, PodResources,
-    PodResourcesListerClient, SOCKET,
+    GetPodResourcesRequest, PodResources, PodResourcesListerClient,
 };
 use serde_json::{Value, json};
 
@@ -226,118 +229,29 @@ fn mode(path: &Path) -> u32 {
         & 0o777
 }
 
-fn checkpoint_path(node: &ClusterNode) -> PathBuf {
-    plugin_dir(&node.node.root_dir()).join("kubelet_internal_checkpoint")
-}
-
-/// Go's checkpoint: `{"Data": {"PodDeviceEntries": [...], "RegisteredDevices": {...}},
-/// "Checksum": N}`.
 fn checkpoint(node: &ClusterNode) -> Value {
-    let path = checkpoint_path(node);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-    assert!(v["Checksum"].is_u64(), "{text}");
-    assert!(v["Data"]["PodDeviceEntries"].is_array(), "{text}");
-    v
+    read_checkpoint(&node.node.root_dir()).unwrap()
 }
 
-/// A checkpoint entry's devices: NUMA node (`-1`: none) → ids, sorted.
-type PerNuma = Vec<(String, Vec<String>)>;
-
-/// One checkpoint entry: (pod UID, container, resource, its devices, the Allocate answer as
-/// Go stores it).
-type Entry = (String, String, String, PerNuma, String);
-
-/// Devices as the pod resources API reports them: (id, NUMA nodes), sorted.
-type Devices = Vec<(String, Vec<i64>)>;
-
-/// A pod's containers and their [`Devices`] of [`RESOURCE`], in the pod's order.
-type PodDevices = Vec<(String, Devices)>;
-
-/// The checkpoint's entries in a stable order (Go writes them in map order).
-fn entries(cp: &Value) -> Vec<Entry> {
-    let mut out: Vec<Entry> = cp["Data"]["PodDeviceEntries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            let ids = e["DeviceIDs"]
-                .as_object()
-                .unwrap()
-                .iter()
-                .map(|(numa, ids)| {
-                    let ids: Vec<String> = serde_json::from_value(ids.clone()).unwrap();
-                    (numa.clone(), sorted(&ids))
-                })
-                .collect();
-            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-            (
-                s("PodUID"),
-                s("ContainerName"),
-                s("ResourceName"),
-                ids,
-                s("AllocResp"),
-            )
-        })
-        .collect();
-    out.sort();
-    out
+fn entries(cp: &Value) -> Vec<CheckpointEntry> {
+    checkpoint_entries(cp).unwrap()
 }
 
 async fn pod_resources(node: &ClusterNode) -> PodResourcesListerClient {
-    let path = node.node.root_dir().join(POD_RESOURCES_DIR).join(SOCKET);
-    let channel = poll("the pod resources socket", LIMIT, || async {
-        ferrolet_proto::transport::connect(&path.display().to_string())
-            .await
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    assert_eq!(mode(&path), 0o600, "{}", path.display());
-    PodResourcesListerClient::new(channel)
+    pod_resources_client(&node.node.root_dir(), LIMIT)
+        .await
+        .unwrap()
 }
 
-/// A container's devices of [`RESOURCE`], sorted, with the NUMA nodes each entry names.
-fn resource_devices(devices: &[ContainerDevices]) -> Devices {
-    let mut out: Devices = devices
-        .iter()
-        .filter(|d| d.resource_name == RESOURCE)
-        .flat_map(|d| {
-            let numa: Vec<i64> = d
-                .topology
-                .iter()
-                .flat_map(|t| t.nodes.iter().map(|n| n.id))
-                .collect();
-            d.device_ids
-                .iter()
-                .map(move |id| (id.clone(), numa.clone()))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-fn ids_of(devices: &[(String, Vec<i64>)]) -> Vec<String> {
-    devices.iter().map(|(id, _)| id.clone()).collect()
-}
-
-/// Pod `name` in a List answer, its containers' devices of [`RESOURCE`] by container name.
+/// Pod `name`'s containers and their devices of [`RESOURCE`] in a List answer.
 fn listed(list: &[PodResources], name: &str) -> Option<PodDevices> {
-    let pod = list
-        .iter()
-        .find(|p| p.name == name && p.namespace == NAMESPACE)?;
-    Some(normalized(pod))
+    observe::listed(list, NAMESPACE, name, RESOURCE)
 }
 
-fn normalized(pod: &PodResources) -> PodDevices {
-    pod.containers
-        .iter()
-        .map(|c| (c.name.clone(), resource_devices(&c.devices)))
-        .collect()
-}
-
-/// The ids of [`RESOURCE`] GetAllocatableResources answers (with their NUMA nodes).
+/// The devices of [`RESOURCE`] GetAllocatableResources answers (with their NUMA nodes).
 async fn allocatable(client: &mut PodResourcesListerClient) -> Devices {
-    resource_devices(&client.get_allocatable_resources().await.unwrap().devices)
+    let answer = client.get_allocatable_resources().await.unwrap();
+    resource_devices(&answer.devices, RESOURCE)
 }
 
 /// Deletes every pod, waits until they are gone and the pod resources API lists none, stops
@@ -366,8 +280,11 @@ async fn finish(node: ClusterNode, plugins: Vec<TestDevicePlugin>) {
         }
     })
     .await;
-    for p in plugins {
+    // All stopped before any is checked: a plugin started again may use an earlier one's path.
+    for p in &plugins {
         p.stop().await;
+    }
+    for p in &plugins {
         assert!(
             !p.socket().exists(),
             "{} outlived its plugin",
@@ -534,12 +451,15 @@ async fn a_pod_gets_the_plugins_env_mounts_device_nodes_and_annotations() {
     let e = entries(&cp);
     assert_eq!(e.len(), 1, "{cp:#}");
     assert_eq!(
-        (e[0].0.as_str(), e[0].1.as_str()),
+        (e[0].pod_uid.as_str(), e[0].container.as_str()),
         (uid(&pod).as_str(), "main")
     );
-    assert_eq!(e[0].2, RESOURCE);
-    assert_eq!(e[0].3, [("-1".to_string(), strings(&["dev0", "dev1"]))]);
-    assert!(!e[0].4.is_empty(), "no AllocResp: {cp:#}");
+    assert_eq!(e[0].resource, RESOURCE);
+    assert_eq!(
+        e[0].devices,
+        [("-1".to_string(), strings(&["dev0", "dev1"]))]
+    );
+    assert!(!e[0].alloc_resp.is_empty(), "no AllocResp: {cp:#}");
     // Allocation is not subtracted from allocatable, as Go's.
     wait_devices(&node, "2", "2").await;
 
@@ -683,7 +603,7 @@ async fn a_pod_that_does_not_fit_is_failed_and_a_deleted_pods_device_is_given_ag
     assert_eq!(env_devices(&node, &fourth, "main").await, a);
     let owners: BTreeSet<String> = entries(&checkpoint(&node))
         .into_iter()
-        .map(|e| e.0)
+        .map(|e| e.pod_uid)
         .collect();
     assert_eq!(owners, [uid(&second), uid(&fourth)].into());
     finish(node, vec![p]).await;
@@ -733,10 +653,11 @@ async fn a_killed_ferrolet_keeps_every_allocation_and_the_plugin_registers_again
     // Nothing was allocated again, nothing restarted, every record as it was.
     let cp = checkpoint(&node);
     assert_eq!(entries(&cp), before, "{cp:#}");
-    let mut registered: Vec<String> =
-        serde_json::from_value(cp["Data"]["RegisteredDevices"][RESOURCE].clone()).unwrap();
-    registered.sort();
-    assert_eq!(registered, ["dev0", "dev1"], "{cp:#}");
+    assert_eq!(
+        registered_devices(&cp, RESOURCE),
+        ["dev0", "dev1"],
+        "{cp:#}"
+    );
     let listed_after = listed(&client.list().await.unwrap().pod_resources, "held").unwrap();
     assert_eq!(listed_after, listed_before);
     assert_eq!(container_id(&node, &held, "main").await, id);
@@ -862,7 +783,7 @@ async fn pod_resources_lists_what_runs_and_what_can_be_allocated() {
         (got.name.as_str(), got.namespace.as_str()),
         ("gpu", NAMESPACE)
     );
-    assert_eq!(normalized(&got), want);
+    assert_eq!(pod_devices(&got, RESOURCE), want);
     let missing = client
         .get(GetPodResourcesRequest {
             pod_name: "nobody".into(),
@@ -979,7 +900,10 @@ async fn init_devices_are_reused_prestart_comes_first_and_preferences_are_follow
         Some(vec![("main".to_string(), devices(&preferred))])
     );
     let cp = entries(&checkpoint(&node));
-    let held: Vec<(&str, &PerNuma)> = cp.iter().map(|e| (e.1.as_str(), &e.3)).collect();
+    let held: Vec<(&str, &PerNuma)> = cp
+        .iter()
+        .map(|e| (e.container.as_str(), &e.devices))
+        .collect();
     let both = vec![("-1".to_string(), preferred.clone())];
     assert_eq!(held, [("init", &both), ("main", &both)]);
 
