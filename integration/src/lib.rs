@@ -17,6 +17,9 @@
 //! - [`containerd_cri`]: containerd's own CRI plugin as a test node (the reference runtime).
 //! - [`csi_driver`]: a spec-following CSI Node service backed by directories, with its
 //!   registration socket, for the kubelet's CSI tests.
+//! - [`device_plugin`]: a spec-following device plugin (`v1beta1.DevicePlugin`) that
+//!   registers with the kubelet's `kubelet.sock` and again with each new kubelet, for the
+//!   kubelet's device manager tests.
 //! - [`kubelet`]: the real `ferrolet` per test, on either runtime node.
 //! - [`cluster`]: a ferrolet node joined to its own in-memory test API server.
 //! - [`pods`]: a ferrolet-cri node per test (all its dirs in scratch), pod and container
@@ -37,6 +40,7 @@ pub mod containerd;
 pub mod containerd_cri;
 pub mod cri;
 pub mod csi_driver;
+pub mod device_plugin;
 pub mod kubelet;
 pub mod leak;
 pub mod network;
