@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tonic::Status;
@@ -546,31 +545,12 @@ pub trait Node: Send + Sync + 'static {
     fn node_get_info(&self) -> Answer<NodeGetInfoResponse>;
 }
 
-/// [`Node`] as a tonic service, for `tonic::transport::Server::add_service`.
-pub struct NodeServer<T> {
-    inner: Arc<T>,
-}
-
-impl<T> Clone for NodeServer<T> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<T: Node> NodeServer<T> {
-    /// Serves `inner`.
-    pub fn new(inner: T) -> Self {
-        Self {
-            inner: Arc::new(inner),
-        }
-    }
-}
-
-impl<T: Node> tonic::server::NamedService for NodeServer<T> {
-    const NAME: &'static str = NODE_SERVICE;
-}
+crate::unary::named_service!(
+    NodeServer,
+    Node,
+    NODE_SERVICE,
+    "[`Node`] as a tonic service, for `tonic::transport::Server::add_service`."
+);
 
 impl<T: Node> tower::Service<http::Request<tonic::body::Body>> for NodeServer<T> {
     type Response = http::Response<tonic::body::Body>;

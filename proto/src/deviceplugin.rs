@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
@@ -365,44 +364,13 @@ pub trait DevicePlugin: Send + Sync + 'static {
     ) -> Answer<PreStartContainerResponse>;
 }
 
-macro_rules! tonic_service {
-    ($server:ident, $trait:ident, $name:expr, $doc:literal) => {
-        #[doc = $doc]
-        #[derive(Debug)]
-        pub struct $server<T> {
-            inner: Arc<T>,
-        }
-
-        impl<T> Clone for $server<T> {
-            fn clone(&self) -> Self {
-                Self {
-                    inner: self.inner.clone(),
-                }
-            }
-        }
-
-        impl<T: $trait> $server<T> {
-            /// Serves `inner`.
-            pub fn new(inner: T) -> Self {
-                Self {
-                    inner: Arc::new(inner),
-                }
-            }
-        }
-
-        impl<T: $trait> tonic::server::NamedService for $server<T> {
-            const NAME: &'static str = $name;
-        }
-    };
-}
-
-tonic_service!(
+crate::unary::named_service!(
     RegistrationServer,
     Registration,
     REGISTRATION_SERVICE,
     "[`Registration`] as a tonic service, for `tonic::transport::Server::add_service`."
 );
-tonic_service!(
+crate::unary::named_service!(
     DevicePluginServer,
     DevicePlugin,
     DEVICE_PLUGIN_SERVICE,
@@ -432,7 +400,7 @@ impl<T: Registration> tower::Service<http::Request<tonic::body::Body>> for Regis
 }
 
 /// `ListAndWatch` as tonic's server-streaming method.
-struct ListAndWatch<T>(Arc<T>);
+struct ListAndWatch<T>(std::sync::Arc<T>);
 
 impl<T: DevicePlugin> tonic::server::ServerStreamingService<Empty> for ListAndWatch<T> {
     type Response = ListAndWatchResponse;
@@ -481,6 +449,8 @@ mod tests {
 
     use prost::Message;
     use tokio_stream::StreamExt;
+
+    use std::sync::Arc;
 
     use super::*;
 

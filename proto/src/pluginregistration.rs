@@ -10,7 +10,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tonic::Status;
@@ -114,32 +113,12 @@ pub trait Registration: Send + Sync + 'static {
     ) -> Answer<RegistrationStatusResponse>;
 }
 
-/// [`Registration`] as a tonic service, for `tonic::transport::Server::add_service`.
-#[derive(Debug)]
-pub struct RegistrationServer<T> {
-    inner: Arc<T>,
-}
-
-impl<T> Clone for RegistrationServer<T> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<T: Registration> RegistrationServer<T> {
-    /// Serves `inner`.
-    pub fn new(inner: T) -> Self {
-        Self {
-            inner: Arc::new(inner),
-        }
-    }
-}
-
-impl<T: Registration> tonic::server::NamedService for RegistrationServer<T> {
-    const NAME: &'static str = SERVICE;
-}
+crate::unary::named_service!(
+    RegistrationServer,
+    Registration,
+    SERVICE,
+    "[`Registration`] as a tonic service, for `tonic::transport::Server::add_service`."
+);
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 impl<T: Registration> tower::Service<http::Request<tonic::body::Body>> for RegistrationServer<T> {
@@ -166,6 +145,8 @@ impl<T: Registration> tower::Service<http::Request<tonic::body::Body>> for Regis
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+
+    use std::sync::Arc;
 
     use super::*;
 

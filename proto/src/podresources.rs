@@ -7,7 +7,6 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tonic::Status;
@@ -220,32 +219,12 @@ pub trait PodResourcesLister: Send + Sync + 'static {
     fn get(&self, request: GetPodResourcesRequest) -> Answer<GetPodResourcesResponse>;
 }
 
-/// [`PodResourcesLister`] as a tonic service, for `tonic::transport::Server::add_service`.
-#[derive(Debug)]
-pub struct PodResourcesListerServer<T> {
-    inner: Arc<T>,
-}
-
-impl<T> Clone for PodResourcesListerServer<T> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-        }
-    }
-}
-
-impl<T: PodResourcesLister> PodResourcesListerServer<T> {
-    /// Serves `inner`.
-    pub fn new(inner: T) -> Self {
-        Self {
-            inner: Arc::new(inner),
-        }
-    }
-}
-
-impl<T: PodResourcesLister> tonic::server::NamedService for PodResourcesListerServer<T> {
-    const NAME: &'static str = SERVICE;
-}
+crate::unary::named_service!(
+    PodResourcesListerServer,
+    PodResourcesLister,
+    SERVICE,
+    "[`PodResourcesLister`] as a tonic service, for `tonic::transport::Server::add_service`."
+);
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 impl<T: PodResourcesLister> tower::Service<http::Request<tonic::body::Body>>

@@ -8,6 +8,40 @@ use std::sync::Arc;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+/// A hand-written service's server type: `$server<T>` holding the implementation of `$trait`,
+/// cloneable, named `$name` for tonic's router.
+macro_rules! named_service {
+    ($server:ident, $trait:ident, $name:expr, $doc:literal) => {
+        #[doc = $doc]
+        #[derive(Debug)]
+        pub struct $server<T> {
+            inner: std::sync::Arc<T>,
+        }
+
+        impl<T> Clone for $server<T> {
+            fn clone(&self) -> Self {
+                Self {
+                    inner: self.inner.clone(),
+                }
+            }
+        }
+
+        impl<T: $trait> $server<T> {
+            /// Serves `inner`.
+            pub fn new(inner: T) -> Self {
+                Self {
+                    inner: std::sync::Arc::new(inner),
+                }
+            }
+        }
+
+        impl<T: $trait> tonic::server::NamedService for $server<T> {
+            const NAME: &'static str = $name;
+        }
+    };
+}
+pub(crate) use named_service;
+
 /// What a server method answers: a boxed future owning what it needs.
 pub type Answer<A> = Pin<Box<dyn Future<Output = Result<A, Status>> + Send>>;
 

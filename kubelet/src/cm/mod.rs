@@ -12,12 +12,15 @@
 //!   and the check that reservations fit capacity.
 //! - [`manager`]: [`ContainerManager`], the tree itself: start-up, pod cgroups, QoS updates,
 //!   removal.
+//! - [`checkpoint_file`]: what the checkpoints share with Go's checkpoint manager (atomic
+//!   writes, the checksum's hash, Go's JSON strings and field matching).
 //! - [`cpu_manager`]: the CPU manager (`none` and `static` policies, its state file).
 //! - [`devicemanager`]: device plugins: registration, their devices as extended resources,
 //!   allocation at admission, what containers are created with, the checkpoint.
 
 pub mod allocatable;
 pub mod cgroup;
+pub mod checkpoint_file;
 pub mod cpu_manager;
 pub mod devicemanager;
 pub mod manager;

@@ -2,6 +2,8 @@ use std::sync::Mutex;
 
 use prost::Message;
 
+use std::sync::Arc;
+
 use super::*;
 
 /// A driver that records what it is asked to publish.

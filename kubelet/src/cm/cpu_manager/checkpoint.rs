@@ -20,6 +20,8 @@ use std::fmt::{self, Write};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
+use crate::cm::checkpoint_file::{fnv32a, go_fold_eq, go_json_string};
+
 /// Container id → (pod UID, container name): the runtime's containers at start-up (Go's
 /// `containermap.ContainerMap`), needed only to migrate a V1 file.
 pub type ContainerMap = BTreeMap<String, (String, String)>;
@@ -192,32 +194,6 @@ fn spew_map<'a, V: 'a>(
         value(out, v);
     }
     out.push(']');
-}
-
-fn fnv32a(text: &str) -> u32 {
-    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
-/// A string as Go's `encoding/json` writes it (HTML-safe; Go 1.21 escapes `\b` and `\f` as
-/// `\u0008`, `\u000c`).
-fn go_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' | '\0'..='\u{1f}' => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// The top-level object's members in document order (`None` for a JSON `null`, which Go
@@ -401,17 +377,6 @@ fn type_error(value: &Value, field: &str, go_type: &str) -> CheckpointError {
     CheckpointError::Json(format!(
         "json: cannot unmarshal {kind} into Go struct field CPUManagerCheckpoint.{field} of type {go_type}"
     ))
-}
-
-/// Go's case-insensitive field match against an ASCII field name (Unicode simple folding,
-/// under which only `ſ` and the Kelvin sign fold onto ASCII letters).
-fn go_fold_eq(key: &str, field: &str) -> bool {
-    let fold = |c: char| match c {
-        'ſ' => 's',
-        '\u{212a}' => 'k',
-        c => c.to_ascii_lowercase(),
-    };
-    key.chars().map(fold).eq(field.chars().map(fold))
 }
 
 #[cfg(test)]

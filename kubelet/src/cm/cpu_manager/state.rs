@@ -3,12 +3,12 @@
 //! `state.NewCheckpointState` does.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{Checkpoint, CheckpointError, ContainerMap};
 use super::cpuset::{CpuSet, CpuSetParseError};
+use crate::cm::checkpoint_file::write_atomically;
 
 /// The state file's name (Go's `cpuManagerStateFileName`).
 pub const STATE_FILE_NAME: &str = "cpu_manager_state";
@@ -235,25 +235,6 @@ impl StateFile {
     fn checkpoint_text(&self, state: &CpuState) -> String {
         state.to_checkpoint(&self.policy_name).marshal()
     }
-}
-
-/// Go's `FileStore.Write`: a `.`-prefixed temporary file beside the target (mode 0600),
-/// written, fsynced, closed, renamed over the target.
-fn write_atomically(path: &Path, data: &[u8]) -> io::Result<()> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = path.with_file_name(format!(".{name}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(data).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
 }
 
 #[cfg(test)]

@@ -23,14 +23,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
-use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+use crate::cm::checkpoint_file::{fnv32a, go_fold_eq, go_json_string, write_atomically};
 
 /// The file's name in the device plugins directory (Go's `kubeletDeviceManagerCheckpoint`).
 pub const CHECKPOINT_FILE: &str = "kubelet_internal_checkpoint";
@@ -140,32 +142,17 @@ pub fn read(dir: &Path) -> Result<Option<Checkpoint>, CheckpointError> {
 /// Go's checkpoint manager does with its mutex: the temporary file's name is fixed.
 pub fn write(dir: &Path, cp: &Checkpoint) -> Result<(), CheckpointError> {
     let path = dir.join(CHECKPOINT_FILE);
-    write_atomically(dir, &path, &cp.marshal())
-        .map_err(|source| CheckpointError::Write { path, source })
+    write_in(dir, &path, &cp.marshal()).map_err(|source| CheckpointError::Write { path, source })
 }
 
-/// Go's `FileStore.Write`: the directory made (0755), then a `.`-prefixed temporary file
-/// beside the target (0600, as `os.CreateTemp` makes it; Go's store lists no `.` files),
-/// written, fsynced, renamed over the target.
-fn write_atomically(dir: &Path, path: &Path, data: &[u8]) -> io::Result<()> {
+/// Go's `FileStore.Write`: the directory made (0755), then the file written atomically
+/// ([`write_atomically`]; Go's store lists no `.` files).
+fn write_in(dir: &Path, path: &Path, data: &[u8]) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o755)
         .create(dir)?;
-    let tmp = dir.join(format!(".{CHECKPOINT_FILE}.tmp"));
-    // A crash's leftover would make create_new fail for ever.
-    let _ = std::fs::remove_file(&tmp);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(data).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    write_atomically(path, data)
 }
 
 /// Which Go types a file is decoded into and hashed as.
@@ -437,12 +424,6 @@ fn spew_map<K>(out: &mut String, map: Option<&BTreeMap<K, GoList>>, key: impl Fn
     out.push(']');
 }
 
-fn fnv32a(text: &str) -> u32 {
-    text.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
 // ---- JSON out ----
 
 /// Go's `StdEncoding` (padded). Decoding also accepts non-zero trailing bits, as Go's
@@ -466,15 +447,15 @@ fn encode(data: &GoData, checksum: u32) -> String {
 
 fn json_entry(out: &mut String, e: &GoEntry) {
     out.push_str("{\"PodUID\":");
-    json_string(out, &e.pod_uid);
+    go_json_string(out, &e.pod_uid);
     out.push_str(",\"ContainerName\":");
-    json_string(out, &e.container_name);
+    go_json_string(out, &e.container_name);
     out.push_str(",\"ResourceName\":");
-    json_string(out, &e.resource_name);
+    go_json_string(out, &e.resource_name);
     out.push_str(",\"DeviceIDs\":");
     match &e.device_ids {
         GoDeviceIds::PerNuma(m) => json_map(out, m.as_ref(), i64::to_string),
-        GoDeviceIds::Flat(list) => json_slice(out, list.items(), |o, s| json_string(o, s)),
+        GoDeviceIds::Flat(list) => json_slice(out, list.items(), |o, s| go_json_string(o, s)),
     }
     out.push_str(",\"AllocResp\":");
     match e.alloc_resp.items() {
@@ -517,31 +498,11 @@ fn json_map<K>(out: &mut String, map: Option<&BTreeMap<K, GoList>>, key: impl Fn
         if i > 0 {
             out.push(',');
         }
-        json_string(out, &k);
+        go_json_string(out, &k);
         out.push(':');
-        json_slice(out, list.items(), |o, s| json_string(o, s));
+        json_slice(out, list.items(), |o, s| go_json_string(o, s));
     }
     out.push('}');
-}
-
-/// A string as Go's `encoding/json` writes it: HTML-safe, and `\b`/`\f` as `\u0008`/`\u000c`
-/// as the Go 1.20/1.21 that builds kubelet 1.28 does (1.22 writes `\b`, `\f`).
-fn json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' | '\0'..='\u{1f}' => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 // ---- JSON in ----
@@ -831,17 +792,6 @@ fn type_error(value: &Json, t: Target) -> CheckpointError {
         field: t.field,
         go_type: t.go_type,
     }
-}
-
-/// Go's case-insensitive field match against an ASCII field name (Unicode simple folding,
-/// under which only `ſ` and the Kelvin sign fold onto ASCII letters).
-fn go_fold_eq(key: &str, field: &str) -> bool {
-    let fold = |c: char| match c {
-        'ſ' => 's',
-        '\u{212a}' => 'k',
-        c => c.to_ascii_lowercase(),
-    };
-    key.chars().map(fold).eq(field.chars().map(fold))
 }
 
 #[cfg(test)]
