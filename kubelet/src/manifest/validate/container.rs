@@ -390,17 +390,60 @@ fn resources(errs: &mut Errs, path: &str, r: &ResourceRequirements) {
     };
     let limits: Vec<(String, String, ParsedQuantity)> = parsed("limits", &r.limits);
     let requests = parsed("requests", &r.requests);
-    for (name, text, value) in &requests {
-        if let Some((_, limit_text, limit)) = limits.iter().find(|(n, _, _)| n == name)
-            && value > limit
-        {
-            errs.invalid(
-                &format!("{path}.requests[{name}]"),
-                &quote(text),
-                &format!("must be less than or equal to {name} limit of {limit_text}"),
-            );
+    for (kind, list) in [("limits", &limits), ("requests", &requests)] {
+        for (name, text, value) in list {
+            // Devices come whole: an extended resource's quantity is a count.
+            if is_extended(name) && value.nanos() % 1_000_000_000 != 0 {
+                errs.invalid(
+                    &format!("{path}.{kind}[{name}]"),
+                    &quote(text),
+                    "must be an integer",
+                );
+            }
         }
     }
+    // Go reports these two on `requests` itself, not on the resource's key.
+    let requests_path = format!("{path}.requests");
+    for (name, text, value) in &requests {
+        match limits.iter().find(|(n, _, _)| n == name) {
+            Some((_, limit_text, limit)) if value != limit && !overcommit_allowed(name) => {
+                errs.invalid(
+                    &requests_path,
+                    &quote(text),
+                    &format!("must be equal to {name} limit of {limit_text}"),
+                );
+            }
+            Some((_, limit_text, limit)) if value > limit => {
+                errs.invalid(
+                    &requests_path,
+                    &quote(text),
+                    &format!("must be less than or equal to {name} limit of {limit_text}"),
+                );
+            }
+            Some(_) => {}
+            None if !overcommit_allowed(name) => errs.required(
+                &format!("{path}.limits"),
+                "Limit must be set for non overcommitable resources",
+            ),
+            None => {}
+        }
+    }
+}
+
+/// Go's `IsNativeResource`: no domain, or the `kubernetes.io` one.
+fn is_native(name: &str) -> bool {
+    !name.contains('/') || name.contains("kubernetes.io/")
+}
+
+/// Go's `IsExtendedResourceName` for a name validation already accepted.
+fn is_extended(name: &str) -> bool {
+    !is_native(name) && !name.starts_with("requests.")
+}
+
+/// Go's `IsOvercommitAllowed`: requests below limits only for native resources other than
+/// huge pages (extended resources are devices, counted whole and given exclusively).
+fn overcommit_allowed(name: &str) -> bool {
+    is_native(name) && !name.starts_with("hugepages-")
 }
 
 fn probe(errs: &mut Errs, path: &str, p: &Probe, liveness_like: bool) {
@@ -666,6 +709,26 @@ mod tests {
     }
 
     #[test]
+    fn extended_resources_are_whole_and_requested_as_limited() {
+        let e = errors(&GOOD.replace(
+            "resources: {requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: \"1\", memory: 64Mi}}",
+            "resources: {requests: {example.com/dev: 1, vendor.io/x: 1}, limits: {example.com/dev: 2, example.com/half: 500m}}",
+        ));
+        for want in [
+            "spec.containers[0].resources.requests: Invalid value: \"1\": must be equal to example.com/dev limit of 2",
+            "spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources",
+            "spec.containers[0].resources.limits[example.com/half]: Invalid value: \"500m\": must be an integer",
+        ] {
+            assert!(has(&e, want), "{want}: {e:?}");
+        }
+        let ok = errors(&GOOD.replace(
+            "resources: {requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: \"1\", memory: 64Mi}}",
+            "resources: {requests: {example.com/dev: 2, cpu: 100m}, limits: {example.com/dev: 2, cpu: \"1\"}}",
+        ));
+        assert!(ok.is_empty(), "{ok:?}");
+    }
+
+    #[test]
     fn resources_probes_and_security() {
         let e = errors(&GOOD.replace(
             "resources: {requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: \"1\", memory: 64Mi}}",
@@ -674,7 +737,7 @@ mod tests {
         assert!(
             has(
                 &e,
-                "spec.containers[0].resources.requests[cpu]: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+                "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
             ),
             "{e:?}"
         );
