@@ -8,7 +8,8 @@
 //! Go's `UnexpectedAdmissionError`; a SIGKILLed ferrolet keeps every allocation (Go's
 //! checkpoint) and the plugin registers again; a killed plugin's devices leave allocatable at
 //! once and capacity after the stop grace period; the pod resources API; init containers'
-//! devices reused by app containers, PreStartContainer and GetPreferredAllocation. Each test
+//! devices reused by app containers, PreStartContainer and GetPreferredAllocation; a plugin
+//! registering through the plugin watcher instead, gone with its registration socket. Each test
 //! ends with its pods deleted, the pod resources API empty, the plugin's socket gone and the
 //! node's teardown and leak checks.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
@@ -921,4 +922,92 @@ async fn init_devices_are_reused_prestart_comes_first_and_preferences_are_follow
 fn with_shared(mut c: Value) -> Value {
     c["volumeMounts"] = json!([{"name": "shared", "mountPath": "/shared"}]);
     c
+}
+
+// ---------------------------------------------------------------------------------------------
+// i. Registration through the plugin watcher.
+
+/// A plugin's `pluginregistration` socket announcing it as a `DevicePlugin` (what a plugin
+/// registering through `<root-dir>/plugins_registry` serves), with what the kubelet told it.
+struct WatcherRegistration {
+    endpoint: String,
+    told: std::sync::Arc<
+        std::sync::Mutex<Vec<ferrolet_proto::pluginregistration::RegistrationStatus>>,
+    >,
+}
+
+impl ferrolet_proto::pluginregistration::Registration for WatcherRegistration {
+    fn get_info(
+        &self,
+    ) -> ferrolet_proto::pluginregistration::Answer<ferrolet_proto::pluginregistration::PluginInfo>
+    {
+        let info = ferrolet_proto::pluginregistration::PluginInfo {
+            r#type: ferrolet_proto::pluginregistration::DEVICE_PLUGIN.into(),
+            name: RESOURCE.into(),
+            endpoint: self.endpoint.clone(),
+            supported_versions: vec![VERSION.into()],
+        };
+        Box::pin(async move { Ok(info) })
+    }
+
+    fn notify_registration_status(
+        &self,
+        s: ferrolet_proto::pluginregistration::RegistrationStatus,
+    ) -> ferrolet_proto::pluginregistration::Answer<
+        ferrolet_proto::pluginregistration::RegistrationStatusResponse,
+    > {
+        self.told.lock().unwrap().push(s);
+        Box::pin(async { Ok(ferrolet_proto::pluginregistration::RegistrationStatusResponse {}) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_found_by_the_plugin_watcher_registers_and_goes_with_its_socket() {
+    let node = node("dev-watcher").await;
+    // The plugin serves outside the device plugin directory: no kubelet.sock appears there,
+    // so it is known only through its registration socket.
+    let dir = node.node.root_dir().join("plugins").join("dev-watcher");
+    let p = PluginBuilder::new(RESOURCE)
+        .devices(&["dev0", "dev1"])
+        .start(&dir)
+        .unwrap();
+    let told = std::sync::Arc::default();
+    let registrar = WatcherRegistration {
+        endpoint: p.socket().display().to_string(),
+        told: std::sync::Arc::clone(&told),
+    };
+    let reg_socket = node
+        .node
+        .root_dir()
+        .join("plugins_registry")
+        .join("dev-watcher-reg.sock");
+    let listener =
+        ferrolet_proto::transport::bind(&reg_socket.display().to_string(), 0o600).unwrap();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ferrolet_proto::pluginregistration::RegistrationServer::new(
+                registrar,
+            ))
+            .serve_with_incoming(ferrolet_proto::transport::incoming(listener, true)),
+    );
+    wait_devices(&node, "2", "2").await;
+    poll(
+        "the kubelet told the plugin it is registered",
+        LIMIT,
+        || async {
+            let told = told.lock().unwrap();
+            match told.first() {
+                Some(s) if s.plugin_registered => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(p.calls().list_and_watch, 1, "{:?}", p.calls());
+
+    // Its registration socket gone: the plugin is gone, its devices leave allocatable.
+    server.abort();
+    std::fs::remove_file(&reg_socket).unwrap();
+    wait_devices(&node, "2", "0").await;
+    finish(node, vec![p]).await;
 }

@@ -287,13 +287,15 @@ async fn start_container_manager(
     Ok((cm.map(Arc::new), capacity))
 }
 
-/// The plugin manager on `<root-dir>/plugins_registry`, with the CSI drivers' handler; their
+/// The plugin manager on `<root-dir>/plugins_registry`, with the CSI drivers' handler and the
+/// device manager's (device plugins registering there); their
 /// node identity goes to the API server when there is one; registered drivers go to
 /// `drivers`.
 fn spawn_plugin_manager(
     config: &Config,
     api: Option<crate::kube_client::ApiHandle>,
     drivers: crate::csi::registration::Drivers,
+    devices: Arc<crate::cm::devicemanager::DeviceManager>,
 ) {
     use crate::csi::registration::{CsiRegistration, NodeInfo};
     use crate::plugin_manager::{PluginHandler, PluginManager};
@@ -302,10 +304,19 @@ fn spawn_plugin_manager(
         None => Arc::new(crate::csi::node_info::Standalone),
     };
     let csi: Arc<dyn PluginHandler> = Arc::new(CsiRegistration::new(drivers, node_info));
-    let handlers = [(
-        ferrolet_proto::pluginregistration::CSI_PLUGIN.to_string(),
-        csi,
-    )]
+    let device_plugins: Arc<dyn PluginHandler> = Arc::new(
+        crate::cm::devicemanager::watcher::WatcherHandler::new(devices),
+    );
+    let handlers = [
+        (
+            ferrolet_proto::pluginregistration::CSI_PLUGIN.to_string(),
+            csi,
+        ),
+        (
+            ferrolet_proto::pluginregistration::DEVICE_PLUGIN.to_string(),
+            device_plugins,
+        ),
+    ]
     .into();
     Arc::new(PluginManager::new(
         config.root_dir.join("plugins_registry"),
@@ -525,6 +536,7 @@ async fn run(config: Config) -> Result<(), AppError> {
         &config,
         credentials.as_ref().map(|c| c.api.clone()),
         csi_drivers,
+        kubelet.devices.clone(),
     );
     if let Some(dir) = &config.static_pod_path {
         source::spawn_file_source(

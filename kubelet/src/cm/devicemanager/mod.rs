@@ -13,12 +13,14 @@
 //! - [`registration`]: the `Registration` service and its socket.
 //! - [`endpoint`]: one plugin's connection: options, the `ListAndWatch` stream.
 //! - [`allocation`]: which devices a container gets (pure).
+//! - [`watcher`]: plugins registering through the plugin watcher instead.
 
 pub mod allocation;
 pub mod checkpoint;
 pub mod endpoint;
 pub mod pod_devices;
 pub mod registration;
+pub mod watcher;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -838,6 +840,25 @@ impl DeviceManager {
         }
         tracing::warn!(resource, grace = ?self.grace, "device plugin went away; its devices are unhealthy");
         self.changed.notify_one();
+    }
+
+    /// `resource`'s plugin is gone (its watcher socket went): its stream is ended and its
+    /// devices go unhealthy, as when the stream ends by itself.
+    pub async fn plugin_gone(&self, resource: &str) {
+        let current = {
+            let s = self.lock();
+            s.endpoints
+                .get(resource)
+                .filter(|e| e.client.is_some())
+                .map(|e| (e.generation, e.task.clone()))
+        };
+        let Some((generation, task)) = current else {
+            return;
+        };
+        if let Some(task) = task {
+            task.abort();
+        }
+        self.disconnected(resource, generation).await;
     }
 
     /// Takes a newly connected plugin for `resource` in place of any earlier one; the

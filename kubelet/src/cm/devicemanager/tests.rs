@@ -254,3 +254,49 @@ async fn allocation_capacity_reuse_and_checkpoint() {
     assert!(cap.capacity.is_empty());
     task.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_found_by_the_watcher_register_and_go() {
+    use crate::plugin_manager::PluginHandler;
+    let (_root, m, plugin, task) = setup().await;
+    let handler = watcher::WatcherHandler::new(m.clone());
+    assert_eq!(
+        handler.validate("example.com/w", "/x.sock", &["v1alpha".into()]),
+        Err("manager version, v1beta1, is not compatible with plugin version [\"v1alpha\"]".into())
+    );
+    assert_eq!(
+        handler.validate("gpu", "/x.sock", &[VERSION.into()]),
+        Err("invalid name of device plugin socket: the ResourceName \"gpu\" is invalid".into())
+    );
+    handler
+        .validate("example.com/w", "/x.sock", &[VERSION.into()])
+        .unwrap();
+    // The same plugin's socket, announced under a second resource through the watcher.
+    let socket = m.dir().join("test.sock").display().to_string();
+    handler
+        .register("example.com/w", &socket, &[VERSION.into()])
+        .await
+        .unwrap();
+    let mut cap = m.capacity().await;
+    for _ in 0..100 {
+        if cap.allocatable.get("example.com/w") == Some(&3) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        cap = m.capacity().await;
+    }
+    assert_eq!(cap.allocatable["example.com/w"], 3);
+    // Its registration socket gone: unhealthy at once, the other resource untouched.
+    handler.deregister("example.com/w").await;
+    let cap = m.capacity().await;
+    assert_eq!(
+        (
+            cap.capacity["example.com/w"],
+            cap.allocatable["example.com/w"]
+        ),
+        (3, 0)
+    );
+    assert_eq!(cap.allocatable["example.com/dev"], 3);
+    drop(plugin);
+    task.abort();
+}
