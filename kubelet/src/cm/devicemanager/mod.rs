@@ -214,13 +214,7 @@ impl State {
     fn per_numa(&self, resource: &str, ids: &BTreeSet<String>) -> BTreeMap<i64, Vec<String>> {
         let mut out: BTreeMap<i64, Vec<String>> = BTreeMap::new();
         for id in ids {
-            let nodes: Vec<i64> = self
-                .devices
-                .get(resource)
-                .and_then(|d| d.get(id))
-                .and_then(|d| d.topology.as_ref())
-                .map(|t| t.nodes.iter().map(|n| n.id).collect())
-                .unwrap_or_default();
+            let nodes = self.numa_nodes(resource, id);
             if nodes.is_empty() {
                 out.entry(NO_TOPOLOGY).or_default().push(id.clone());
             }
@@ -229,6 +223,16 @@ impl State {
             }
         }
         out
+    }
+
+    /// The NUMA nodes device `id` of `resource` was last listed on; none without topology.
+    fn numa_nodes(&self, resource: &str, id: &str) -> Vec<i64> {
+        self.devices
+            .get(resource)
+            .and_then(|d| d.get(id))
+            .and_then(|d| d.topology.as_ref())
+            .map(|t| t.nodes.iter().map(|n| n.id).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -419,6 +423,19 @@ impl DeviceManager {
     /// Gives `pod`'s init and then app containers their devices (Go's topology manager admit
     /// handler calling the device manager's `Allocate`); on failure the pod holds nothing.
     pub async fn allocate(&self, pod: &Pod, ctx: &AdmitContext<'_>) -> Result<(), DeviceError> {
+        // Most pods ask for no device: they neither wait for another pod's allocation nor
+        // free stale ones (Go frees them only when it allocates a device too).
+        let wants_devices = pod.spec.iter().any(|spec| {
+            spec.init_containers
+                .iter()
+                .flatten()
+                .chain(&spec.containers)
+                .flat_map(device_limits)
+                .any(|(r, n)| n > 0 && self.is_plugin_resource(&r))
+        });
+        if !wants_devices {
+            return Ok(());
+        }
         let _one = self.allocating.lock().await;
         let uid = uid_of(pod);
         {
@@ -768,17 +785,10 @@ impl DeviceManager {
         let mut out = Vec::new();
         for (resource, ids) in &s.healthy {
             for id in ids {
-                let numas: Vec<i64> = s
-                    .devices
-                    .get(resource)
-                    .and_then(|d| d.get(id))
-                    .and_then(|d| d.topology.as_ref())
-                    .map(|t| t.nodes.iter().map(|n| n.id).collect())
-                    .unwrap_or_default();
                 out.push(ContainerDevices {
                     resource_name: resource.clone(),
                     device_ids: vec![id.clone()],
-                    topology: topology(&numas),
+                    topology: topology(&s.numa_nodes(resource, id)),
                 });
             }
         }
