@@ -454,6 +454,23 @@ impl RuntimeApi {
             .into_inner())
     }
 
+    /// `sh -c script` through ExecSync (30 s): the exit code and stdout followed by stderr.
+    ///
+    /// # Panics
+    /// If the call fails.
+    pub async fn sh(&self, id: &str, script: &str) -> (i32, String) {
+        let r = self
+            .exec_sync(id, &["sh", "-c", script], 30)
+            .await
+            .unwrap_or_else(|e| panic!("exec sh -c {script:?} in {id}: {e}"));
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&r.stdout),
+            String::from_utf8_lossy(&r.stderr)
+        );
+        (r.exit_code, out)
+    }
+
     /// ExecSync that must exit 0; returns stdout as text.
     ///
     /// # Panics

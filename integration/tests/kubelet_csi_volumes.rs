@@ -183,20 +183,7 @@ async fn sh(node: &ClusterNode, pod: &Value, script: &str) -> (i32, String) {
         .find(|c| c.metadata.as_ref().is_some_and(|m| m.name == "main"))
         .map(|c| c.id.clone())
         .unwrap();
-    let r = node
-        .node
-        .node
-        .api()
-        .await
-        .exec_sync(&id, &["sh", "-c", script], 30)
-        .await
-        .unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&r.stderr)
-    );
-    (r.exit_code, out)
+    node.node.node.api().await.sh(&id, script).await
 }
 
 fn mounted(path: &Path) -> bool {

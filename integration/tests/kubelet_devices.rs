@@ -117,20 +117,7 @@ fn uid(pod: &Value) -> String {
 /// Runs `script` in container `name` of `pod`: exit code and output.
 async fn exec(node: &ClusterNode, pod: &Value, name: &str, script: &str) -> (i32, String) {
     let id = container_id(node, pod, name).await;
-    let r = node
-        .node
-        .node
-        .api()
-        .await
-        .exec_sync(&id, &["sh", "-c", script], 30)
-        .await
-        .unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&r.stderr)
-    );
-    (r.exit_code, out)
+    node.node.node.api().await.sh(&id, script).await
 }
 
 /// [`exec`] that must succeed; its output, trimmed.

@@ -120,14 +120,7 @@ async fn main_container(node: &ClusterNode, uid: &str) -> String {
 async fn sh(node: &ClusterNode, pod: &Value, script: &str) -> (i32, String) {
     let uid = pod["metadata"]["uid"].as_str().unwrap();
     let id = main_container(node, uid).await;
-    let api = node.node.node.api().await;
-    let r = api.exec_sync(&id, &["sh", "-c", script], 30).await.unwrap();
-    let out = format!(
-        "{}{}",
-        String::from_utf8_lossy(&r.stdout),
-        String::from_utf8_lossy(&r.stderr)
-    );
-    (r.exit_code, out)
+    node.node.node.api().await.sh(&id, script).await
 }
 
 /// Waits for a FailedMount event of pod `name` containing `text`.

@@ -392,14 +392,25 @@ fn spew_entry(out: &mut String, e: &GoEntry) {
 
 /// Spew's slice form: `[a b]`, elements without types; `<nil>` for nil.
 fn spew_slice<T>(out: &mut String, items: Option<&[T]>, elem: impl Fn(&mut String, &T)) {
+    go_list(out, items, "<nil>", ' ', elem);
+}
+
+/// A Go slice as text: `nil` for a nil slice, else the elements in brackets, `sep` between.
+fn go_list<T>(
+    out: &mut String,
+    items: Option<&[T]>,
+    nil: &str,
+    sep: char,
+    elem: impl Fn(&mut String, &T),
+) {
     let Some(items) = items else {
-        out.push_str("<nil>");
+        out.push_str(nil);
         return;
     };
     out.push('[');
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
-            out.push(' ');
+            out.push(sep);
         }
         elem(out, item);
     }
@@ -469,19 +480,9 @@ fn json_entry(out: &mut String, e: &GoEntry) {
     out.push('}');
 }
 
+/// A JSON array, `null` for a nil slice, as Go's `encoding/json`.
 fn json_slice<T>(out: &mut String, items: Option<&[T]>, elem: impl Fn(&mut String, &T)) {
-    let Some(items) = items else {
-        out.push_str("null");
-        return;
-    };
-    out.push('[');
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        elem(out, item);
-    }
-    out.push(']');
+    go_list(out, items, "null", ',', elem);
 }
 
 /// Go writes a map's members sorted by their key's text, so NUMA nodes go `"-1"`, `"0"`,
