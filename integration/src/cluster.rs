@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::apiserver::{ApiServerOptions, DeleteOptions, TestApiServer};
-use crate::kubelet::{IDLE, KubeletNode, KubeletOptions, image, node_name_for};
+use crate::kubelet::{IDLE, KubeletNode, KubeletOptions, RuntimeNode, image, node_name_for};
+use crate::pods::CriNode;
 
 /// The namespace test pods go in.
 pub const NAMESPACE: &str = "default";
@@ -32,10 +33,11 @@ pub struct ClusterOptions {
     pub bootstrap_token: Option<String>,
 }
 
-/// A test API server and one ferrolet node registered with it.
-pub struct ClusterNode {
+/// A test API server and one ferrolet node registered with it, on ferrolet-cri (the default)
+/// or another CRI runtime.
+pub struct ClusterNode<N: RuntimeNode = CriNode> {
     /// The kubelet node (dropped before the API server: see `Drop` order of fields).
-    pub node: KubeletNode,
+    pub node: KubeletNode<N>,
     /// The API server.
     pub api: TestApiServer,
     /// ferrolet's `--kubeconfig`.
@@ -156,8 +158,22 @@ impl Prepared {
         KubeletNode::start_with(&self.name, opts).await
     }
 
-    /// The cluster node, with the kubelet `start_kubelet` started.
-    pub fn into_node(self, node: KubeletNode) -> ClusterNode {
+    /// Starts ferrolet on `runtime` (containerd's own CRI plugin, say) instead of
+    /// ferrolet-cri; returns once its healthz answers. The options' `cri` and `root_size`
+    /// are ferrolet-cri's and left aside.
+    pub async fn start_kubelet_on<N: RuntimeNode>(&self, runtime: N) -> KubeletNode<N> {
+        let opts = self
+            .kubelet
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default();
+        KubeletNode::start_on_with_args(&self.name, runtime, &opts.extra_config, &opts.extra_args)
+            .await
+    }
+
+    /// The cluster node, with the kubelet `start_kubelet` (or `start_kubelet_on`) started.
+    pub fn into_node<N: RuntimeNode>(self, node: KubeletNode<N>) -> ClusterNode<N> {
         ClusterNode {
             node,
             api: self.api,
@@ -174,7 +190,7 @@ const CLUSTER_DEFAULTS: &[(&str, &str)] = &[
     ("nodeStatusUpdateFrequency", "2s"),
 ];
 
-impl ClusterNode {
+impl ClusterNode<CriNode> {
     /// A node with the defaults: joined with a node certificate.
     pub async fn start(name: &str) -> Self {
         Self::start_with(name, ClusterOptions::default()).await
@@ -187,6 +203,9 @@ impl ClusterNode {
         let node = prepared.start_kubelet().await;
         prepared.into_node(node)
     }
+}
+
+impl<N: RuntimeNode> ClusterNode<N> {
     /// Waits until the Node object exists and satisfies `pred`.
     pub async fn wait_node(&self, what: &str, pred: impl FnMut(&Value) -> bool) -> Value {
         self.wait_object(

@@ -60,14 +60,24 @@ pub fn pod_ref(pod: &Pod) -> ObjectReference {
     }
 }
 
-/// The reference to one container of a pod (`fieldPath: spec.containers{name}`, or
-/// `spec.initContainers{name}`), as Go's `kubecontainer.GenerateContainerRef`.
+/// The reference to one container of a pod (`fieldPath: spec.containers{name}`,
+/// `spec.initContainers{name}` or `spec.ephemeralContainers{name}`), as Go's
+/// `kubecontainer.GenerateContainerRef`.
 pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
     let spec = pod.spec.as_ref();
     let init = spec
         .and_then(|s| s.init_containers.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.name == container));
-    let field = if init { "initContainers" } else { "containers" };
+    let ephemeral = spec
+        .and_then(|s| s.ephemeral_containers.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.name == container));
+    let field = if init {
+        "initContainers"
+    } else if ephemeral {
+        "ephemeralContainers"
+    } else {
+        "containers"
+    };
     ObjectReference {
         field_path: Some(format!("spec.{field}{{{container}}}")),
         ..pod_ref(pod)

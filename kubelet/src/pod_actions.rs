@@ -11,7 +11,9 @@
 //! probe holds the next back until it has started. Then the app containers: exited ones
 //! restart per `restartPolicy` under the crash-loop back-off, running ones whose spec hash
 //! changed are replaced, and running ones whose liveness or startup probe failed are killed
-//! and restarted per `restartPolicy`.
+//! and restarted per `restartPolicy`. Ephemeral containers (`kubectl debug`) start once in
+//! the kept sandbox, before the init containers (Go: so that a failing init container does
+//! not hold a debugger back), and are never restarted nor probed.
 //!
 //! [`compute_pod_actions`] returns the steps in the order `sync_pod` must carry them out, so
 //! the CRI calls come in the same order as a single pass deciding as it goes.
@@ -178,6 +180,13 @@ pub enum ContainerAction {
         /// A restart under the crash-loop back-off: its next window opens as it starts.
         backoff: bool,
     },
+    /// Start an ephemeral container: once, never again (Go's `EphemeralContainersToStart`).
+    StartEphemeral {
+        /// `ephemeralContainers[index]`.
+        index: usize,
+        /// The container whose PID namespace it joins (its `targetContainerName`).
+        target: Option<PidTarget>,
+    },
     /// The container may not start yet.
     Wait {
         /// Which container.
@@ -185,6 +194,16 @@ pub enum ContainerAction {
         /// The reason its status shows.
         waiting: Waiting,
     },
+}
+
+/// The container an ephemeral container's `targetContainerName` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PidTarget {
+    /// The target's name.
+    pub name: String,
+    /// The CRI id of its newest instance in the sandbox; `None` when it has none (Go's
+    /// `unable to find target container`).
+    pub id: Option<String>,
 }
 
 /// The crash-loop back-off key of a pod's container.
@@ -246,6 +265,9 @@ pub fn compute_pod_actions(input: &PodInputs<'_>, now: Instant) -> PodActions {
         policy: input.spec.restart_policy.as_deref().unwrap_or("Always"),
         steps: Vec::new(),
     };
+    if let SandboxAction::Keep { .. } = &sandbox {
+        plan.ephemeral_containers();
+    }
     let initializing = plan.init_containers();
     if initializing.is_none() {
         plan.app_containers();
@@ -339,6 +361,28 @@ impl<'a> Planner<'a> {
             }
         }
         None
+    }
+
+    /// Ephemeral containers that never ran (no instance in any sandbox: they run once)
+    /// start, whatever the restart policy and however far initialization got.
+    fn ephemeral_containers(&mut self) {
+        let runtime = self.input.runtime;
+        let ephemeral = self.input.spec.ephemeral_containers.iter().flatten();
+        for (index, ec) in ephemeral.enumerate() {
+            if runtime.containers.iter().any(|c| c.name == ec.name) {
+                continue;
+            }
+            let target = ec
+                .target_container_name
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .map(|name| PidTarget {
+                    name: name.to_string(),
+                    id: self.newest(name).map(|rc| rc.id.clone()),
+                });
+            self.steps
+                .push(ContainerAction::StartEphemeral { index, target });
+        }
     }
 
     /// App containers, each independently of the others.

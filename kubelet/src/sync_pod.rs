@@ -30,6 +30,8 @@ use crate::status::{self, StatusContext, Waiting};
 use crate::timeline::Phase;
 use crate::types::{Pod, RuntimePod, grace_period, uid_of};
 
+mod ephemeral;
+
 /// Why a sync pass stopped early.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -249,6 +251,11 @@ impl Kubelet {
         waiting: &mut BTreeMap<String, Waiting>,
     ) {
         let at = match step {
+            ContainerAction::StartEphemeral { index, target: pid } => {
+                self.start_ephemeral(pod, spec, *index, pid.as_ref(), target, waiting)
+                    .await;
+                return;
+            }
             ContainerAction::Kill { container, .. }
             | ContainerAction::Remove { container, .. }
             | ContainerAction::Start { container, .. }
@@ -286,9 +293,11 @@ impl Kubelet {
                     let key = pod_actions::backoff_key(&uid_of(pod), &c.name);
                     self.crash_backoff.next(&key, Instant::now());
                 }
-                self.start_container(pod, c, target, *restart_count, waiting)
+                self.start_container(pod, c, target, *restart_count, None, waiting)
                     .await;
             }
+            // Started above: an ephemeral container is no `ContainerRef`.
+            ContainerAction::StartEphemeral { .. } => {}
             ContainerAction::Wait { waiting: w, .. } => {
                 if w.reason == "CrashLoopBackOff" {
                     // Once per back-off sync, as Go's doBackOff; the correlator bounds them.
@@ -310,13 +319,16 @@ impl Kubelet {
         }
     }
 
-    /// Pulls, creates and starts one container; failures become its waiting reason.
+    /// Pulls, creates and starts one container (in the PID namespace of the container
+    /// instance `pid_target` when given: an ephemeral container's target); failures become
+    /// its waiting reason.
     async fn start_container(
         &self,
         pod: &Pod,
         c: &Container,
         target: &SandboxTarget<'_>,
         restart_count: u32,
+        pid_target: Option<&str>,
         waiting: &mut BTreeMap<String, Waiting>,
     ) {
         let name = c.name.as_str();
@@ -338,6 +350,9 @@ impl Kubelet {
                 return;
             }
         };
+        if let Some(id) = pid_target {
+            podspec::ephemeral::join_target_pid_namespace(&mut config, id);
+        }
         let uid = uid_of(pod);
         if let Some(cpus) = self.container_cpuset(&uid, name).await
             && let Some(r) = config.linux.as_mut().and_then(|l| l.resources.as_mut())

@@ -11,8 +11,10 @@
 //! - [`auth`]: users, tokens, authorizer, TokenReview and SubjectAccessReview.
 //! - [`pki`]: the CA, certificates and CSR signing; [`status`]: `Status` errors.
 //! - [`tokens`]: TokenRequest (`serviceaccounts/<name>/token`): signed, pod-bound JWTs.
+//! - [`ephemeral`]: the `pods/ephemeralcontainers` subresource (`kubectl debug`).
 
 pub mod auth;
+pub mod ephemeral;
 pub mod http;
 pub mod patch;
 pub mod pki;

@@ -80,7 +80,15 @@ const fn res(
 
 /// Every resource the server serves.
 pub static RESOURCES: &[ResourceType] = &[
-    res("", "v1", "pods", "Pod", true, &["status"], Verbs::All),
+    res(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        true,
+        &["status", "ephemeralcontainers"],
+        Verbs::All,
+    ),
     res("", "v1", "nodes", "Node", false, &["status"], Verbs::All),
     res(
         "",

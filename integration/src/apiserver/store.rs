@@ -393,6 +393,7 @@ impl Store {
                 set_field(&mut new, "status", obj.get("status").cloned());
                 new
             }
+            Some("ephemeralcontainers") => super::ephemeral::update(&old, &obj, name)?,
             Some("approval") => {
                 let mut new = old.clone();
                 let conditions = obj.pointer("/status/conditions").cloned();

@@ -1,6 +1,7 @@
 //! Table tests of `compute_pod_actions`, after the Go kubelet's `TestComputePodActions`,
-//! `…WithInitContainers` and `…WithRestartableInitContainers` (no ephemeral containers here),
-//! plus the crash-loop back-off, which Go checks in `SyncPod` and we decide up front.
+//! `…WithInitContainers` and `…WithRestartableInitContainers` (ephemeral containers in
+//! [`ephemeral`]), plus the crash-loop back-off, which Go checks in `SyncPod` and we decide
+//! up front.
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,8 @@ use k8s_openapi::api::core::v1::Probe;
 
 use super::*;
 use crate::types::RuntimeSandbox;
+
+mod ephemeral;
 
 const UID: &str = "uid1";
 const SB: &str = "sb1";
@@ -885,6 +888,7 @@ fn all_cases() -> Vec<Case> {
     cases.extend(init_cases());
     cases.extend(sidecar_cases());
     cases.extend(sidecar_restart_cases());
+    cases.extend(ephemeral::cases());
     cases
 }
 

@@ -13,11 +13,13 @@
 //! - [`security`]: security contexts, namespaces, seccomp and AppArmor profiles.
 //! - [`dns`]: the pod's resolv.conf per `dnsPolicy`, hostname and domain.
 //! - [`hash`]: the container spec hash; [`qos`]: the pod's QoS class.
+//! - [`ephemeral`]: ephemeral containers as containers, and their target's PID namespace.
 
 pub mod container;
 pub mod dns;
 pub mod env;
 pub mod env_sources;
+pub mod ephemeral;
 pub mod hash;
 pub mod pod_resources;
 pub mod qos;

@@ -123,6 +123,7 @@ pub trait NodeView: Send + Sync + 'static {
                     .iter()
                     .flatten()
                     .chain(s.init_container_statuses.iter().flatten())
+                    .chain(s.ephemeral_container_statuses.iter().flatten())
             })
             .any(|s| s.name == container && s.state.as_ref().is_some_and(|st| st.running.is_some()))
     }

@@ -4,6 +4,8 @@
 //! `PodInitializing` when the pod has init containers); the sync loop's waiting reasons
 //! (`CrashLoopBackOff`, `ErrImagePull`, ...) replace the state of containers that are to be
 //! (re)started; what the previous status knew survives when the runtime forgot it.
+//! Ephemeral containers convert as app containers (sorted by name) that are never restarted:
+//! an instance that ended stays terminated, and they are neither started nor ready.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +33,8 @@ pub(crate) enum Kind {
     Init,
     /// `spec.containers`.
     App,
+    /// `spec.ephemeralContainers` (as containers): never restarted nor probed.
+    Ephemeral,
 }
 
 /// Whether an init container is a sidecar (`restartPolicy: Always`).
@@ -204,6 +208,9 @@ pub(crate) fn should_restart(c: &Container, kind: Kind, pod: &Pod, runtime: &Run
     let Some(rc) = newest(runtime, &c.name) else {
         return true;
     };
+    if kind == Kind::Ephemeral {
+        return false;
+    }
     match rc.state {
         CriState::ContainerRunning => false,
         CriState::ContainerUnknown | CriState::ContainerCreated => true,
@@ -399,8 +406,12 @@ pub(crate) fn container_statuses(
     // Started and ready, as the probe manager's `UpdatePodStatus`: a running container has
     // started unless the caller says its startup probe has not passed; a started one is
     // ready unless the caller says its readiness probe has not; a regular init container is
-    // ready once it exited 0.
+    // ready once it exited 0. Go's probe manager leaves ephemeral containers out: never
+    // ready, `started` unset.
     for c in containers {
+        if kind == Kind::Ephemeral {
+            break;
+        }
         let Some(status) = statuses.get_mut(&c.name) else {
             continue;
         };
@@ -423,6 +434,6 @@ pub(crate) fn container_statuses(
             .filter_map(|c| statuses.remove(&c.name))
             .collect(),
         // A BTreeMap iterates in name order already.
-        Kind::App => statuses.into_values().collect(),
+        Kind::App | Kind::Ephemeral => statuses.into_values().collect(),
     }
 }

@@ -113,8 +113,8 @@ pub fn pod_status(pod: &Pod, runtime: &RuntimePod, ctx: &StatusContext<'_>) -> P
 }
 
 /// The API PodStatus: phase, conditions (PodReadyToStartContainers, Initialized, Ready,
-/// ContainersReady, PodScheduled), init and app container statuses, pod and host IPs, start
-/// time and QoS class; `now` stamps conditions whose status changed.
+/// ContainersReady, PodScheduled), init, app and ephemeral container statuses, pod and host
+/// IPs, start time and QoS class; `now` stamps conditions whose status changed.
 pub fn pod_status_at(
     pod: &Pod,
     runtime: &RuntimePod,
@@ -135,6 +135,18 @@ pub fn pod_status_at(
         containers::container_statuses(pod, &spec.containers, Kind::App, runtime, prev_app, ctx);
     let init =
         containers::container_statuses(pod, &init_specs, Kind::Init, runtime, prev_init, ctx);
+    let prev_ephemeral = previous
+        .and_then(|p| p.ephemeral_container_statuses.as_deref())
+        .unwrap_or_default();
+    let ephemeral_specs = crate::podspec::ephemeral::containers(&spec);
+    let ephemeral = containers::container_statuses(
+        pod,
+        &ephemeral_specs,
+        Kind::Ephemeral,
+        runtime,
+        prev_ephemeral,
+        ctx,
+    );
 
     let all: Vec<_> = app.iter().chain(init.iter()).cloned().collect();
     let app_running = spec.containers.iter().any(|c| {
@@ -186,6 +198,7 @@ pub fn pod_status_at(
         conditions: Some(conds),
         container_statuses: Some(app),
         init_container_statuses: (!init_specs.is_empty()).then_some(init),
+        ephemeral_container_statuses: (!ephemeral.is_empty()).then_some(ephemeral),
         host_ip: (!ctx.host_ip.is_empty()).then(|| ctx.host_ip.to_string()),
         host_ips: (!ctx.host_ip.is_empty()).then(|| {
             vec![HostIP {

@@ -12,6 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::*;
 use crate::types::{RuntimeContainer, RuntimeSandbox, labels};
 
+mod ephemeral;
+
 const SEC: i64 = 1_000_000_000;
 
 fn t(secs: i64) -> Time {
