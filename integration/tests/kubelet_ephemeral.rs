@@ -5,8 +5,10 @@
 //! pod's sandbox; their status shows in `ephemeralContainerStatuses`; their logs, exec and
 //! attach work by name through the kubelet API; one with `targetContainerName` sees its
 //! target's processes and one without does not; one that exits stays exited; the pod's own
-//! containers are neither restarted nor replaced; the API refuses to change one; deleting
-//! the pod removes everything (the node's leak checks). The scenario runs on ferrolet-cri and
+//! containers are neither restarted nor replaced; events name `spec.ephemeralContainers{…}`;
+//! the API refuses to change one; one whose target no longer runs is refused by the runtime
+//! and waits in `CreateContainerError`; deleting the pod removes everything (the node's leak
+//! checks). The scenario runs on ferrolet-cri and
 //! on containerd's own CRI plugin (the reference for `NamespaceMode::Target`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
@@ -266,6 +268,13 @@ async fn scenario<N: RuntimeNode>(d: Debugger<N>) {
 
     // kubectl logs web -c dbg.
     d.wait_log_line("dbg", "debug-started").await;
+    // Its events name it as Go's references do.
+    let events = d.node.pod_events("web").await;
+    assert!(
+        events.iter().any(|e| e["reason"] == "Started"
+            && e["involvedObject"]["fieldPath"] == "spec.ephemeralContainers{dbg}"),
+        "{events:#?}"
+    );
 
     // kubectl exec -it web -c dbg -- ps: its own PID namespace, without the pod's processes.
     let (ps, code) = d.exec("dbg", "ps").await;
@@ -376,6 +385,55 @@ async fn scenario<N: RuntimeNode>(d: Debugger<N>) {
         }
         other => panic!("expected the API to refuse: {other:?}"),
     }
+
+    // A target that no longer runs: the runtime refuses the debug container, which waits
+    // with why (the sync fails and tries again, as Go's), and nothing is left of it.
+    let mut done = web();
+    done["metadata"]["name"] = json!("done");
+    done["spec"]["restartPolicy"] = json!("Never");
+    done["spec"]["containers"][0]["command"] = json!(["true"]);
+    d.node.create_pod(done).await;
+    d.node
+        .wait_api_pod(
+            "done",
+            "with app exited",
+            |p| {
+                status_of(p, "containerStatuses", "app")
+                    .is_some_and(|s| s["state"]["terminated"].is_object())
+                    && status_of(p, "containerStatuses", "side")
+                        .is_some_and(|s| s["state"]["running"].is_object())
+            },
+            START_LIMIT,
+        )
+        .await;
+    let mut late = debug_container("late", keep_going);
+    late["targetContainerName"] = json!("app");
+    let patch = json!({"spec": {"ephemeralContainers": [late]}});
+    d.pods
+        .patch_ephemeral_containers("done", &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .unwrap();
+    let refused = d
+        .node
+        .wait_api_pod(
+            "done",
+            "late waiting for a CreateContainerError",
+            |p| {
+                status_of(p, "ephemeralContainerStatuses", "late")
+                    .is_some_and(|s| s["state"]["waiting"]["reason"] == "CreateContainerError")
+            },
+            START_LIMIT,
+        )
+        .await;
+    let uid_done = refused["metadata"]["uid"].as_str().unwrap();
+    let (_, containers) = d.node.node.runtime_objects(uid_done).await;
+    assert!(
+        containers
+            .iter()
+            .all(|c| c.metadata.as_ref().is_some_and(|m| m.name != "late")),
+        "{containers:?}"
+    );
+    d.node.delete_pod("done").await;
 
     // Deleting the pod takes the debug containers with it (and the teardown checks leaks).
     d.node.delete_pod("web").await;
