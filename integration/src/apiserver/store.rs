@@ -596,10 +596,17 @@ pub fn fill_type(res: &ResourceType, obj: &mut Value) {
 /// What the real registries' PrepareForCreate does for the kinds the kubelet cares about.
 fn prepare_create(res: &ResourceType, obj: &mut Value, requester: Option<&Requester>) {
     match (res.group, res.plural) {
-        ("", "pods") if obj.pointer("/status/phase").is_none() => {
+        ("", "pods") => {
             let Value::Object(map) = obj else { return };
+            // The API's default (Go's SetDefaults_PodSpec): clients such as `kubectl debug`
+            // read the pod's security context without looking for nil.
+            if let Some(Value::Object(spec)) = map.get_mut("spec") {
+                spec.entry("securityContext").or_insert_with(|| json!({}));
+            }
             let status = map.entry("status").or_insert_with(|| json!({}));
-            if let Value::Object(s) = status {
+            if let Value::Object(s) = status
+                && !s.contains_key("phase")
+            {
                 s.insert("phase".into(), json!("Pending"));
             }
         }
