@@ -1,5 +1,6 @@
 //! A kubelet node of a cluster: [`ClusterNode`] is the in-memory test API server
-//! ([`crate::apiserver`]) plus a [`KubeletNode`] whose `ferrolet` joins it with
+//! ([`crate::apiserver`]) plus a [`KubeletNode`] (on ferrolet-cri, or on another runtime
+//! through [`Prepared::start_kubelet_on`]) whose `ferrolet` joins it with
 //! `--kubeconfig` (a client certificate for `system:node:<name>` in `system:nodes`), or with
 //! `--bootstrap-kubeconfig` (a bootstrap token) for the TLS bootstrap tests.
 //!

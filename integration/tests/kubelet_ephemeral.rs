@@ -5,7 +5,8 @@
 //! pod's sandbox; their status shows in `ephemeralContainerStatuses`; their logs, exec and
 //! attach work by name through the kubelet API; one with `targetContainerName` sees its
 //! target's processes and one without does not; one that exits stays exited; the pod's own
-//! containers are neither restarted nor replaced; events name `spec.ephemeralContainers{…}`;
+//! containers are neither restarted nor replaced, nor are the debug containers by a restarted
+//! ferrolet; events name `spec.ephemeralContainers{…}`;
 //! the API refuses to change one; one whose target no longer runs is refused by the runtime
 //! and waits in `CreateContainerError`; deleting the pod removes everything (the node's leak
 //! checks). The scenario runs on ferrolet-cri and
@@ -359,6 +360,35 @@ async fn scenario<N: RuntimeNode>(d: Debugger<N>) {
         .collect();
     names.sort_unstable();
     assert_eq!(names, ["app", "dbg", "last", "once", "side", "tgt"]);
+
+    // A restarted ferrolet reads them back from the runtime and starts none again: the
+    // start of one more after the restart is a sync that saw them all.
+    let debuggers_before = pod["status"]["ephemeralContainerStatuses"].clone();
+    d.node.node.restart_kubelet().await;
+    let after = json!({"spec": {"ephemeralContainers": [debug_container("after", keep_going)]}});
+    d.pods
+        .patch_ephemeral_containers("web", &PatchParams::default(), &Patch::Strategic(after))
+        .await
+        .unwrap();
+    d.wait_ephemeral("after", "running", |s| s["state"]["running"].is_object())
+        .await;
+    let pod = d.node.api_pod("web").await.unwrap();
+    for before in debuggers_before.as_array().unwrap() {
+        let name = before["name"].as_str().unwrap();
+        let now = status_of(&pod, "ephemeralContainerStatuses", name).unwrap();
+        assert_eq!(now["containerID"], before["containerID"], "{name}: {pod:#}");
+        assert_eq!(now["state"], before["state"], "{name}: {pod:#}");
+    }
+    let (_, containers) = d.node.node.runtime_objects(&uid).await;
+    let mut names: Vec<&str> = containers
+        .iter()
+        .filter_map(|c| c.metadata.as_ref().map(|m| m.name.as_str()))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["after", "app", "dbg", "last", "once", "side", "tgt"]
+    );
 
     // The pod's own containers went on as they were.
     assert_eq!(own_containers(&pod), own_before, "{pod:#}");
