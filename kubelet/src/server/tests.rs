@@ -412,3 +412,28 @@ async fn follow_ends_with_the_container_and_on_shutdown() {
     assert_eq!((code, body.as_str()), (200, "before the crash\n"));
     s.shutdown().await;
 }
+
+#[test]
+fn an_ephemeral_containers_log_is_followed_while_it_runs() {
+    let mut web = pod("web", &["app"], vec![status("app", running(), None)]);
+    let spec = web.spec.as_mut().unwrap();
+    spec.ephemeral_containers = Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+        name: "dbg".into(),
+        image: Some("busybox".into()),
+        ..Default::default()
+    }]);
+    let path = PathBuf::from("/var/log/pods/default_web_uid-web/dbg/0.log");
+    let mut stub = Stub::default();
+    stub.logs
+        .insert(("web".into(), "dbg".into(), false), path.clone());
+    let with_state = |state| {
+        let mut p = web.clone();
+        p.status.as_mut().unwrap().ephemeral_container_statuses =
+            Some(vec![status("dbg", state, None)]);
+        p
+    };
+    stub.pods = vec![with_state(running())];
+    assert!(stub.log_writer_running("default", "web", "dbg", &path));
+    stub.pods = vec![with_state(terminated("e1"))];
+    assert!(!stub.log_writer_running("default", "web", "dbg", &path));
+}
