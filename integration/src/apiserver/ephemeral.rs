@@ -353,6 +353,61 @@ mod tests {
     }
 
     #[test]
+    fn every_patch_type_adds_through_the_store_with_a_modified_event() {
+        use super::super::patch::PatchType;
+        use super::super::store::{EventType, Store};
+
+        let pods = super::super::resources::find("", "v1", "pods").unwrap();
+        let mut store = Store::new(100);
+        store.create(pods, "default", pod(), None).unwrap();
+        let sub = Some("ephemeralcontainers");
+        let c = |name: &str| json!({"name": name, "image": "busybox:1"});
+        let patches = [
+            (
+                PatchType::Strategic,
+                json!({"spec": {"ephemeralContainers": [c("s")]}}),
+            ),
+            // A merge patch replaces the list: the existing ones come along.
+            (
+                PatchType::Merge,
+                json!({"spec": {"ephemeralContainers": [c("s"), c("m")]}}),
+            ),
+            (
+                PatchType::Json,
+                json!([{"op": "add", "path": "/spec/ephemeralContainers/-", "value": c("j")}]),
+            ),
+        ];
+        for (kind, body) in patches {
+            let rv = store.resource_version();
+            let (_, mut events) = store.watch(pods, Some("default"), Some(rv)).unwrap();
+            let new = store
+                .patch(pods, "default", "web", kind, &body, sub)
+                .unwrap();
+            assert_eq!(new["metadata"]["resourceVersion"], (rv + 1).to_string());
+            let event = events.try_recv().unwrap();
+            assert_eq!((event.kind, event.rv), (EventType::Modified, rv + 1));
+        }
+        let new = store.get(pods, "default", "web").unwrap();
+        let names: Vec<_> = new["spec"]["ephemeralContainers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["s", "m", "j"]);
+        assert_eq!(new["status"], pod()["status"]);
+        // A merge patch that leaves one out removes it: refused.
+        let dropped = json!({"spec": {"ephemeralContainers": [c("s")]}});
+        let refused = store
+            .patch(pods, "default", "web", PatchType::Merge, &dropped, sub)
+            .unwrap_err();
+        assert!(
+            refused.message.contains("\"m\" may not be removed"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn latest_means_always() {
         for (image, always) in [
             ("busybox", true),
