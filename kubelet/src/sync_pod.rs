@@ -67,6 +67,8 @@ struct SandboxTarget<'a> {
     /// Primary first.
     pod_ips: &'a [String],
     volumes: &'a crate::volume::PodVolumes,
+    /// The pulls of the pod's image volumes (none when the pass starts no container).
+    image_volumes: &'a crate::kubelet::image_volumes::ImageVolumePulls,
 }
 
 /// One container instance to kill, and why.
@@ -157,11 +159,22 @@ impl Kubelet {
         let (sandbox_id, pod_ips) = self
             .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
             .await?;
+        // Go pulls the image volumes' images after the sandbox, before any container starts.
+        let starts = actions
+            .steps
+            .iter()
+            .any(|s| matches!(s, ContainerAction::Start { .. }));
+        let image_volumes = if starts {
+            self.pull_image_volumes(pod).await
+        } else {
+            Default::default()
+        };
         let target = SandboxTarget {
             id: &sandbox_id,
             config: &sandbox_config,
             pod_ips: &pod_ips,
             volumes: &volumes,
+            image_volumes: &image_volumes,
         };
         for step in &actions.steps {
             self.carry_out(pod, spec, step, &target, waiting).await;
@@ -324,7 +337,20 @@ impl Kubelet {
             let message = format!("Error: {message}");
             self.container_event(pod, name, EventType::Warning, reason::FAILED, &message);
         };
-        let mut config = match self.container_config(pod, c, target, restart_count).await {
+        // An image volume whose pull failed: the container waits with the pull's reason; its
+        // events are the pull's, on the pod (Go's toKubeContainerImageVolumes).
+        let images =
+            match crate::kubelet::image_volumes::container_image_volumes(target.image_volumes, c) {
+                Ok(images) => images,
+                Err(w) => {
+                    waiting.insert(c.name.clone(), w);
+                    return;
+                }
+            };
+        let mut config = match self
+            .container_config(pod, c, target, &images, restart_count)
+            .await
+        {
             Ok(config) => config,
             Err(w) => {
                 // Go's image errors print as their reason (`Error: ErrImagePull`), the rest
@@ -384,6 +410,7 @@ impl Kubelet {
         pod: &Pod,
         c: &Container,
         target: &SandboxTarget<'_>,
+        images: &BTreeMap<String, ferrolet_proto::cri::ImageSpec>,
         restart_count: u32,
     ) -> Result<ferrolet_proto::cri::ContainerConfig, Waiting> {
         let pod_ips = target.pod_ips;
@@ -417,7 +444,7 @@ impl Kubelet {
             });
         envs = device_envs.chain(envs).collect();
         let mounts = self
-            .container_mounts(pod, c, target.volumes, pod_ips, &envs)
+            .container_mounts(pod, c, target.volumes, images, pod_ips, &envs)
             .await
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         let ctx = ContainerContext {
@@ -600,6 +627,7 @@ impl Kubelet {
         pod: &Pod,
         c: &Container,
         volumes: &crate::volume::PodVolumes,
+        images: &BTreeMap<String, ferrolet_proto::cri::ImageSpec>,
         pod_ips: &[String],
         envs: &[ferrolet_proto::cri::KeyValue],
     ) -> Result<Vec<ferrolet_proto::cri::Mount>, String> {
@@ -610,6 +638,7 @@ impl Kubelet {
             hostname: &hostname,
             host_domain: &domain,
             envs,
+            images,
         };
         crate::volume::container_mounts_with(&self.config.root_dir, pod, c, volumes, &ctx)
             .await
