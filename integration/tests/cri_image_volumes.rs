@@ -7,13 +7,17 @@
 
 use std::collections::HashMap;
 
+use ferrolet_integration::containerd::containerd_version;
+use ferrolet_integration::containerd_cri::ContainerdCriNode;
 use ferrolet_integration::cri::poll;
-use ferrolet_integration::pods::{ContainerBuilder, CriNode, LONG, image_spec};
+use ferrolet_integration::kubelet::image;
+use ferrolet_integration::pods::{ContainerBuilder, CriNode, LONG, PodBuilder, image_spec};
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::snapshots::{
     Info, ListSnapshotsRequest, ViewSnapshotRequest,
 };
-use ferrolet_proto::cri::{MountPropagation, RemoveImageRequest};
+use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_proto::cri::{MountPropagation, PullImageRequest, RemoveImageRequest};
 use tonic::Code;
 
 const HTTPD_BODY: &str = "ferrolet httpd ok\n";
@@ -257,5 +261,80 @@ async fn views_are_known_after_a_restart_and_orphans_are_swept() {
     api.stop_pod(&pod_id).await.unwrap();
     api.remove_pod(&pod_id).await.unwrap();
     node.assert_no_pod_leaks().await;
+    node.teardown().await;
+}
+
+/// The reference runtime with the same requests: containerd's own CRI. containerd 2.1+
+/// mounts image volumes (one writable snapshot per pod and image, mounted on the host until
+/// StopPodSandbox); containerd 1.6, the machine's, has no `Mount.image`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_on_containerd_cri() {
+    let version = containerd_version();
+    let node = ContainerdCriNode::start("imgvol").await;
+    let api = node.api().await;
+    let channel = ferrolet_proto::transport::connect(&node.endpoint())
+        .await
+        .unwrap();
+    let mut images = ImageServiceClient::new(channel);
+    let (busybox, httpd) = (image("busybox"), image("httpd"));
+    for reference in [&busybox, &httpd] {
+        images
+            .pull_image(PullImageRequest {
+                image: Some(image_spec(reference)),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    let uid = format!("imgvol-{}-uid", std::process::id());
+    let log_dir = node.scratch.path().join("pods").join(&uid);
+    std::fs::create_dir_all(&log_dir).unwrap();
+    let pod = PodBuilder::new("imgvol", &uid, &log_dir).build();
+    let pod_id = api.run_pod(&pod).await.unwrap();
+    let config = ContainerBuilder::new("reader", &busybox)
+        .shell("sleep 1000")
+        .image_mount(&httpd, "/vol")
+        .build();
+    let created = api.run_container(&pod_id, &pod, &config).await;
+    let missing = ContainerBuilder::new("missing", &busybox)
+        .shell("sleep 1000")
+        .image_mount(&image("user"), "/vol")
+        .build();
+    let refused = api.create_container(&pod_id, &pod, &missing).await;
+    eprintln!(
+        "[imgvol] containerd {}.{}: CreateContainer with an image volume → {:?}; \
+         with an image not pulled → {:?}",
+        version.0,
+        version.1,
+        created
+            .as_ref()
+            .map_err(|e| (e.code(), e.message().to_string())),
+        refused
+            .as_ref()
+            .map_err(|e| (e.code(), e.message().to_string())),
+    );
+    if let Ok(id) = &created {
+        let (code, out) = api.sh(id, "cat /vol/www/index.html; touch /vol/new").await;
+        eprintln!(
+            "[imgvol] containerd {}.{}: exit {code}: {out}",
+            version.0, version.1
+        );
+        if version >= (2, 1) {
+            assert!(out.starts_with(HTTPD_BODY), "{out}");
+            assert!(out.contains("Read-only file system"), "{out}");
+        }
+        api.stop_container(id, 0).await.unwrap();
+        api.remove_container(id).await.unwrap();
+    }
+    if version >= (2, 1) {
+        assert!(created.is_ok());
+        let err = refused.as_ref().unwrap_err();
+        assert!(err.message().contains(&image("user")), "{err}");
+    }
+    if let Ok(id) = &refused {
+        api.remove_container(id).await.unwrap();
+    }
+    api.stop_pod(&pod_id).await.unwrap();
+    api.remove_pod(&pod_id).await.unwrap();
     node.teardown().await;
 }

@@ -7,6 +7,7 @@
 //! of the volume after the pod (the harness's leak checks at teardown).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
+use ferrolet_integration::containerd::containerd_version;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
     IDLE, KubeletNode, KubeletOptions, container_status, image, pod_phase, sh, waiting_reason,
@@ -247,5 +248,36 @@ async fn pull_policies_credentials_and_failures_are_go_s() {
     let log = node.wait_log_line("private", "main", "write-refused").await;
     assert!(log.starts_with(HTTPD_BODY), "{log}");
 
+    node.teardown().await;
+}
+
+/// ferrolet on containerd's own CRI: containerd 2.1+ mounts the volume as ferrolet-cri does;
+/// containerd 1.6 knows no `Mount.image` and fails CreateContainer (an empty host path).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_on_containerd_cri() {
+    let version = containerd_version();
+    let node = KubeletNode::start_on_containerd("cd-imgvol").await;
+    node.write_manifest("reader.yaml", &tools_pod("reader", &image("httpd"), None));
+    if version >= (2, 1) {
+        node.wait_running("reader").await;
+        let log = node.wait_log_line("reader", "main", "write-refused").await;
+        assert!(log.starts_with(HTTPD_BODY), "{log}");
+        assert!(log.contains("Read-only file system"), "{log}");
+    } else {
+        let pod = node
+            .wait_pod(
+                "reader",
+                |p| main_waiting(p).is_some_and(|(r, _)| r == "CreateContainerError"),
+                LONG,
+            )
+            .await;
+        let (_, message) = main_waiting(&pod).unwrap();
+        eprintln!(
+            "[imgvol] containerd {}.{}: no image volumes: {message}",
+            version.0, version.1
+        );
+    }
+    node.remove_manifest("reader.yaml");
+    node.wait_pod_gone("reader", LONG).await;
     node.teardown().await;
 }
