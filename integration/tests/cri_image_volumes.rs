@@ -322,6 +322,17 @@ async fn the_same_on_containerd_cri() {
         if version >= (2, 1) {
             assert!(out.starts_with(HTTPD_BODY), "{out}");
             assert!(out.contains("Read-only file system"), "{out}");
+            // RemoveImage of a mounted image succeeds; the volume stays readable.
+            images
+                .remove_image(RemoveImageRequest {
+                    image: Some(image_spec(&httpd)),
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                api.exec_ok(id, &["cat", "/vol/www/index.html"]).await,
+                HTTPD_BODY
+            );
         }
         api.stop_container(id, 0).await.unwrap();
         api.remove_container(id).await.unwrap();

@@ -337,16 +337,21 @@ impl Kubelet {
             let message = format!("Error: {message}");
             self.container_event(pod, name, EventType::Warning, reason::FAILED, &message);
         };
-        // An image volume whose pull failed: the container waits with the pull's reason; its
-        // events are the pull's, on the pod (Go's toKubeContainerImageVolumes).
-        let images =
-            match crate::kubelet::image_volumes::container_image_volumes(target.image_volumes, c) {
-                Ok(images) => images,
-                Err(w) => {
-                    waiting.insert(c.name.clone(), w);
-                    return;
+        // An image volume whose pull failed: `Error: <reason>` per failed volume, and the
+        // container waits with the last (Go's toKubeContainerImageVolumes).
+        let pulls = target.image_volumes;
+        let images = match crate::kubelet::image_volumes::container_image_volumes(pulls, c) {
+            Ok(images) => images,
+            Err(failures) => {
+                for w in &failures {
+                    failed(&w.reason);
                 }
-            };
+                if let Some(w) = failures.into_iter().last() {
+                    waiting.insert(c.name.clone(), w);
+                }
+                return;
+            }
+        };
         let mut config = match self
             .container_config(pod, c, target, &images, restart_count)
             .await

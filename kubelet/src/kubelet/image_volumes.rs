@@ -3,8 +3,12 @@
 //! image volume's image is made present through the image manager with the volume's
 //! `pullPolicy` and the pod's pull secrets (events on the pod); a container that mounts a
 //! volume whose pull failed waits with that pull's reason (`ErrImagePull`,
-//! `ImagePullBackOff`, `ErrImageNeverPull`); the others get CRI `Mount.image` for the runtime
-//! to mount ([`crate::volume::mounts`]). Nothing of them is made on the node.
+//! `ImagePullBackOff`, `ErrImageNeverPull`; a `Failed` event `Error: <reason>` on it per
+//! failed volume); the others get CRI `Mount.image` for the runtime to mount
+//! ([`crate::volume::mounts`]). Nothing of them is made on the node.
+//!
+//! Go pulls them on every SyncPod; ferrolet only on a pass that starts a container (which
+//! is when they are used), so `Always` does not contact the registry on every resync.
 
 use std::collections::BTreeMap;
 
@@ -95,26 +99,28 @@ impl Kubelet {
     }
 }
 
-/// The images of the image volumes container `c` mounts, by volume name, or why it waits:
-/// the last failed pull among them (Go's `toKubeContainerImageVolumes`).
+/// The images of the image volumes container `c` mounts, by volume name, or the failed
+/// pulls among them, in mount order (Go's `toKubeContainerImageVolumes`: an event for each,
+/// the container waits with the last).
 pub(crate) fn container_image_volumes(
     pulls: &ImageVolumePulls,
     c: &Container,
-) -> Result<BTreeMap<String, cri::ImageSpec>, Waiting> {
+) -> Result<BTreeMap<String, cri::ImageSpec>, Vec<Waiting>> {
     let mut images = BTreeMap::new();
-    let mut failed = None;
+    let mut failed = Vec::new();
     for m in c.volume_mounts.iter().flatten() {
         match pulls.get(&m.name) {
             Some(Ok(spec)) => {
                 images.insert(m.name.clone(), spec.clone());
             }
-            Some(Err(w)) => failed = Some(w.clone()),
+            Some(Err(w)) => failed.push(w.clone()),
             None => {}
         }
     }
-    match failed {
-        Some(w) => Err(w),
-        None => Ok(images),
+    if failed.is_empty() {
+        Ok(images)
+    } else {
+        Err(failed)
     }
 }
 
@@ -167,6 +173,6 @@ mod tests {
         assert_eq!(images.len(), 1);
         assert_eq!(images["good"].image, "sha256:1");
         let err = container_image_volumes(&pulls, &mounting(&["good", "bad"])).unwrap_err();
-        assert_eq!(err, waiting);
+        assert_eq!(err, [waiting]);
     }
 }
