@@ -23,6 +23,9 @@ pub struct ImageVolume {
     pub mounts: Vec<ferrolet_proto::containerd::types::Mount>,
 }
 
+/// The most mount(2) takes as its data argument (one page).
+const MOUNT_DATA_MAX: usize = 4096;
+
 /// What a mount shows.
 enum Source {
     /// A host path, bind-mounted.
@@ -177,6 +180,19 @@ fn image_volume_mount(
         .collect();
     if one.r#type == "bind" && !options.iter().any(|o| o == "rbind" || o == "bind") {
         options.push("rbind".into());
+    }
+    // runc hands the options that are not flags (`lowerdir=…`) to mount(2) as one string,
+    // which the kernel takes up to a page long: an image of very many layers cannot be
+    // mounted this way, and is refused here rather than when the container starts.
+    let data: usize = options.iter().map(|o| o.len() + 1).sum();
+    if data >= MOUNT_DATA_MAX {
+        return Err(OciError::invalid(
+            format!("{}.image", req.field),
+            format!("{data} bytes of {} mount options", one.r#type),
+            format!(
+                "the image has too many layers to mount (the kernel takes {MOUNT_DATA_MAX} bytes of options)"
+            ),
+        ));
     }
     options.extend(["rprivate".to_string(), "ro".to_string()]);
     let mut m = Mount::default();
@@ -490,6 +506,12 @@ mod tests {
         let m = find(&spec, "/one").unwrap();
         assert_eq!(m.typ().as_deref(), Some("bind"));
         assert_eq!(options(m), ["rbind", "rprivate", "ro"]);
+
+        // So many layers that the overlay's options pass a page: refused.
+        let mut many = views.clone();
+        many[0].mounts[0].options = vec![format!("lowerdir={}", "/s/123456/fs:".repeat(400))];
+        let err = apply(&mut default_spec(), &config, &many, &f, false).unwrap_err();
+        assert!(err.to_string().contains("too many layers"), "{err}");
 
         // No view made for it, or writable: refused.
         let err = apply(&mut default_spec(), &config, &views[..1], &f, false).unwrap_err();
