@@ -7,6 +7,7 @@
 //! of the volume after the pod (the harness's leak checks at teardown).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
+use ferrolet_integration::cluster::{ClusterNode, NAMESPACE};
 use ferrolet_integration::containerd::containerd_version;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
@@ -17,7 +18,7 @@ use ferrolet_integration::registry::{AUTH_REGISTRY, TestRegistry, auth_credentia
 use ferrolet_integration::testimages;
 use ferrolet_proto::containerd::services::v1::snapshots::ListSnapshotsRequest;
 use ferrolet_proto::cri::ListImagesRequest;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const HTTPD_BODY: &str = "ferrolet httpd ok";
 
@@ -279,5 +280,122 @@ async fn the_same_on_containerd_cri() {
     }
     node.remove_manifest("reader.yaml");
     node.wait_pod_gone("reader", LONG).await;
+    node.teardown().await;
+}
+
+/// A pod from the API: its `imagePullSecrets` pull the volume's image (Go's events on the
+/// pod: `Pulling`, `Pulled`); without them the pull fails and the container that mounts it
+/// waits with `ErrImagePull`/`ImagePullBackOff`, its event `Error: ErrImagePull`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_pod_pulls_its_image_volume_with_its_pull_secrets() {
+    let node = ClusterNode::start("imgvol-api").await;
+    let (user, password) = auth_credentials();
+    let b64 = |text: &str| {
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, text.as_bytes())
+    };
+    let config = format!(
+        r#"{{"auths": {{"{AUTH_REGISTRY}": {{"auth": "{}"}}}}}}"#,
+        b64(&format!("{user}:{password}"))
+    );
+    node.api
+        .create(
+            "secrets",
+            NAMESPACE,
+            json!({
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "regcred", "namespace": NAMESPACE},
+                "type": "kubernetes.io/dockerconfigjson",
+                "data": {".dockerconfigjson": b64(&config)},
+            }),
+        )
+        .await
+        .unwrap();
+    let private = format!("{AUTH_REGISTRY}/ferrolet/httpd:1");
+    let pod = |name: &str, secrets: bool| {
+        let mut pod = json!({
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "main",
+                    "image": image("busybox"),
+                    "command": ["sh", "-c", IDLE],
+                    "volumeMounts": [{"name": "tools", "mountPath": "/tools"}],
+                }],
+                "volumes": [{
+                    "name": "tools",
+                    "image": {"reference": private, "pullPolicy": "Always"},
+                }],
+            },
+        });
+        if secrets {
+            pod["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}]);
+        }
+        pod
+    };
+
+    node.create_pod(pod("with-secret", true)).await;
+    let running = node.wait_api_running("with-secret").await;
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
+    let (_, containers) = node.node.runtime_objects(&uid).await;
+    let api = node.node.node.api().await;
+    let body = api
+        .exec_ok(&containers[0].id, &["cat", "/tools/www/index.html"])
+        .await;
+    assert!(body.starts_with(HTTPD_BODY), "{body}");
+    let events = node.pod_events("with-secret").await;
+    let pulled = format!("Successfully pulled image \"{private}\"");
+    assert!(
+        events.iter().any(|e| e["reason"] == "Pulled"
+            && e["involvedObject"]["fieldPath"].is_null()
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&pulled))),
+        "no Pulled event on the pod: {events:#?}"
+    );
+
+    node.create_pod(pod("no-secret", false)).await;
+    let waiting = node
+        .wait_api_pod(
+            "no-secret",
+            "its container waiting on the volume's pull",
+            |p| {
+                let reason = &p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"];
+                *reason == "ErrImagePull" || *reason == "ImagePullBackOff"
+            },
+            LONG,
+        )
+        .await;
+    let message = waiting["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains(&private), "{message}");
+    let events = poll("the container's Error event", LONG, || async {
+        let events = node.pod_events("no-secret").await;
+        let found = events.iter().any(|e| {
+            e["reason"] == "Failed"
+                && e["involvedObject"]["fieldPath"] == "spec.containers{main}"
+                && e["message"] == "Error: ErrImagePull"
+        });
+        if found {
+            Ok(events)
+        } else {
+            Err(format!("{events:#?}"))
+        }
+    })
+    .await;
+    assert!(
+        events.iter().any(|e| e["reason"] == "Failed"
+            && e["involvedObject"]["fieldPath"].is_null()
+            && e["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&format!("Failed to pull image \"{private}\"")))),
+        "no Failed pull event on the pod: {events:#?}"
+    );
+    node.delete_pod("with-secret").await;
+    node.delete_pod("no-secret").await;
+    node.wait_api_pod_gone("with-secret", LONG).await;
+    node.wait_api_pod_gone("no-secret", LONG).await;
     node.teardown().await;
 }
