@@ -303,9 +303,10 @@ impl ImageCalls {
             .collect())
     }
 
-    /// The ids of the images `references` name (ImageStatus each; those not present are
-    /// left out).
-    pub async fn image_ids(&self, references: &[String]) -> Result<Vec<String>, CriError> {
+    /// The ids of the images `references` name (ImageStatus each). Those not present are
+    /// left out, and so are those the runtime cannot look up (a reference it refuses must not
+    /// stop every pass: such an image was never pulled).
+    pub async fn image_ids(&self, references: &[String]) -> Vec<String> {
         let mut ids = Vec::new();
         for reference in references {
             let mut client = self.cri.images();
@@ -316,10 +317,14 @@ impl ImageCalls {
                 }),
                 verbose: false,
             };
-            let status = timed("ImageStatus", self.timeout, client.image_status(req)).await?;
-            ids.extend(status.image.map(|i| i.id));
+            match timed("ImageStatus", self.timeout, client.image_status(req)).await {
+                Ok(status) => ids.extend(status.image.map(|i| i.id)),
+                Err(e) => {
+                    tracing::debug!(%reference, error = %e, "image GC: an image volume's image")
+                }
+            }
         }
-        Ok(ids)
+        ids
     }
 
     /// RemoveImage by id.
@@ -406,7 +411,7 @@ pub async fn detect(
 ) -> Result<HashSet<String>, ImageGcError> {
     let images = calls.list_images().await?;
     let mut refs = calls.container_image_refs().await?;
-    refs.extend(calls.image_ids(volume_images).await?);
+    refs.extend(calls.image_ids(volume_images).await);
     refs.extend(volume_images.iter().cloned());
     Ok(manager.detect(&images, refs.iter().map(String::as_str), now))
 }
