@@ -16,6 +16,7 @@ use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::snapshots::{
     Info, ListSnapshotsRequest, ViewSnapshotRequest,
 };
+use ferrolet_proto::containerd::services::v1::{CreateRequest, DeleteRequest};
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::{MountPropagation, PullImageRequest, RemoveImageRequest};
 use tonic::Code;
@@ -38,6 +39,24 @@ async fn snapshots_named(client: &Containerd, part: &str) -> Vec<Info> {
         out.extend(page.info.into_iter().filter(|i| i.name.contains(part)));
     }
     out
+}
+
+/// Runs containerd's garbage collector to its end: a lease made and deleted with `sync`.
+async fn collect_garbage(client: &Containerd) {
+    let id = format!("imgvol-gc-{}", std::process::id());
+    client
+        .leases()
+        .create(CreateRequest {
+            id: id.clone(),
+            labels: HashMap::new(),
+        })
+        .await
+        .unwrap();
+    client
+        .leases()
+        .delete(DeleteRequest { id, sync: true })
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,6 +118,11 @@ async fn an_image_volume_shows_the_image_read_only_and_goes_with_its_container()
         })
         .await
         .unwrap();
+    // A garbage collection now (a lease deleted with `sync`) keeps the views and, through
+    // them, the layers: the record holds them by label.
+    collect_garbage(&node.ns.client).await;
+    let after = snapshots_named(&node.ns.client, &format!("{id}-image-volume-")).await;
+    assert_eq!(after.len(), 2, "{after:?}");
     assert_eq!(
         api.exec_ok(&id, &["cat", "/vol/www/index.html"]).await,
         HTTPD_BODY
