@@ -792,6 +792,17 @@ impl ContainerBuilder {
         self
     }
 
+    /// Mounts image `image` (an image volume) read-only at `container`, as the kubelet asks.
+    pub fn image_mount(mut self, image: &str, container: &str) -> Self {
+        self.config.mounts.push(Mount {
+            container_path: container.to_string(),
+            image: Some(image_spec(image)),
+            readonly: true,
+            ..Default::default()
+        });
+        self
+    }
+
     /// Bind-mounts `host` at `container`.
     pub fn mount(mut self, host: &Path, container: &str, readonly: bool) -> Self {
         self.config.mounts.push(Mount {

@@ -84,7 +84,8 @@ impl ImageManager {
         self.backoff.gc(now);
     }
 
-    /// The image to create the container from, or why the container must wait.
+    /// The image to create the container from, or why the container must wait (Go's
+    /// `EnsureImageExists` for a container's image).
     /// `desired` says which pod UIDs are still wanted (old pull errors of others are dropped);
     /// the Go image manager's events about `object` (the container) go to `events`.
     pub async fn ensure_image(
@@ -94,20 +95,36 @@ impl ImageManager {
         desired: &(dyn Fn(&str) -> bool + Sync),
         events: (&dyn EventRecorder, &ObjectReference),
     ) -> Result<Ensured, Waiting> {
+        let image = container.image.as_deref().unwrap_or_default();
+        let policy = container.image_pull_policy.as_deref();
+        self.ensure(pull, image, policy, desired, events).await
+    }
+
+    /// `image` made present per pull `policy` (None: `IfNotPresent`), for a container or an
+    /// image volume (Go's `EnsureImageExists`, which serves both): its id, or why whatever
+    /// needs it must wait. Events about `object` go to `events`.
+    pub async fn ensure(
+        &self,
+        pull: &PullFor,
+        image: &str,
+        policy: Option<&str>,
+        desired: &(dyn Fn(&str) -> bool + Sync),
+        events: (&dyn EventRecorder, &ObjectReference),
+    ) -> Result<Ensured, Waiting> {
         let (events, object) = events;
         let event = |kind, why: &str, message: &str| events.record(object, kind, why, message);
         let uid = pull.uid.as_str();
-        let image = container.image.clone().unwrap_or_default();
+        let image = image.to_string();
         if image.is_empty() {
             return Err(Waiting {
                 reason: "InvalidImageName".into(),
                 message: "the container has no image".into(),
             });
         }
-        let policy = container
-            .image_pull_policy
-            .clone()
-            .unwrap_or_else(|| "IfNotPresent".into());
+        let policy = policy
+            .filter(|p| !p.is_empty())
+            .unwrap_or("IfNotPresent")
+            .to_string();
         let present = match self.cri.image_id(&image).await {
             Ok(id) => id,
             Err(e) => {

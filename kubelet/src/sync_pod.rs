@@ -69,6 +69,8 @@ struct SandboxTarget<'a> {
     /// Primary first.
     pod_ips: &'a [String],
     volumes: &'a crate::volume::PodVolumes,
+    /// The pulls of the pod's image volumes (none when the pass starts no container).
+    image_volumes: &'a crate::kubelet::image_volumes::ImageVolumePulls,
 }
 
 /// One container instance to kill, and why.
@@ -159,11 +161,22 @@ impl Kubelet {
         let (sandbox_id, pod_ips) = self
             .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
             .await?;
+        // Go pulls the image volumes' images after the sandbox, before any container starts.
+        let starts = actions
+            .steps
+            .iter()
+            .any(|s| matches!(s, ContainerAction::Start { .. }));
+        let image_volumes = if starts {
+            self.pull_image_volumes(pod).await
+        } else {
+            Default::default()
+        };
         let target = SandboxTarget {
             id: &sandbox_id,
             config: &sandbox_config,
             pod_ips: &pod_ips,
             volumes: &volumes,
+            image_volumes: &image_volumes,
         };
         for step in &actions.steps {
             self.carry_out(pod, spec, step, &target, waiting).await;
@@ -336,7 +349,25 @@ impl Kubelet {
             let message = format!("Error: {message}");
             self.container_event(pod, name, EventType::Warning, reason::FAILED, &message);
         };
-        let mut config = match self.container_config(pod, c, target, restart_count).await {
+        // An image volume whose pull failed: `Error: <reason>` per failed volume, and the
+        // container waits with the last (Go's toKubeContainerImageVolumes).
+        let pulls = target.image_volumes;
+        let images = match crate::kubelet::image_volumes::container_image_volumes(pulls, c) {
+            Ok(images) => images,
+            Err(failures) => {
+                for w in &failures {
+                    failed(&w.reason);
+                }
+                if let Some(w) = failures.into_iter().last() {
+                    waiting.insert(c.name.clone(), w);
+                }
+                return;
+            }
+        };
+        let mut config = match self
+            .container_config(pod, c, target, &images, restart_count)
+            .await
+        {
             Ok(config) => config,
             Err(w) => {
                 // Go's image errors print as their reason (`Error: ErrImagePull`), the rest
@@ -399,6 +430,7 @@ impl Kubelet {
         pod: &Pod,
         c: &Container,
         target: &SandboxTarget<'_>,
+        images: &BTreeMap<String, ferrolet_proto::cri::ImageSpec>,
         restart_count: u32,
     ) -> Result<ferrolet_proto::cri::ContainerConfig, Waiting> {
         let pod_ips = target.pod_ips;
@@ -432,7 +464,7 @@ impl Kubelet {
             });
         envs = device_envs.chain(envs).collect();
         let mounts = self
-            .container_mounts(pod, c, target.volumes, pod_ips, &envs)
+            .container_mounts(pod, c, target.volumes, images, pod_ips, &envs)
             .await
             .map_err(|e| fail("CreateContainerConfigError", e))?;
         let ctx = ContainerContext {
@@ -615,6 +647,7 @@ impl Kubelet {
         pod: &Pod,
         c: &Container,
         volumes: &crate::volume::PodVolumes,
+        images: &BTreeMap<String, ferrolet_proto::cri::ImageSpec>,
         pod_ips: &[String],
         envs: &[ferrolet_proto::cri::KeyValue],
     ) -> Result<Vec<ferrolet_proto::cri::Mount>, String> {
@@ -625,6 +658,7 @@ impl Kubelet {
             hostname: &hostname,
             host_domain: &domain,
             envs,
+            images,
         };
         crate::volume::container_mounts_with(&self.config.root_dir, pod, c, volumes, &ctx)
             .await

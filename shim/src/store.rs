@@ -25,10 +25,22 @@ pub const SANDBOX_ID_LABEL: &str = "io.cri-containerd.sandbox-id";
 pub const METADATA_EXTENSION: &str = "io.ferrolet.cri.metadata";
 /// Type URL of that extension.
 pub const METADATA_TYPE_URL: &str = "ferrolet.dev/cri/Metadata";
-/// Label on the writable snapshots we prepare (their keys are container and sandbox ids).
+/// Label on the snapshots we make: writable ones keyed by container and sandbox ids, and the
+/// read-only views of image volumes ([`image_volume_key`]).
 pub const SNAPSHOT_OWNER_LABEL: &str = "io.ferrolet.cri.owner";
 /// [`SNAPSHOT_OWNER_LABEL`]'s value.
 pub const SNAPSHOT_OWNER: &str = "ferrolet-cri";
+
+/// The key of the view container `id` mounts for its `index`-th CRI mount (an image volume):
+/// the id first, so the sweeper knows whose it is.
+pub fn image_volume_key(id: &str, index: usize) -> String {
+    format!("{id}-image-volume-{index}")
+}
+
+/// The sandbox or container id a snapshot of ours belongs to (its key up to the first `-`).
+pub fn snapshot_owner(key: &str) -> &str {
+    key.split_once('-').map_or(key, |(id, _)| id)
+}
 
 /// A record that could not be read or written.
 #[derive(Debug, thiserror::Error)]

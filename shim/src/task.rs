@@ -8,7 +8,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::container::Runtime;
 use ferrolet_proto::containerd::services::v1::snapshots::{
-    PrepareSnapshotRequest, RemoveSnapshotRequest,
+    PrepareSnapshotRequest, RemoveSnapshotRequest, ViewSnapshotRequest,
 };
 use ferrolet_proto::containerd::services::v1::{
     Container, CreateContainerRequest, CreateTaskRequest, DeleteContainerRequest,
@@ -79,14 +79,29 @@ pub fn timestamp_ns(ts: Option<&ferrolet_proto::prost_types::Timestamp>) -> i64 
     .unwrap_or(0)
 }
 
-/// A writable snapshot held by a lease until a container record owns it, so containerd's
-/// garbage collector cannot take it in between.
+/// containerd's label prefix by which a record keeps a snapshot from its garbage collector
+/// (`<prefix><snapshotter>/<anything>` = the snapshot's key).
+pub const GC_SNAPSHOT_REF_LABEL: &str = "containerd.io/gc.ref.snapshot.";
+
+/// A writable snapshot (and the read-only views of the container's image volumes) held by a
+/// lease until a container record owns them, so containerd's garbage collector cannot take
+/// them in between.
 pub struct PreparedSnapshot {
     lease: Lease,
     snapshotter: String,
     key: String,
+    /// Keys of the views made under the same lease, which the record keeps by label.
+    views: Vec<String>,
     /// The rootfs mounts.
     pub mounts: Vec<Mount>,
+}
+
+/// The labels marking a snapshot ours, so the sweeper may remove it once nothing owns it.
+fn owner_labels() -> HashMap<String, String> {
+    HashMap::from([(
+        crate::store::SNAPSHOT_OWNER_LABEL.to_string(),
+        crate::store::SNAPSHOT_OWNER.to_string(),
+    )])
 }
 
 /// Prepares the writable snapshot `key` on `parent`.
@@ -104,11 +119,7 @@ pub async fn prepare_snapshot(
                 snapshotter: snapshotter.to_string(),
                 key: key.to_string(),
                 parent: parent.to_string(),
-                // Marks it ours, so the sweeper may remove it once nothing owns it.
-                labels: HashMap::from([(
-                    crate::store::SNAPSHOT_OWNER_LABEL.to_string(),
-                    crate::store::SNAPSHOT_OWNER.to_string(),
-                )]),
+                labels: owner_labels(),
             })
             .await
             .map_err(TaskError::containerd(format!("preparing snapshot {key}")))
@@ -119,6 +130,7 @@ pub async fn prepare_snapshot(
             lease,
             snapshotter: snapshotter.to_string(),
             key: key.to_string(),
+            views: Vec::new(),
             mounts: r.into_inner().mounts,
         }),
         Err(e) => {
@@ -135,9 +147,35 @@ async fn drop_lease(cd: &Containerd, lease: Lease) {
 }
 
 impl PreparedSnapshot {
-    /// Creates the container record that owns the snapshot; on failure the snapshot goes
-    /// (or, if containerd cannot remove it now, the sweeper does: its key is the id).
-    pub async fn commit(self, cd: &Containerd, record: Container) -> Result<Vec<Mount>> {
+    /// Makes the read-only view `key` of the committed snapshot `parent` under the same
+    /// lease; it goes with the writable snapshot on [`Self::abandon`], and the record made by
+    /// [`Self::commit`] keeps it. Its mounts.
+    pub async fn view(&mut self, cd: &Containerd, key: &str, parent: &str) -> Result<Vec<Mount>> {
+        let mounts = cd
+            .with_lease(&self.lease.id)?
+            .snapshots()
+            .view(ViewSnapshotRequest {
+                snapshotter: self.snapshotter.clone(),
+                key: key.to_string(),
+                parent: parent.to_string(),
+                labels: owner_labels(),
+            })
+            .await
+            .map_err(TaskError::containerd(format!("making the view {key}")))?
+            .into_inner()
+            .mounts;
+        self.views.push(key.to_string());
+        Ok(mounts)
+    }
+
+    /// Creates the container record that owns the snapshot (and, by label, the views); on
+    /// failure they go (or, if containerd cannot remove them now, the sweeper does: their
+    /// keys start with the id).
+    pub async fn commit(self, cd: &Containerd, mut record: Container) -> Result<Vec<Mount>> {
+        for (n, key) in self.views.iter().enumerate() {
+            let label = format!("{GC_SNAPSHOT_REF_LABEL}{}/view{n}", self.snapshotter);
+            record.labels.insert(label, key.clone());
+        }
         let id = record.id.clone();
         let created = cd
             .containers()
@@ -159,9 +197,15 @@ impl PreparedSnapshot {
         Ok(self.mounts)
     }
 
-    /// Gives the snapshot up; the lease goes whether or not the snapshot could.
+    /// Gives the snapshot and its views up; the lease goes whether or not they could.
     pub async fn abandon(self, cd: &Containerd) -> Result<()> {
-        let removed = remove_snapshot(cd, &self.snapshotter, &self.key).await;
+        let mut removed = Ok(());
+        for key in self.views.iter().chain(std::iter::once(&self.key)) {
+            let result = remove_snapshot(cd, &self.snapshotter, key).await;
+            if removed.is_ok() {
+                removed = result;
+            }
+        }
         drop_lease(cd, self.lease).await;
         removed
     }

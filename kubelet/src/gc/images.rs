@@ -2,7 +2,7 @@
 //! filesystem's usage reaches `imageGCHighThresholdPercent`, unused images are removed,
 //! least recently used first (ties: first detected first), until usage is back at
 //! `imageGCLowThresholdPercent`. An image any container uses (running or not) is never
-//! removed, nor a pinned one (the runtime's pause image), nor one first seen less than
+//! removed, nor one an image volume of a pod the kubelet knows mounts, nor a pinned one (the runtime's pause image), nor one first seen less than
 //! `imageMinimumGCAge` ago (it may have just been pulled for a container about to start).
 //!
 //! [`ImageGcManager`] holds the records (first detected, last used, size) and the pure
@@ -303,6 +303,30 @@ impl ImageCalls {
             .collect())
     }
 
+    /// The ids of the images `references` name (ImageStatus each). Those not present are
+    /// left out, and so are those the runtime cannot look up (a reference it refuses must not
+    /// stop every pass: such an image was never pulled).
+    pub async fn image_ids(&self, references: &[String]) -> Vec<String> {
+        let mut ids = Vec::new();
+        for reference in references {
+            let mut client = self.cri.images();
+            let req = cri::ImageStatusRequest {
+                image: Some(cri::ImageSpec {
+                    image: reference.clone(),
+                    ..Default::default()
+                }),
+                verbose: false,
+            };
+            match timed("ImageStatus", self.timeout, client.image_status(req)).await {
+                Ok(status) => ids.extend(status.image.map(|i| i.id)),
+                Err(e) => {
+                    tracing::debug!(%reference, error = %e, "image GC: an image volume's image")
+                }
+            }
+        }
+        ids
+    }
+
     /// RemoveImage by id.
     pub async fn remove_image(&self, id: &str) -> Result<(), CriError> {
         let mut client = self.cri.images();
@@ -377,14 +401,18 @@ pub async fn fs_capacity(path: &str) -> Result<(u64, u64), ImageGcError> {
 }
 
 /// Lists images and containers and records them in `manager` (Go's `detectImages`); the
-/// ids of the images in use.
+/// ids of the images in use: the containers' and those of the image volumes named by
+/// `volume_images` (references resolved by the runtime, so any spelling of a name counts).
 pub async fn detect(
     manager: &mut ImageGcManager,
     calls: &ImageCalls,
+    volume_images: &[String],
     now: Instant,
 ) -> Result<HashSet<String>, ImageGcError> {
     let images = calls.list_images().await?;
-    let refs = calls.container_image_refs().await?;
+    let mut refs = calls.container_image_refs().await?;
+    refs.extend(calls.image_ids(volume_images).await);
+    refs.extend(volume_images.iter().cloned());
     Ok(manager.detect(&images, refs.iter().map(String::as_str), now))
 }
 
@@ -408,6 +436,7 @@ pub struct ImageGcReport {
 pub async fn garbage_collect(
     manager: &mut ImageGcManager,
     calls: &ImageCalls,
+    volume_images: &[String],
 ) -> Result<ImageGcReport, ImageGcError> {
     let mountpoint = calls.image_fs_mountpoint().await?;
     let (capacity, available) = fs_capacity(&mountpoint).await?;
@@ -418,7 +447,7 @@ pub async fn garbage_collect(
     };
     let wanted = amount_to_free(capacity, available, &policy)?;
     let free_time = Instant::now();
-    let in_use = detect(manager, calls, free_time).await?;
+    let in_use = detect(manager, calls, volume_images, free_time).await?;
     let Some(wanted) = wanted else {
         return Ok(report);
     };

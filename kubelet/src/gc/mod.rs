@@ -222,6 +222,8 @@ pub struct GcContext {
     pub is_known: Arc<dyn Fn(&str) -> bool + Send + Sync>,
     /// The runtime's pods as last listed, for the images in use.
     pub runtime: Arc<Pleg>,
+    /// The image references of the image volumes of the pods the kubelet knows: in use too.
+    pub volume_images: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
 }
 
 /// Starts container and image GC, each on its period (the first pass at once).
@@ -271,8 +273,12 @@ async fn run(ctx: GcContext, sources_ready: Arc<AtomicBool>) {
     // present "since long ago".
     let mut image_tick = ticker(policy.image_gc_period, policy.image_gc_period);
     let mut observe_tick = ticker(OBSERVE_PERIOD, OBSERVE_PERIOD);
-    if image_gc && let Err(e) = images::detect(&mut images, &calls, Instant::now()).await {
-        tracing::debug!(error = %e, "image GC: the first detection failed; the first pass does it");
+    if image_gc {
+        let volume_images = (ctx.volume_images)();
+        let first = images::detect(&mut images, &calls, &volume_images, Instant::now()).await;
+        if let Err(e) = first {
+            tracing::debug!(error = %e, "image GC: the first detection failed; the first pass does it");
+        }
     }
     let pods = KubeletPods {
         is_known: ctx.is_known.as_ref(),
@@ -301,7 +307,8 @@ async fn run(ctx: GcContext, sources_ready: Arc<AtomicBool>) {
                 }
             }
             _ = image_tick.tick(), if image_gc => {
-                match images::garbage_collect(&mut images, &calls).await {
+                let volume_images = (ctx.volume_images)();
+                match images::garbage_collect(&mut images, &calls, &volume_images).await {
                     Ok(r) => {
                         if !r.removed.is_empty() {
                             tracing::info!(removed = ?r.removed, freed = r.freed, "image garbage collection removed images");
@@ -329,6 +336,8 @@ async fn run(ctx: GcContext, sources_ready: Arc<AtomicBool>) {
                     .iter()
                     .flat_map(|p| &p.containers)
                     .flat_map(|c| [c.image.as_str(), c.image_ref.as_str()]);
+                let volume_images = (ctx.volume_images)();
+                let refs = refs.chain(volume_images.iter().map(String::as_str));
                 images.mark_used(refs, Instant::now());
             }
         }

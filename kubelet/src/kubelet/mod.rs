@@ -8,6 +8,7 @@ mod cpu;
 mod cpu_sampling;
 pub(crate) mod devices;
 mod eviction;
+pub(crate) mod image_volumes;
 mod oom;
 mod timeline;
 mod volumes;
@@ -382,6 +383,15 @@ impl Kubelet {
             pod_logs_dir: self.config.pod_logs_dir.clone(),
             is_known: Arc::new(move |uid| known.upgrade().is_some_and(|k| k.knows(uid))),
             runtime: self.pleg.clone(),
+            volume_images: {
+                let known = Arc::downgrade(&self);
+                Arc::new(move || {
+                    known
+                        .upgrade()
+                        .map(|k| k.image_volume_references())
+                        .unwrap_or_default()
+                })
+            },
         });
         self.spawn_eviction_manager();
         self.spawn_cpu_sampling();

@@ -142,6 +142,13 @@ fn volume(v: &mut Volume) {
     if !has_source(v) {
         v.empty_dir = Some(Default::default());
     }
+    if let Some(i) = &mut v.image
+        && i.pull_policy.as_deref().unwrap_or("").is_empty()
+    {
+        // As a container's imagePullPolicy (Go's SetDefaults_ImageVolumeSource).
+        let always = image_tag(i.reference.as_deref().unwrap_or("")) == "latest";
+        i.pull_policy = Some(if always { "Always" } else { "IfNotPresent" }.into());
+    }
     if let Some(h) = &mut v.host_path {
         set_if_none(&mut h.type_, String::new);
     }
@@ -244,6 +251,30 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn image_volumes_get_the_pull_policy_of_their_tag() {
+        let volume = |reference: &str, policy: Option<&str>| Volume {
+            name: "v".into(),
+            image: Some(k8s_openapi::api::core::v1::ImageVolumeSource {
+                reference: Some(reference.into()),
+                pull_policy: policy.map(Into::into),
+            }),
+            ..Default::default()
+        };
+        for (v, want) in [
+            (volume("tools", None), "Always"),
+            (volume("tools:1", None), "IfNotPresent"),
+            (volume("tools", Some("Never")), "Never"),
+        ] {
+            let mut pod = pod_with(Container::default());
+            pod.spec.as_mut().unwrap().volumes = Some(vec![v]);
+            apply(&mut pod);
+            let v = &pod.spec.unwrap().volumes.unwrap()[0];
+            assert_eq!(v.image.as_ref().unwrap().pull_policy.as_deref(), Some(want));
+            assert!(v.empty_dir.is_none());
         }
     }
 

@@ -337,8 +337,33 @@ fn pod_security(errs: &mut Errs, sc: &PodSecurityContext) {
     }
 }
 
-/// The names of the pod's volumes, for mounts to refer to.
-pub(super) type VolumeNames = BTreeSet<String>;
+/// The names of the pod's volumes, for mounts to refer to, and which of them are image
+/// volumes (their mounts take no `subPath`).
+#[derive(Debug, Default)]
+pub(super) struct VolumeNames {
+    names: BTreeSet<String>,
+    images: BTreeSet<String>,
+}
+
+impl VolumeNames {
+    /// Adds a volume; false when its name was taken.
+    pub(super) fn insert(&mut self, name: &str, image: bool) -> bool {
+        if image {
+            self.images.insert(name.to_string());
+        }
+        self.names.insert(name.to_string())
+    }
+
+    /// Whether the pod has volume `name`.
+    pub(super) fn contains(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// Whether volume `name` is an image volume.
+    pub(super) fn is_image(&self, name: &str) -> bool {
+        self.images.contains(name)
+    }
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

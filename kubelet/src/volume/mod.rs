@@ -253,7 +253,7 @@ pub(crate) fn mkdir_all(volume: &str, path: &Path, mode: u32) -> Result<(), Volu
 
 /// The volume kinds we cannot serve, by their API names.
 fn unsupported_kind(v: &Volume) -> Option<&'static str> {
-    let kinds: [(&'static str, bool); 21] = [
+    let kinds: [(&'static str, bool); 20] = [
         ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
         ("azureDisk", v.azure_disk.is_some()),
         ("azureFile", v.azure_file.is_some()),
@@ -265,7 +265,6 @@ fn unsupported_kind(v: &Volume) -> Option<&'static str> {
         ("gcePersistentDisk", v.gce_persistent_disk.is_some()),
         ("gitRepo", v.git_repo.is_some()),
         ("glusterfs", v.glusterfs.is_some()),
-        ("image", v.image.is_some()),
         ("iscsi", v.iscsi.is_some()),
         ("nfs", v.nfs.is_some()),
         ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
@@ -286,12 +285,23 @@ pub fn is_claim(v: &Volume) -> bool {
     v.persistent_volume_claim.is_some() || v.ephemeral.is_some()
 }
 
+/// Whether the volume is an image volume (`image`): the runtime mounts the image itself
+/// (CRI `Mount.image`), so nothing of it is made on the node, as Go's stub `kubernetes.io/image`
+/// plugin makes nothing.
+pub fn is_image(v: &Volume) -> bool {
+    v.image.is_some()
+}
+
 /// Go's plugin dir name for a volume's kind (`kubernetes.io~empty-dir`, `kubernetes.io~secret`,
 /// `kubernetes.io~configmap`, `kubernetes.io~downward-api`, `kubernetes.io~projected`); None
-/// for hostPath (not under the pod dir), claims (their PersistentVolume's plugin decides) and
-/// the kinds ferrolet cannot serve.
+/// for hostPath (not under the pod dir), claims (their PersistentVolume's plugin decides),
+/// image volumes (the runtime's) and the kinds ferrolet cannot serve.
 pub fn plugin_dir_name(volume: &Volume) -> Option<&'static str> {
-    if volume.host_path.is_some() || is_claim(volume) || unsupported_kind(volume).is_some() {
+    if volume.host_path.is_some()
+        || is_claim(volume)
+        || is_image(volume)
+        || unsupported_kind(volume).is_some()
+    {
         None
     } else if volume.secret.is_some() {
         Some(secret::PLUGIN)
@@ -382,12 +392,12 @@ pub fn setup_volume(
     if let Some(hp) = &volume.host_path {
         return host_path::setup(name, hp);
     }
-    if is_claim(volume) || volume.csi.is_some() {
+    if is_claim(volume) || volume.csi.is_some() || is_image(volume) {
         return Err(VolumeError::Invalid {
             volume: name.into(),
-            reason:
-                "claims and CSI volumes are set up through their driver or bound PersistentVolume"
-                    .into(),
+            reason: "claims, CSI and image volumes are set up through their driver, bound \
+                     PersistentVolume or the runtime"
+                .into(),
         });
     }
     let dir = volume_path(root_dir, uid, volume);

@@ -1,10 +1,11 @@
 //! The CRI mounts of one container, as the Go kubelet's `makeMounts` (kubelet_pods.go) and
 //! kuberuntime's `makeMounts` make them: each volumeMount (with `subPath`/`subPathExpr`,
-//! `readOnly`, `mountPropagation`, `recursiveReadOnly`), then the kubelet-managed
-//! `/etc/hosts`, then the termination-message file.
+//! `readOnly`, `mountPropagation`, `recursiveReadOnly`; an image volume as CRI's
+//! `Mount.image`, always read-only), then the kubelet-managed `/etc/hosts`, then the
+//! termination-message file.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
@@ -40,6 +41,8 @@ pub struct MountContext<'a> {
     /// The container's environment, for `subPathExpr`
     /// ([`crate::podspec::container_env`]).
     pub envs: &'a [cri::KeyValue],
+    /// The pulled images of the pod's image volumes, by volume name.
+    pub images: &'a BTreeMap<String, cri::ImageSpec>,
 }
 
 /// CRI mounts for a container, knowing only the primary pod IP: the hosts file gets no
@@ -67,6 +70,7 @@ pub async fn container_mounts(
         hostname: &hostname,
         host_domain: "",
         envs: &[],
+        images: &BTreeMap::new(),
     };
     container_mounts_with(root_dir, pod, container, volumes, &ctx).await
 }
@@ -114,6 +118,7 @@ pub async fn container_mounts_with(
             .map(|kv| (kv.key.clone(), kv.value.clone()))
             .collect(),
         node_hosts: PathBuf::from(NODE_HOSTS),
+        images: ctx.images.clone(),
     };
     blocking(move || job.run()).await
 }
@@ -132,6 +137,7 @@ struct Job {
     host_domain: String,
     envs: HashMap<String, String>,
     node_hosts: PathBuf,
+    images: BTreeMap<String, cri::ImageSpec>,
 }
 
 impl Job {
@@ -181,6 +187,9 @@ impl Job {
     /// One volumeMount, the `index`-th of the container's.
     fn volume_mount(&self, index: usize, vm: &VolumeMount) -> Result<cri::Mount, VolumeError> {
         let c = &self.container;
+        if let Some(image) = self.images.get(&vm.name) {
+            return self.image_mount(vm, image);
+        }
         let volume_path = self
             .volumes
             .dirs
@@ -238,6 +247,46 @@ impl Job {
             selinux_relabel: false,
             propagation: propagation as i32,
             recursive_read_only,
+            ..Default::default()
+        })
+    }
+
+    /// A volumeMount of an image volume: no host path, the image for the runtime to mount,
+    /// read-only whatever the mount says (Go's image plugin's `ReadOnly` attribute). A
+    /// `subPath` needs CRI's `image_sub_path` (cri-api 0.33, Kubernetes 1.33), which the CRI
+    /// this kubelet speaks (cri-api 0.32) does not have: refused, as Go before 1.33 refuses it.
+    fn image_mount(
+        &self,
+        vm: &VolumeMount,
+        image: &cri::ImageSpec,
+    ) -> Result<cri::Mount, VolumeError> {
+        let has = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
+        if has(&vm.sub_path) || has(&vm.sub_path_expr) {
+            return Err(VolumeError::SubPath {
+                volume: vm.name.clone(),
+                container: self.container.name.clone(),
+                reason: "subPath is not allowed in image volume sources".into(),
+            });
+        }
+        let invalid = |reason: String| VolumeError::Invalid {
+            volume: vm.name.clone(),
+            reason,
+        };
+        let propagation = match vm.mount_propagation.as_deref() {
+            None | Some("None") => cri::MountPropagation::PropagationPrivate,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "mountPropagation {other:?} is not available for image volumes"
+                )));
+            }
+        };
+        Ok(cri::Mount {
+            container_path: absolute(&vm.mount_path),
+            image: Some(image.clone()),
+            readonly: true,
+            propagation: propagation as i32,
+            recursive_read_only: recursive_read_only(vm, vm.read_only.unwrap_or(false))
+                .map_err(invalid)?,
             ..Default::default()
         })
     }
@@ -638,6 +687,7 @@ spec:
             hostname: "www",
             host_domain: "sub.prod.svc.cluster.local",
             envs: &envs,
+            images: &BTreeMap::new(),
         };
         let mounts = container_mounts_with(root.path(), &p, c, &vols, &ctx)
             .await
@@ -783,6 +833,67 @@ spec: {hostNetwork: true, containers: [{name: app, terminationMessagePath: ''}]}
         assert_eq!(m[0].container_path, "/etc/hosts");
         let text = std::fs::read_to_string(&m[0].host_path).unwrap();
         assert!(text.starts_with(MANAGED_HOSTS_HEADER_HOST_NETWORK));
+    }
+
+    #[tokio::test]
+    async fn image_volumes_go_to_the_runtime_read_only() {
+        let root = tempfile::tempdir().unwrap();
+        let p = pod("metadata: {name: web, uid: m4}
+spec:
+  containers:
+  - name: app
+    terminationMessagePath: ''
+    volumeMounts:
+    - {name: tools, mountPath: /tools}
+    - {name: tools, mountPath: /sub, subPath: bin}
+    - {name: tools, mountPath: /shared, mountPropagation: HostToContainer}
+  volumes: [{name: tools, image: {reference: 'example.com/tools:1'}}]");
+        let spec = cri::ImageSpec {
+            image: "sha256:abc".into(),
+            user_specified_image: "example.com/tools:1".into(),
+            ..Default::default()
+        };
+        let images = BTreeMap::from([("tools".to_string(), spec.clone())]);
+        let ctx = MountContext {
+            pod_ips: &[],
+            hostname: "web",
+            host_domain: "",
+            envs: &[],
+            images: &images,
+        };
+        let mut c = p.spec.as_ref().unwrap().containers[0].clone();
+        let all = c.volume_mounts.clone().unwrap();
+        let vols = PodVolumes::default();
+        c.volume_mounts = Some(all[..1].to_vec());
+        let mounts = container_mounts_with(root.path(), &p, &c, &vols, &ctx)
+            .await
+            .unwrap();
+        assert_eq!(
+            mounts,
+            [cri::Mount {
+                container_path: "/tools".into(),
+                image: Some(spec),
+                readonly: true,
+                ..Default::default()
+            }]
+        );
+        c.volume_mounts = Some(all[1..2].to_vec());
+        let err = container_mounts_with(root.path(), &p, &c, &vols, &ctx)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not allowed in image volume sources"),
+            "{err}"
+        );
+        c.volume_mounts = Some(all[2..].to_vec());
+        let err = container_mounts_with(root.path(), &p, &c, &vols, &ctx)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not available for image volumes"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -123,7 +123,8 @@ impl DesiredState {
             .spec
             .iter()
             .flat_map(|s| s.volumes.iter().flatten())
-            .filter(|v| used.contains(&v.name))
+            // Image volumes are the runtime's: nothing of them is set up on the node.
+            .filter(|v| used.contains(&v.name) && !crate::volume::is_image(v))
             .collect();
         let old = self.pods.remove(uid);
         let relabelled = old

@@ -224,7 +224,13 @@ pub fn container_spec(input: &ContainerSpecInput<'_>) -> Result<Spec, OciError> 
             .set_no_new_privileges(Some(sc.no_new_privs));
     }
 
-    mounts::apply(&mut spec, config, input.files, sc.readonly_rootfs)?;
+    mounts::apply(
+        &mut spec,
+        config,
+        input.image_volumes,
+        input.files,
+        sc.readonly_rootfs,
+    )?;
     security::apply_paths(&mut spec, &sc);
     devices::apply(&mut spec, &config.devices)?;
     security::apply_capabilities(
@@ -501,6 +507,7 @@ mod tests {
             target_pid: 0,
             netns_path: netns,
             files: &f.files,
+            image_volumes: &[],
             cgroups_path: "/kubepods/c1",
             min_oom_score_adj: -500,
             cgroups: &f.cgroups,

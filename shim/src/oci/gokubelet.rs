@@ -409,6 +409,7 @@ fn container(
         target_pid: 0,
         netns_path: Some(Path::new("/run/netns/cni-1")),
         files: &p.files,
+        image_volumes: &[],
         cgroups_path: "/kubepods/burstable/pod1/c1",
         min_oom_score_adj,
         cgroups: node,

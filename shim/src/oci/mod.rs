@@ -40,6 +40,7 @@ use tonic::Code;
 
 pub use self::cgroups::{CgroupMode, CgroupSupport};
 pub use self::container::container_spec;
+pub use self::mounts::ImageVolume;
 pub use self::resources::{cri_resources, linux_resources, update_resources};
 pub use self::sandbox::sandbox_spec;
 pub use crate::mount::EtcFiles;
@@ -335,6 +336,8 @@ pub struct ContainerSpecInput<'a> {
     pub netns_path: Option<&'a Path>,
     /// The sandbox's shared files.
     pub files: &'a SandboxFiles,
+    /// The views of the request's image volumes.
+    pub image_volumes: &'a [ImageVolume],
     /// From [`cgroups_path`].
     pub cgroups_path: &'a str,
     /// From [`own_oom_score_adj`].

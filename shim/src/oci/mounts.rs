@@ -1,4 +1,5 @@
-//! A container's mounts: the CRI bind mounts (with their propagation), the sandbox's shared
+//! A container's mounts: the CRI bind mounts (with their propagation), the image volumes
+//! (the mounts of their read-only views, as the snapshotter gives them), the sandbox's shared
 //! files (/etc/hostname, /etc/hosts, /etc/resolv.conf, /dev/shm) unless the request mounts
 //! those paths itself, and the default pseudo-filesystems they do not shadow.
 
@@ -12,12 +13,33 @@ use super::OciError;
 use super::cgroups::unescape;
 use crate::sandbox::files::SandboxFiles;
 
-/// A bind mount to make, from the request or from the sandbox.
+/// The read-only view of an image volume: the request's `index`-th mount, and the mounts
+/// of its snapshot (one overlay or bind mount with the overlayfs snapshotter).
+#[derive(Clone, Debug)]
+pub struct ImageVolume {
+    /// Index of the CRI mount naming the image.
+    pub index: usize,
+    /// The view's mounts.
+    pub mounts: Vec<ferrolet_proto::containerd::types::Mount>,
+}
+
+/// The most mount(2) takes as its data argument (one page).
+const MOUNT_DATA_MAX: usize = 4096;
+
+/// What a mount shows.
+enum Source {
+    /// A host path, bind-mounted.
+    Host(PathBuf),
+    /// An image volume's view, mounted as its snapshotter says.
+    Image(Vec<ferrolet_proto::containerd::types::Mount>),
+}
+
+/// A mount to make, from the request or from the sandbox.
 struct BindRequest {
     /// Request field for errors (`mounts[2]`), or where the mount comes from.
     field: String,
     container_path: String,
-    host_path: PathBuf,
+    source: Source,
     readonly: bool,
     propagation: MountPropagation,
 }
@@ -44,18 +66,39 @@ fn depth(path: &Path) -> usize {
         .count()
 }
 
-fn from_request(i: usize, m: &cri::Mount) -> Result<BindRequest, OciError> {
+fn from_request(
+    i: usize,
+    m: &cri::Mount,
+    image_volumes: &[ImageVolume],
+) -> Result<BindRequest, OciError> {
     let field = format!("mounts[{i}]");
-    if m.image.as_ref().is_some_and(|img| !img.image.is_empty()) {
-        return Err(OciError::invalid(
-            format!("{field}.image"),
-            m.image
-                .as_ref()
-                .map(|i| i.image.clone())
-                .unwrap_or_default(),
-            "image volumes are not supported",
-        ));
-    }
+    let image = match &m.image {
+        None => None,
+        Some(img) => {
+            let view = image_volumes.iter().find(|v| v.index == i).ok_or_else(|| {
+                OciError::invalid(
+                    format!("{field}.image"),
+                    &img.image,
+                    "no view of the image was made",
+                )
+            })?;
+            if !m.readonly {
+                return Err(OciError::invalid(
+                    format!("{field}.readonly"),
+                    "false",
+                    "an image volume is mounted read-only",
+                ));
+            }
+            if m.propagation != MountPropagation::PropagationPrivate as i32 {
+                return Err(OciError::invalid(
+                    format!("{field}.propagation"),
+                    m.propagation.to_string(),
+                    "an image volume is mounted private",
+                ));
+            }
+            Some(view.mounts.clone())
+        }
+    };
     if m.container_path.is_empty() {
         return Err(OciError::invalid(
             format!("{field}.container_path"),
@@ -70,13 +113,17 @@ fn from_request(i: usize, m: &cri::Mount) -> Result<BindRequest, OciError> {
             "must be an absolute path",
         ));
     }
-    if m.host_path.is_empty() {
-        return Err(OciError::invalid(
-            format!("{field}.host_path"),
-            "",
-            "must not be empty",
-        ));
-    }
+    let source = match image {
+        Some(mounts) => Source::Image(mounts),
+        None if m.host_path.is_empty() => {
+            return Err(OciError::invalid(
+                format!("{field}.host_path"),
+                "",
+                "must not be empty",
+            ));
+        }
+        None => Source::Host(PathBuf::from(&m.host_path)),
+    };
     if m.recursive_read_only {
         let why = if m.readonly {
             "recursive read-only mounts are not supported by this runtime"
@@ -105,10 +152,55 @@ fn from_request(i: usize, m: &cri::Mount) -> Result<BindRequest, OciError> {
     Ok(BindRequest {
         field,
         container_path: m.container_path.clone(),
-        host_path: PathBuf::from(&m.host_path),
+        source,
         readonly: m.readonly,
         propagation,
     })
+}
+
+/// The OCI mount of an image volume's view: its one mount as the snapshotter gives it (a
+/// bind of the single layer, or an overlay of the layers with no upper dir), read-only and
+/// private.
+fn image_volume_mount(
+    req: &BindRequest,
+    view: &[ferrolet_proto::containerd::types::Mount],
+) -> Result<Mount, OciError> {
+    let [one] = view else {
+        return Err(OciError::invalid(
+            format!("{}.image", req.field),
+            format!("{} mounts", view.len()),
+            "the image's view must be one mount",
+        ));
+    };
+    let mut options: Vec<String> = one
+        .options
+        .iter()
+        .filter(|o| !matches!(o.as_str(), "rw" | "ro"))
+        .cloned()
+        .collect();
+    if one.r#type == "bind" && !options.iter().any(|o| o == "rbind" || o == "bind") {
+        options.push("rbind".into());
+    }
+    // runc hands the options that are not flags (`lowerdir=…`) to mount(2) as one string,
+    // which the kernel takes up to a page long: an image of very many layers cannot be
+    // mounted this way, and is refused here rather than when the container starts.
+    let data: usize = options.iter().map(|o| o.len() + 1).sum();
+    if data >= MOUNT_DATA_MAX {
+        return Err(OciError::invalid(
+            format!("{}.image", req.field),
+            format!("{data} bytes of {} mount options", one.r#type),
+            format!(
+                "the image has too many layers to mount (the kernel takes {MOUNT_DATA_MAX} bytes of options)"
+            ),
+        ));
+    }
+    options.extend(["rprivate".to_string(), "ro".to_string()]);
+    let mut m = Mount::default();
+    m.set_destination(PathBuf::from(&req.container_path))
+        .set_typ(Some(one.r#type.clone()))
+        .set_source(Some(PathBuf::from(&one.source)))
+        .set_options(Some(options));
+    Ok(m)
 }
 
 /// The sandbox's files a container gets, skipping paths the request mounts itself and files
@@ -137,7 +229,7 @@ fn sandbox_mounts(
     .map(|(dest, host, readonly)| BindRequest {
         field: format!("sandbox file {dest}"),
         container_path: dest.to_string(),
-        host_path: host,
+        source: Source::Host(host),
         readonly,
         propagation: MountPropagation::PropagationPrivate,
     })
@@ -218,8 +310,7 @@ fn check_propagation(
 
 /// The host side of a bind mount: created as a directory when missing (as containerd does),
 /// symlinks resolved so the kernel binds what the user named.
-fn prepare_source(req: &BindRequest) -> Result<PathBuf, OciError> {
-    let path = &req.host_path;
+fn prepare_source(path: &PathBuf) -> Result<PathBuf, OciError> {
     let io = |what: &'static str| {
         move |source| OciError::Io {
             what,
@@ -241,6 +332,7 @@ fn prepare_source(req: &BindRequest) -> Result<PathBuf, OciError> {
 pub(crate) fn apply(
     spec: &mut Spec,
     config: &cri::ContainerConfig,
+    image_volumes: &[ImageVolume],
     files: &SandboxFiles,
     readonly_rootfs: bool,
 ) -> Result<(), OciError> {
@@ -248,7 +340,7 @@ pub(crate) fn apply(
         .mounts
         .iter()
         .enumerate()
-        .map(|(i, m)| from_request(i, m))
+        .map(|(i, m)| from_request(i, m, image_volumes))
         .collect::<Result<Vec<_>, _>>()?;
     let requested: HashSet<PathBuf> = binds.iter().map(|b| clean(&b.container_path)).collect();
     binds.extend(sandbox_mounts(files, &requested, readonly_rootfs));
@@ -285,7 +377,14 @@ pub(crate) fn apply(
 
     let mut rootfs_propagation: Option<&str> = None;
     for b in &binds {
-        let source = prepare_source(b)?;
+        let host_path = match &b.source {
+            Source::Host(path) => path,
+            Source::Image(view) => {
+                mounts.push(image_volume_mount(b, view)?);
+                continue;
+            }
+        };
+        let source = prepare_source(host_path)?;
         check_propagation(b, &source, &mountinfo)?;
         let propagation = match b.propagation {
             MountPropagation::PropagationPrivate => "rprivate",
@@ -358,6 +457,72 @@ mod tests {
     }
 
     #[test]
+    fn image_volumes_mount_their_views_read_only() {
+        use ferrolet_proto::containerd::types::Mount as CdMount;
+        let tmp = tempfile::tempdir().unwrap();
+        let f = files(tmp.path(), None);
+        let image = |path: &str| cri::Mount {
+            container_path: path.into(),
+            image: Some(cri::ImageSpec {
+                image: "tools:1".into(),
+                ..Default::default()
+            }),
+            readonly: true,
+            ..Default::default()
+        };
+        let config = cri::ContainerConfig {
+            mounts: vec![image("/layers"), image("/one")],
+            ..Default::default()
+        };
+        let views = [
+            ImageVolume {
+                index: 0,
+                mounts: vec![CdMount {
+                    r#type: "overlay".into(),
+                    source: "overlay".into(),
+                    target: String::new(),
+                    options: vec!["index=off".into(), "lowerdir=/s/2/fs:/s/1/fs".into()],
+                }],
+            },
+            ImageVolume {
+                index: 1,
+                mounts: vec![CdMount {
+                    r#type: "bind".into(),
+                    source: "/s/1/fs".into(),
+                    target: String::new(),
+                    options: vec!["ro".into(), "rbind".into()],
+                }],
+            },
+        ];
+        let mut spec = default_spec();
+        apply(&mut spec, &config, &views, &f, false).unwrap();
+        let m = find(&spec, "/layers").unwrap();
+        assert_eq!(m.typ().as_deref(), Some("overlay"));
+        assert_eq!(m.source().as_deref(), Some(Path::new("overlay")));
+        assert_eq!(
+            options(m),
+            ["index=off", "lowerdir=/s/2/fs:/s/1/fs", "rprivate", "ro"]
+        );
+        let m = find(&spec, "/one").unwrap();
+        assert_eq!(m.typ().as_deref(), Some("bind"));
+        assert_eq!(options(m), ["rbind", "rprivate", "ro"]);
+
+        // So many layers that the overlay's options pass a page: refused.
+        let mut many = views.clone();
+        many[0].mounts[0].options = vec![format!("lowerdir={}", "/s/123456/fs:".repeat(400))];
+        let err = apply(&mut default_spec(), &config, &many, &f, false).unwrap_err();
+        assert!(err.to_string().contains("too many layers"), "{err}");
+
+        // No view made for it, or writable: refused.
+        let err = apply(&mut default_spec(), &config, &views[..1], &f, false).unwrap_err();
+        assert!(err.to_string().contains("mounts[1].image"), "{err}");
+        let mut writable = config.clone();
+        writable.mounts[0].readonly = false;
+        let err = apply(&mut default_spec(), &writable, &views, &f, false).unwrap_err();
+        assert!(err.to_string().contains("mounts[0].readonly"), "{err}");
+    }
+
+    #[test]
     fn request_and_sandbox_mounts() {
         let tmp = tempfile::tempdir().unwrap();
         let shm = tmp.path().join("shm");
@@ -383,7 +548,7 @@ mod tests {
             ..Default::default()
         };
         let mut spec = default_spec();
-        apply(&mut spec, &config, &f, false).unwrap();
+        apply(&mut spec, &config, &[], &f, false).unwrap();
 
         let m = find(&spec, "/data/deep/er").unwrap();
         assert_eq!(m.typ().as_deref(), Some("bind"));
@@ -457,7 +622,7 @@ mod tests {
             ..Default::default()
         };
         let mut spec = default_spec();
-        apply(&mut spec, &config, &f, true).unwrap();
+        apply(&mut spec, &config, &[], &f, true).unwrap();
         assert_eq!(
             options(find(&spec, "/etc/hostname").unwrap()),
             ["rbind", "rprivate", "ro"]
@@ -491,7 +656,7 @@ mod tests {
             ..Default::default()
         };
         let mut spec = default_spec();
-        apply(&mut spec, &config, &f, false).unwrap();
+        apply(&mut spec, &config, &[], &f, false).unwrap();
         let devs: Vec<_> = spec
             .mounts()
             .as_ref()
@@ -531,7 +696,7 @@ mod tests {
             ..Default::default()
         };
         let mut spec = default_spec();
-        apply(&mut spec, &config, &f, false).unwrap();
+        apply(&mut spec, &config, &[], &f, false).unwrap();
         assert_eq!(
             find(&spec, "/v").unwrap().source().as_deref(),
             Some(real.canonicalize().unwrap().as_path())
@@ -591,7 +756,7 @@ mod tests {
                 ],
                 ..Default::default()
             };
-            let err = apply(&mut default_spec(), &config, &f, false).unwrap_err();
+            let err = apply(&mut default_spec(), &config, &[], &f, false).unwrap_err();
             assert_eq!(err.to_string(), want);
             assert_eq!(err.code(), tonic::Code::InvalidArgument);
         }
@@ -640,7 +805,7 @@ mod tests {
         let req = |p| BindRequest {
             field: "mounts[0]".into(),
             container_path: "/c".into(),
-            host_path: "/x".into(),
+            source: Source::Host("/x".into()),
             readonly: false,
             propagation: p,
         };
@@ -682,7 +847,7 @@ mod tests {
                 ..Default::default()
             };
             let mut spec = default_spec();
-            apply(&mut spec, &config, &f, false)?;
+            apply(&mut spec, &config, &[], &f, false)?;
             assert_eq!(
                 options(find(&spec, "/s").unwrap()),
                 ["rbind", "rslave", "rw"]
@@ -708,7 +873,7 @@ mod tests {
                 ..Default::default()
             };
             let mut spec = default_spec();
-            apply(&mut spec, &config, &f, false)?;
+            apply(&mut spec, &config, &[], &f, false)?;
             assert_eq!(
                 options(find(&spec, "/b").unwrap()),
                 ["rbind", "rshared", "rw"]
@@ -726,7 +891,7 @@ mod tests {
                 )],
                 ..Default::default()
             };
-            let err = apply(&mut default_spec(), &config, &f, false).unwrap_err();
+            let err = apply(&mut default_spec(), &config, &[], &f, false).unwrap_err();
             assert_eq!(err.code(), tonic::Code::InvalidArgument);
             Ok::<_, OciError>(())
         })();

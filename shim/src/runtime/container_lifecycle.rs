@@ -189,9 +189,13 @@ impl RuntimeInner {
         // Before anything is made: a device no spec defines fails the call with nothing to
         // undo.
         let cdi = self.resolve_cdi(&config).await?;
-        let snapshot =
+        let image_volumes = self.resolve_image_volumes(name, &config)?;
+        let mut snapshot =
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id).await?;
         let built = async {
+            let image_volumes = self
+                .make_image_volumes(id, &mut snapshot, &image_volumes)
+                .await?;
             let etc = crate::mount::read_etc(&snapshot.mounts).await?;
             let sandbox_pid = sb.status().pid;
             let pod_namespaces = match &sb.meta.pinned {
@@ -212,6 +216,7 @@ impl RuntimeInner {
                     target_pid,
                     netns_path: sb.meta.netns.as_deref(),
                     files: &sb.meta.files,
+                    image_volumes: &image_volumes,
                     cgroups_path: &cgroups_path,
                     min_oom_score_adj: self.min_oom_score_adj,
                     cgroups: oci::CgroupSupport::node(),
@@ -671,9 +676,14 @@ impl RuntimeInner {
         c.set_stdin(None);
         let record = async { Ok(task::delete_record(&self.cd, id).await?) }
             .instrument(tracing::debug_span!("record_delete"));
-        let snapshot =
-            async { Ok(task::remove_snapshot(&self.cd, &self.opts.snapshotter, id).await?) }
-                .instrument(tracing::debug_span!("snapshot_remove"));
+        let snapshot = async {
+            let (rootfs, views) = tokio::join!(
+                task::remove_snapshot(&self.cd, &self.opts.snapshotter, id),
+                self.remove_image_volumes(id, &c.meta.config),
+            );
+            super::all_of([rootfs.map_err(RuntimeError::from), views])
+        }
+        .instrument(tracing::debug_span!("snapshot_remove"));
         let files = async {
             io::remove(&c.meta.fifos).await?;
             let (_, state_dir) = self.container_paths(id);

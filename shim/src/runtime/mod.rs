@@ -12,6 +12,7 @@ pub mod container_lifecycle;
 pub mod container_status;
 pub mod error;
 pub mod events;
+mod image_volumes;
 pub mod node;
 pub mod recover;
 pub mod sandbox_lifecycle;

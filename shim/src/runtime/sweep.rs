@@ -84,7 +84,8 @@ impl RuntimeInner {
 struct Found {
     /// containerd records carrying our metadata, by id.
     records: HashMap<String, Record>,
-    /// Snapshot keys any containerd record (ours or not) uses.
+    /// Snapshot keys any containerd record (ours or not) uses, as its rootfs or by a
+    /// garbage-collection label (the views of a container's image volumes).
     snapshot_keys_in_use: HashSet<String>,
     /// Keys of the snapshots we labelled.
     our_snapshots: BTreeSet<String>,
@@ -165,9 +166,10 @@ pub async fn sweep(inner: &RuntimeInner) -> SweepReport {
             .map_err(|e| RuntimeError::internal(format!("{}: {e}", path.display())));
         report.outcome("netns", &path.display().to_string(), result);
     }
-    // Snapshots we prepared that no record uses and no call is making.
+    // Snapshots we made that no record uses and no call is making (a view's key starts with
+    // its container's id).
     for key in &found.our_snapshots {
-        if in_use.contains(key) || found.snapshot_keys_in_use.contains(key) {
+        if in_use.contains(store::snapshot_owner(key)) || found.snapshot_keys_in_use.contains(key) {
             continue;
         }
         let result = task::remove_snapshot(&inner.cd, &inner.opts.snapshotter, key)
@@ -223,6 +225,12 @@ async fn find(inner: &RuntimeInner) -> Result<Found> {
         if !r.snapshot_key.is_empty() {
             found.snapshot_keys_in_use.insert(r.snapshot_key.clone());
         }
+        let label_refs = r
+            .labels
+            .iter()
+            .filter(|(k, _)| k.starts_with(task::GC_SNAPSHOT_REF_LABEL))
+            .map(|(_, key)| key.clone());
+        found.snapshot_keys_in_use.extend(label_refs);
         if r.extensions.contains_key(METADATA_EXTENSION) {
             found.records.insert(r.id.clone(), r);
         }
@@ -340,6 +348,12 @@ async fn destroy_container(
         task::delete_record(&inner.cd, id),
         task::remove_snapshot(&inner.cd, &inner.opts.snapshotter, id),
     );
+    // Views of a container whose metadata is lost go once the record is (the sweep's
+    // snapshot pass).
+    let views = match &meta {
+        Some(meta) => inner.remove_image_volumes(id, &meta.config).await,
+        None => Ok(()),
+    };
     let fifos = match &meta {
         Some(meta) => io::remove(&meta.fifos).await.map_err(RuntimeError::from),
         None => Ok(()),
@@ -347,6 +361,7 @@ async fn destroy_container(
     all_of([
         record.map_err(RuntimeError::from),
         snapshot.map_err(RuntimeError::from),
+        views,
         fifos,
         remove_state_dirs(inner, id).await,
     ])?;

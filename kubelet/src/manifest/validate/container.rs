@@ -327,6 +327,19 @@ fn mounts(errs: &mut Errs, path: &str, c: &Container, volumes: &VolumeNames) {
             }
         }
         let sub = m.sub_path.as_deref().unwrap_or("");
+        if volumes.is_image(&m.name) {
+            // Go before 1.33 (and without CRI's image_sub_path, which cri-api 0.32 lacks).
+            let expr = m.sub_path_expr.as_deref().unwrap_or("");
+            for (field, value) in [("subPath", sub), ("subPathExpr", expr)] {
+                if !value.is_empty() {
+                    errs.invalid(
+                        &format!("{mp}.{field}"),
+                        &quote(value),
+                        "not allowed in image volume sources",
+                    );
+                }
+            }
+        }
         if !sub.is_empty() {
             let sp = format!("{mp}.subPath");
             if is_absolute(sub) {

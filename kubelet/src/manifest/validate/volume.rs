@@ -1,7 +1,10 @@
-//! Volume validation: unique DNS-label names, exactly one source, and the emptyDir and
-//! hostPath sources this node agent mounts (the projected kinds: [`super::projection`]).
+//! Volume validation: unique DNS-label names, exactly one source, and the emptyDir,
+//! hostPath and image sources this node agent mounts (the projected kinds:
+//! [`super::projection`]).
 
-use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, HostPathVolumeSource, Volume};
+use k8s_openapi::api::core::v1::{
+    EmptyDirVolumeSource, HostPathVolumeSource, ImageVolumeSource, Volume,
+};
 
 use super::{Errs, VolumeNames, has_backsteps, is_absolute, projection, quote};
 use crate::manifest::defaults::source_count;
@@ -21,7 +24,7 @@ const HOST_PATH_TYPES: &[&str] = &[
 
 /// Validates the pod's volumes; returns the names mounts may refer to.
 pub(super) fn volumes(errs: &mut Errs, volumes: &[Volume]) -> VolumeNames {
-    let mut seen = VolumeNames::new();
+    let mut seen = VolumeNames::default();
     for (i, v) in volumes.iter().enumerate() {
         let path = format!("spec.volumes[{i}]");
         let name_path = format!("{path}.name");
@@ -29,7 +32,7 @@ pub(super) fn volumes(errs: &mut Errs, volumes: &[Volume]) -> VolumeNames {
             errs.required(&name_path, "");
         } else {
             errs.name_check(&name_path, &v.name, names::dns1123_label(&v.name));
-            if !seen.insert(v.name.clone()) {
+            if !seen.insert(&v.name, v.image.is_some()) {
                 errs.duplicate(&name_path, &v.name);
             }
         }
@@ -43,6 +46,9 @@ pub(super) fn volumes(errs: &mut Errs, volumes: &[Volume]) -> VolumeNames {
         }
         if let Some(e) = &v.empty_dir {
             empty_dir(errs, &format!("{path}.emptyDir"), e);
+        }
+        if let Some(i) = &v.image {
+            image(errs, &format!("{path}.image"), i);
         }
         if let Some(s) = &v.secret {
             projection::secret(errs, &format!("{path}.secret"), s);
@@ -76,6 +82,18 @@ fn host_path(errs: &mut Errs, path: &str, h: &HostPathVolumeSource) {
     if !HOST_PATH_TYPES.contains(&t) {
         errs.not_supported(&format!("{path}.type"), t, HOST_PATH_TYPES);
     }
+}
+
+/// Go's validateImageVolumeSource: a reference, and a known pull policy.
+fn image(errs: &mut Errs, path: &str, i: &ImageVolumeSource) {
+    if i.reference.as_deref().unwrap_or("").is_empty() {
+        errs.required(&format!("{path}.reference"), "");
+    }
+    errs.one_of(
+        &format!("{path}.pullPolicy"),
+        i.pull_policy.as_deref(),
+        &["Always", "IfNotPresent", "Never"],
+    );
 }
 
 fn empty_dir(errs: &mut Errs, path: &str, e: &EmptyDirVolumeSource) {
@@ -158,6 +176,42 @@ mod tests {
         let e = errors(&GOOD.replace("name: host\n", "name: Host_1\n"));
         assert!(
             has(&e, "spec.volumes[1].name: Invalid value: \"Host_1\""),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn image_volume_rules() {
+        // A good one (its pull policy defaulted), mounted without a subPath.
+        let image = GOOD.replace(
+            "hostPath: {path: /var/tmp, type: DirectoryOrCreate}",
+            "image: {reference: 'example.com/tools:1'}",
+        );
+        let good = image.replace(", subPath: sub}", "}");
+        assert_eq!(errors(&good), Vec::<String>::new());
+        // subPath (and subPathExpr) not allowed; reference required; pull policy known.
+        let e = errors(&image);
+        assert!(
+            has(
+                &e,
+                "spec.containers[0].volumeMounts[1].subPath: Invalid value: \"sub\": not allowed in image volume sources"
+            ),
+            "{e:?}"
+        );
+        let bad = good.replace(
+            "image: {reference: 'example.com/tools:1'}",
+            "image: {pullPolicy: Sometimes}",
+        );
+        let e = errors(&bad);
+        assert!(
+            has(&e, "spec.volumes[1].image.reference: Required value"),
+            "{e:?}"
+        );
+        assert!(
+            has(
+                &e,
+                "spec.volumes[1].image.pullPolicy: Unsupported value: \"Sometimes\""
+            ),
             "{e:?}"
         );
     }
