@@ -16,6 +16,7 @@ pub mod auth;
 pub mod http;
 pub mod patch;
 pub mod pki;
+pub mod pod_update;
 pub mod resources;
 pub mod selectors;
 pub mod status;

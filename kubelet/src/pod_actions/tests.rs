@@ -99,6 +99,7 @@ impl Case {
             runtime: &runtime,
             backoff: &backoff,
             probes: &probes,
+            in_place_resize: None,
         };
         compute_pod_actions(&input, now)
     }
@@ -930,6 +931,7 @@ async fn back_off_closes_as_time_passes() {
         runtime: &runtime,
         backoff: &backoff,
         probes: &probes,
+        in_place_resize: None,
     };
     let at = |_: ()| compute_pod_actions(&input, tokio::time::Instant::now().into_std());
     tokio::time::advance(Duration::from_secs(3)).await;
