@@ -422,7 +422,11 @@ impl Pleg {
         {
             let mut state = self.state();
             for uid in gone {
-                state.records.remove(&uid);
+                if let Some(r) = state.records.remove(&uid) {
+                    for c in &r.pod.containers {
+                        state.stale.remove(&c.id);
+                    }
+                }
                 state.reinspect.remove(&uid);
                 out.extend(events.remove(&uid).unwrap_or_default());
             }
