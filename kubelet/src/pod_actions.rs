@@ -302,6 +302,11 @@ impl<'a> Planner<'a> {
                     if let Some((reason, message, grace)) = self.probe_kill(c, rc, true) {
                         self.kill(at, rc, grace, reason, message);
                         self.restart(c, rc, "Always")
+                    } else if self.resize_restarts(rc) {
+                        // A sidecar resizes as an app container does (Go 1.33).
+                        let message = format!("Container {} resize requires restart", c.name);
+                        self.kill(at, rc, self.input.grace, KillReason::ResizeRestart, message);
+                        Next::Start(rc.attempt.saturating_add(1), false)
                     } else if !self.sidecar_started(c, rc) {
                         // Go: the next init container waits for the sidecar to start.
                         return Some(later());
@@ -385,11 +390,7 @@ impl<'a> Planner<'a> {
             self.kill(at, rc, self.input.grace, KillReason::SpecChanged, message);
             return Next::Start(rc.attempt.saturating_add(1), false);
         }
-        if self
-            .input
-            .in_place_resize
-            .is_some_and(|restarts| restarts.contains(&rc.id))
-        {
+        if self.resize_restarts(rc) {
             // Go's computePodResizeAction: killed and started again with the new resources.
             let message = format!("Container {} resize requires restart", c.name);
             self.kill(at, rc, self.input.grace, KillReason::ResizeRestart, message);
@@ -409,6 +410,13 @@ impl<'a> Planner<'a> {
         } else {
             Next::Keep
         }
+    }
+
+    /// Whether the running instance `rc` restarts for its resize policy.
+    fn resize_restarts(&self, rc: &RuntimeContainer) -> bool {
+        self.input
+            .in_place_resize
+            .is_some_and(|restarts| restarts.contains(&rc.id))
     }
 
     /// Whether the running instance `rc` was made from another spec than `c`: the hash

@@ -1013,3 +1013,42 @@ fn with_in_place_resize_a_change_of_resources_alone_replaces_nothing() {
         run(keep(), 0, vec![resized, start(B, 1)])
     );
 }
+
+#[test]
+fn a_sidecar_restarts_for_its_resize_policy() {
+    let spec = with_sidecar("Always", false);
+    let containers = vec![
+        instance(&find(&spec, "sc"), SB, 0, Running, 0),
+        instance(&find(&spec, "i2"), SB, 0, Exited, 0),
+        instance(&find(&spec, "a"), SB, 0, Running, 0),
+    ];
+    let runtime = RuntimePod {
+        sandboxes: vec![sandbox(SB, 0, true)],
+        containers,
+        ..Default::default()
+    };
+    let backoff = Backoff::crash_loop();
+    let probes = ProbeVerdicts::default();
+    let restarts = BTreeSet::from(["sc-0".to_string()]);
+    let input = PodInputs {
+        uid: UID,
+        spec: &spec,
+        grace: GRACE,
+        runtime: &runtime,
+        backoff: &backoff,
+        probes: &probes,
+        in_place_resize: Some(&restarts),
+    };
+    let message = "Container sc resize requires restart";
+    assert_eq!(
+        compute_pod_actions(&input, Instant::now()),
+        run(
+            keep(),
+            0,
+            vec![
+                kill(SC, "sc-0", GRACE, KillReason::ResizeRestart, message),
+                start(SC, 1),
+            ]
+        )
+    );
+}
