@@ -30,6 +30,7 @@ pub(crate) struct ResizePlan {
     updates: Vec<ContainerUpdate>,
 }
 
+/// One running container to update in place, and which way each resource goes.
 #[derive(Clone, Debug)]
 struct ContainerUpdate {
     name: String,
@@ -131,24 +132,20 @@ impl Kubelet {
         let others = self.allocated_others(&uid);
         let others: Vec<&Pod> = others.iter().map(|p| p.as_ref()).collect();
         let verdict = decision::judge(pod, &self.node_info(), &others, self.cpu.is_some());
-        let pending = |state: ResizeState| Some(state);
         let (containers, resize) = match verdict {
             Verdict::Allocate => {
                 tracing::info!(pod = %pod_name(pod), "resize allocated");
-                (
-                    Some(desired),
-                    pending(ResizeState::InProgress { error: None }),
-                )
+                (Some(desired), ResizeState::InProgress { error: None })
             }
-            Verdict::Deferred(message) => (None, pending(ResizeState::Deferred { message })),
-            Verdict::Infeasible(message) => (None, pending(ResizeState::Infeasible { message })),
+            Verdict::Deferred(message) => (None, ResizeState::Deferred { message }),
+            Verdict::Infeasible(message) => (None, ResizeState::Infeasible { message }),
         };
         let id = uid.clone();
         self.change_allocations(move |m| {
             if let Some(containers) = containers {
                 m.set_containers(&id, containers)?;
             }
-            m.set_resize(&id, resize)
+            m.set_resize(&id, Some(resize))
         })
         .await;
         self.as_allocated(pod)
