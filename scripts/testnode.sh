@@ -214,7 +214,7 @@ echo "runc: $(runc --version | head -n1)"'
 # the guest).
 read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats \
 cri_runtime:stats_agree_with_the_cgroup_and_resources_update,a_pod_with_busybox_and_httpd_from_run_to_remove,stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing,exit_codes_reasons_oom_kills_and_the_image_stop_signal,a_handler_with_its_own_binary_runs_its_pods_under_crun \
-kubelet_lifecycle \
+kubelet_lifecycle kubelet_resize cri_resize \
 kubelet_probes:a_failing_liveness_probe_restarts_the_container,readiness_follows_http_and_tcp_probes \
 kubelet_streaming:streaming_over_spdy,streaming_over_websocket}"
 DRIVER=${FERROLET_CGROUP_DRIVER:-systemd}

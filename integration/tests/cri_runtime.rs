@@ -1047,6 +1047,30 @@ async fn stats_agree_with_the_cgroup_and_resources_update() {
         (64 << 20, 512),
         "ContainerStatus reports the new resources"
     );
+    // A memory limit below what the container holds: on cgroup v1 the kernel refuses it
+    // (runc: "unable to set memory limit … (current usage …)") and the container keeps its
+    // limit, record included; on v2 the kernel would OOM-kill instead, which is why the
+    // kubelet checks the pod's usage before it asks (Go's doPodResizeAction).
+    if !cgroups::v2() {
+        let below = ferrolet_proto::cri::LinuxContainerResources {
+            memory_limit_in_bytes: 1 << 20,
+            ..Default::default()
+        };
+        let refused = client
+            .update_container_resources(ferrolet_proto::cri::UpdateContainerResourcesRequest {
+                container_id: id.clone(),
+                linux: Some(below),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        println!("below usage: {} {}", refused.code(), refused.message());
+        assert!(refused.message().contains("memory limit"), "{refused:?}");
+        assert_eq!(cgroups::memory_limit(&memory_cg), Some(64 << 20));
+        let s = api.container_status(&id).await.unwrap();
+        let kept = s.resources.and_then(|r| r.linux).unwrap_or_default();
+        assert_eq!(kept.memory_limit_in_bytes, 64 << 20, "{kept:?}");
+    }
     node.teardown().await;
     drop(cgroup);
 }

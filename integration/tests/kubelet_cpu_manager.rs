@@ -7,7 +7,8 @@
 //! Go's JSON and survives a SIGKILL and restart of ferrolet unchanged, and deleting the
 //! Guaranteed pod returns CPU 1 to the shared pool: the file's entries go and the other
 //! containers are widened back to "0-1". A state file another policy wrote stops the start
-//! with Go's message.
+//! with Go's message. In-place resize (issue #38): a Guaranteed pod is refused as Go 1.33
+//! refuses it under this policy (`Infeasible`), a Burstable one resizes.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
 
 use std::path::Path;
@@ -276,4 +277,110 @@ async fn a_state_file_of_another_policy_is_refused() {
         r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#
     );
     cri.teardown().await;
+}
+
+/// In-place resize (issue #38) under the static policy, as Go 1.33: a Guaranteed pod cannot
+/// resize (its exclusive CPUs would not follow), `Infeasible` with Go's message, and keeps
+/// its CPU; a Burstable pod beside it resizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guaranteed_pod_does_not_resize_under_the_static_policy() {
+    use ferrolet_integration::apiserver::PatchType;
+    use ferrolet_integration::cluster::{ClusterNode, ClusterOptions, NAMESPACE};
+    use ferrolet_integration::kubelet::{KubeletOptions, image};
+    use serde_json::json;
+
+    let node = ClusterNode::start_with(
+        "cpuman-resize",
+        ClusterOptions {
+            kubelet: KubeletOptions {
+                extra_config: CONFIG.into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    let pod = |name: &str, requests: Value, limits: Value| {
+        json!({
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{
+                    "name": "main",
+                    "image": image("busybox"),
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"],
+                    "resources": {"requests": requests, "limits": limits},
+                }],
+            },
+        })
+    };
+    let pinned = json!({"cpu": "1", "memory": "64Mi"});
+    node.create_pod(pod("pinned", pinned.clone(), pinned)).await;
+    node.create_pod(pod(
+        "shared",
+        json!({"cpu": "100m", "memory": "32Mi"}),
+        json!({"cpu": "200m", "memory": "64Mi"}),
+    ))
+    .await;
+    node.wait_api_running("pinned").await;
+    node.wait_api_running("shared").await;
+    let patch = |cpu: &str, memory: &str| {
+        json!([{"op": "replace", "path": "/spec/containers/0/resources", "value": {
+            "requests": {"cpu": cpu, "memory": memory},
+            "limits": {"cpu": cpu, "memory": memory},
+        }}])
+    };
+    node.api
+        .patch(
+            "pods",
+            NAMESPACE,
+            "pinned",
+            PatchType::Json,
+            &patch("1", "96Mi"),
+            None,
+        )
+        .await
+        .unwrap();
+    let refused = node
+        .wait_api_pod(
+            "pinned",
+            "Infeasible",
+            |p| {
+                p["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["type"] == "PodResizePending"
+                            && c["reason"] == "Infeasible"
+                            && c["message"]
+                                == "Resize is infeasible for Guaranteed Pods alongside CPU Manager static policy"
+                    })
+                })
+            },
+            Duration::from_secs(60),
+        )
+        .await;
+    let s = &refused["status"]["containerStatuses"][0];
+    assert_eq!(s["allocatedResources"]["memory"], "64Mi", "{refused:#}");
+    assert_eq!(s["resources"]["limits"]["memory"], "64Mi", "{refused:#}");
+    // The Burstable pod resizes in the shared pool.
+    let shared = json!([{"op": "replace", "path": "/spec/containers/0/resources", "value": {
+        "requests": {"cpu": "150m", "memory": "32Mi"},
+        "limits": {"cpu": "300m", "memory": "64Mi"},
+    }}]);
+    node.api
+        .patch("pods", NAMESPACE, "shared", PatchType::Json, &shared, None)
+        .await
+        .unwrap();
+    node.wait_api_pod(
+        "shared",
+        "resized",
+        |p| {
+            let s = &p["status"]["containerStatuses"][0];
+            s["resources"]["limits"]["cpu"] == "300m"
+                && s["resources"]["requests"]["cpu"] == "150m"
+                && p["status"]["resize"].is_null()
+        },
+        Duration::from_secs(60),
+    )
+    .await;
+    node.teardown().await;
 }

@@ -77,6 +77,7 @@ const KUBELET: Rule = Rule {
                 "event_recorder",
                 "node_status",
                 "admission",
+                "allocation",
                 "status_manager",
                 "mirror_pods",
                 "volume_manager",

@@ -76,6 +76,9 @@ pub enum AppError {
     /// The device plugin registration socket could not be served.
     #[error("starting the device manager: {0}")]
     DeviceManager(#[source] crate::cm::devicemanager::registration::RegistrationError),
+    /// The allocation checkpoint (in-place resize) could not be read.
+    #[error("reading the pods' allocated resources: {0}")]
+    Allocation(#[source] crate::allocation::AllocationError),
     /// The pod resources socket could not be served.
     #[error(transparent)]
     PodResources(#[from] server::pod_resources::PodResourcesError),
@@ -522,6 +525,17 @@ async fn run(config: Config) -> Result<(), AppError> {
     let cpu = start_cpu_manager(&config, &cri).await?;
     let running = running_containers(&cri).await;
     let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu).await;
+    if config.in_place_resize() {
+        // As Go's allocation manager, an unreadable checkpoint stops the start: what the pods
+        // were allocated cannot be guessed.
+        let root = config.root_dir.clone();
+        let manager =
+            tokio::task::spawn_blocking(move || crate::allocation::AllocationManager::load(&root))
+                .await
+                .map_err(AppError::Join)?
+                .map_err(AppError::Allocation)?;
+        let _ = kubelet.allocation.set(std::sync::Arc::new(manager));
+    }
     kubelet.devices.set_running_at_start(running);
     crate::cm::devicemanager::registration::start(kubelet.devices.clone())
         .await

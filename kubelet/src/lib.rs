@@ -36,6 +36,7 @@
 //!   bound YAML from files and URLs is checked against first).
 
 pub(crate) mod admission;
+pub(crate) mod allocation;
 pub mod app;
 pub(crate) mod backoff;
 pub(crate) mod certificate;

@@ -58,6 +58,9 @@ struct State {
     records: HashMap<String, Record>,
     /// Pods whose status calls failed: inspected again on the next relist.
     reinspect: HashSet<String>,
+    /// Containers whose status (their resources) changed without a state change: read again
+    /// on the next relist of their pod.
+    stale: HashSet<String>,
     stats: RelistStats,
 }
 
@@ -300,6 +303,12 @@ impl Pleg {
         }
     }
 
+    /// Has the next relist of these containers' pod read their statuses again: their
+    /// resources changed (UpdateContainerResources) though their state did not.
+    pub fn mark_stale(&self, ids: impl IntoIterator<Item = String>) {
+        self.state().stale.extend(ids);
+    }
+
     fn set_evented(&self, on: bool) {
         self.state().stats.evented = on;
     }
@@ -336,11 +345,16 @@ impl Pleg {
                 let listed = Listed::of(&pod);
                 let record = state.records.get(&uid);
                 let pod_events = events::pod_events(&uid, record.map(|r| &r.listed), Some(&listed));
-                if record.is_some() && pod_events.is_empty() && !state.reinspect.contains(&uid) {
+                let stale = pod.containers.iter().any(|c| state.stale.contains(&c.id));
+                if record.is_some()
+                    && pod_events.is_empty()
+                    && !state.reinspect.contains(&uid)
+                    && !stale
+                {
                     unchanged.push(uid);
                     continue;
                 }
-                plan(&mut pod, record, &mut todos);
+                plan(&mut pod, record, &state.stale, &mut todos);
                 events.insert(uid.clone(), pod_events);
                 candidates.insert(uid, (pod, listed));
             }
@@ -388,6 +402,7 @@ impl Pleg {
                     }
                 }
                 Ok(StatusResult::Container(status)) => {
+                    self.state().stale.remove(&status.id);
                     if let Some(c) = pod.containers.get_mut(index) {
                         fill_container(c, *status).await;
                     }
@@ -407,7 +422,11 @@ impl Pleg {
         {
             let mut state = self.state();
             for uid in gone {
-                state.records.remove(&uid);
+                if let Some(r) = state.records.remove(&uid) {
+                    for c in &r.pod.containers {
+                        state.stale.remove(&c.id);
+                    }
+                }
                 state.reinspect.remove(&uid);
                 out.extend(events.remove(&uid).unwrap_or_default());
             }
@@ -493,7 +512,12 @@ enum StatusResult {
 /// Fills `pod` from its cached record where the listed state did not change and lists the
 /// status calls needed for the rest: every new or changed container, and the newest sandbox
 /// when it is new or changed (only its addresses matter).
-fn plan(pod: &mut RuntimePod, record: Option<&Record>, todos: &mut Vec<Todo>) {
+fn plan(
+    pod: &mut RuntimePod,
+    record: Option<&Record>,
+    stale: &HashSet<String>,
+    todos: &mut Vec<Todo>,
+) {
     let newest_sandbox = pod
         .sandboxes
         .iter()
@@ -519,7 +543,7 @@ fn plan(pod: &mut RuntimePod, record: Option<&Record>, todos: &mut Vec<Todo>) {
         let same = record.is_some_and(|r| r.listed.containers.get(&c.id) == Some(&c.state));
         let cached = record.and_then(|r| r.pod.containers.iter().find(|x| x.id == c.id));
         match cached {
-            Some(old) if same => {
+            Some(old) if same && !stale.contains(&c.id) => {
                 c.state = old.state;
                 c.started_at = old.started_at;
                 c.finished_at = old.finished_at;
@@ -529,6 +553,7 @@ fn plan(pod: &mut RuntimePod, record: Option<&Record>, todos: &mut Vec<Todo>) {
                 c.log_path = old.log_path.clone();
                 c.image_ref = old.image_ref.clone();
                 c.image = old.image.clone();
+                c.resources = old.resources.clone();
             }
             _ => todos.push(Todo::Container {
                 uid: pod.uid.clone(),

@@ -18,7 +18,7 @@
 //! [`compute_pod_actions`] returns the steps in the order `sync_pod` must carry them out, so
 //! the CRI calls come in the same order as a single pass deciding as it goes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 use ferrolet_proto::cri::ContainerState;
@@ -66,6 +66,9 @@ pub struct PodInputs<'a> {
     pub backoff: &'a Backoff,
     /// Liveness and startup results of the running instances.
     pub probes: &'a ProbeVerdicts,
+    /// With in-place resize (the `InPlacePodVerticalScaling` gate), the running instances
+    /// whose resize policy asks for a restart; a change of resources alone replaces nothing.
+    pub in_place_resize: Option<&'a BTreeSet<String>>,
 }
 
 /// The actions of one sync.
@@ -142,6 +145,8 @@ impl ContainerRef {
 pub enum KillReason {
     /// Its spec hash changed: it is replaced.
     SpecChanged,
+    /// Its resize policy restarts it for the new resources.
+    ResizeRestart,
     /// Its liveness probe failed.
     Liveness,
     /// Its startup probe failed.
@@ -319,6 +324,11 @@ impl<'a> Planner<'a> {
                     if let Some((reason, message, grace)) = self.probe_kill(c, rc, true) {
                         self.kill(at, rc, grace, reason, message);
                         self.restart(c, rc, "Always")
+                    } else if self.resize_restarts(rc) {
+                        // A sidecar resizes as an app container does (Go 1.33).
+                        let message = format!("Container {} resize requires restart", c.name);
+                        self.kill(at, rc, self.input.grace, KillReason::ResizeRestart, message);
+                        Next::Start(rc.attempt.saturating_add(1), false)
                     } else if !self.sidecar_started(c, rc) {
                         // Go: the next init container waits for the sidecar to start.
                         return Some(later());
@@ -419,9 +429,15 @@ impl<'a> Planner<'a> {
     /// A running app container: replaced when its spec changed, killed (and restarted unless
     /// the pod never restarts) when a probe failed.
     fn running_app(&mut self, at: ContainerRef, c: &Container, rc: &RuntimeContainer) -> Next {
-        if !rc.hash.is_empty() && rc.hash != podspec::container_hash(c) {
+        if self.spec_changed(c, rc) {
             let message = format!("Container {} definition changed, will be restarted", c.name);
             self.kill(at, rc, self.input.grace, KillReason::SpecChanged, message);
+            return Next::Start(rc.attempt.saturating_add(1), false);
+        }
+        if self.resize_restarts(rc) {
+            // Go's computePodResizeAction: killed and started again with the new resources.
+            let message = format!("Container {} resize requires restart", c.name);
+            self.kill(at, rc, self.input.grace, KillReason::ResizeRestart, message);
             return Next::Start(rc.attempt.saturating_add(1), false);
         }
         let Some((reason, mut message, grace)) = self.probe_kill(c, rc, false) else {
@@ -437,6 +453,26 @@ impl<'a> Planner<'a> {
             self.restart(c, rc, "Always")
         } else {
             Next::Keep
+        }
+    }
+
+    /// Whether the running instance `rc` restarts for its resize policy.
+    fn resize_restarts(&self, rc: &RuntimeContainer) -> bool {
+        self.input
+            .in_place_resize
+            .is_some_and(|restarts| restarts.contains(&rc.id))
+    }
+
+    /// Whether the running instance `rc` was made from another spec than `c`: the hash
+    /// without resources when in-place resize is on and the instance has one (Go's
+    /// `HashContainerWithoutResources`), else the whole spec's.
+    fn spec_changed(&self, c: &Container, rc: &RuntimeContainer) -> bool {
+        let without = rc
+            .annotations
+            .get(crate::types::labels::CONTAINER_HASH_WITHOUT_RESOURCES);
+        match (self.input.in_place_resize, without) {
+            (Some(_), Some(h)) => *h != podspec::hash::container_hash_without_resources(c),
+            _ => !rc.hash.is_empty() && rc.hash != podspec::container_hash(c),
         }
     }
 

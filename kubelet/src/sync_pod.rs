@@ -90,6 +90,8 @@ struct Kill<'a> {
 impl Kubelet {
     /// Drives a pod to its desired state and records its status.
     pub async fn sync_pod(&self, pod: &Arc<Pod>) -> Result<(), SyncError> {
+        // With in-place resize the pod runs as allocated: a changed spec is judged first.
+        let pod = &self.handle_resize(pod).await;
         let uid = uid_of(pod);
         let started = Instant::now();
         let picked_up = crate::timeline::at(started);
@@ -120,6 +122,7 @@ impl Kubelet {
         let spec = pod.spec.as_ref().unwrap_or(&no_spec);
         let runtime = self.pleg.refresh(uid).await?.unwrap_or_default();
         let probes = self.probe_verdicts(&runtime);
+        let resize = self.resize_plan(pod, &runtime);
         let input = PodInputs {
             uid,
             spec,
@@ -127,6 +130,7 @@ impl Kubelet {
             runtime: &runtime,
             backoff: &self.crash_backoff,
             probes: &probes,
+            in_place_resize: resize.as_ref().map(|r| &r.restarts),
         };
         let actions = match pod_actions::compute_pod_actions(&input, Instant::now()) {
             PodActions::Finished { stop_sandboxes } => {
@@ -161,11 +165,17 @@ impl Kubelet {
         let (sandbox_id, pod_ips) = self
             .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
             .await?;
+        // Go's SyncPod step 7, before the (re)starts: resize what runs, pod cgroup first.
+        if let (Some(resize), SandboxAction::Keep { .. }) = (&resize, &actions.sandbox) {
+            self.do_resize(pod, resize).await;
+        }
         // Go pulls the image volumes' images after the sandbox, before any container starts.
-        let starts = actions
-            .steps
-            .iter()
-            .any(|s| matches!(s, ContainerAction::Start { .. }));
+        let starts = actions.steps.iter().any(|s| {
+            matches!(
+                s,
+                ContainerAction::Start { .. } | ContainerAction::StartEphemeral { .. }
+            )
+        });
         let image_volumes = if starts {
             self.pull_image_volumes(pod).await
         } else {
@@ -850,7 +860,9 @@ impl Kubelet {
             previous: Some(&state.status),
             runtime_name: &self.runtime_name,
         };
-        let status = status::pod_status(pod, &runtime, &ctx);
+        let mut status = status::pod_status(pod, &runtime, &ctx);
+        self.resize_status(pod, &runtime, &mut status, Some(&state.status))
+            .await;
         crate::metrics::observe_pod_status(pod, &state.status, &status);
         // The probe workers look at the instances this status shows.
         self.probes.set_status(uid, &status);

@@ -56,6 +56,9 @@ pub mod labels {
     pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
     /// Hash of the container spec (container annotation).
     pub const CONTAINER_HASH: &str = "io.kubernetes.container.hash";
+    /// The container's spec hash without its resources (Go 1.28's annotation).
+    pub const CONTAINER_HASH_WITHOUT_RESOURCES: &str =
+        "io.kubernetes.container.hashWithoutResources";
     /// Restart count (container annotation).
     pub const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
     /// Termination message path (container annotation).
@@ -124,6 +127,8 @@ pub struct RuntimeContainer {
     pub labels: BTreeMap<String, String>,
     /// All annotations.
     pub annotations: BTreeMap<String, String>,
+    /// The resources the runtime reports applied (ContainerStatus.resources).
+    pub resources: Option<ferrolet_proto::cri::ContainerResources>,
 }
 
 /// A sandbox as the runtime reports it.

@@ -18,6 +18,7 @@ pub mod ephemeral;
 pub mod http;
 pub mod patch;
 pub mod pki;
+pub mod pod_update;
 pub mod resources;
 pub mod selectors;
 pub mod status;

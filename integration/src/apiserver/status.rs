@@ -87,6 +87,16 @@ impl ApiError {
         .about(group, plural, name)
     }
 
+    /// 422 Invalid of a core object, worded as Go's `NewInvalid` (`Pod "p" is invalid: …`).
+    pub fn invalid_core(kind: &str, plural: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            format!("{kind} \"{name}\" is invalid: {why}"),
+        )
+        .about("", plural, name)
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

@@ -435,6 +435,9 @@ impl Store {
                 obj
             }
         };
+        if sub.is_none() && res.group.is_empty() && res.plural == "pods" {
+            super::pod_update::check(name, &old, &mut new)?;
+        }
         meta_mut(&mut new).insert("resourceVersion".into(), json!(current_rv));
         fill_type(res, &mut new);
         if new == old {

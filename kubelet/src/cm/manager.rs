@@ -233,6 +233,30 @@ impl ContainerManager {
         Ok(true)
     }
 
+    /// The pod cgroup's resources for `pod` as it is allocated now (what [`Self::ensure_pod`]
+    /// writes), for an in-place resize.
+    pub fn pod_resource_config(&self, pod: &Pod) -> Result<ResourceConfig, CmError> {
+        Ok(resource_config_for_pod(
+            pod,
+            self.settings.cpu_cfs_quota,
+            u64::try_from(self.settings.cpu_cfs_quota_period.as_micros()).unwrap_or(100_000),
+            self.settings.pod_pids_limit,
+            self.memory_qos(),
+        )?)
+    }
+
+    /// What the pod's cgroup is given now, and its memory usage (Go's `GetPodCgroupConfig`,
+    /// `GetPodCgroupMemoryUsage`).
+    pub fn pod_cgroup_current(&self, pod: &Pod) -> Result<crate::cm::cgroup::Current, CmError> {
+        Ok(self.cgroups.current(&self.pod_cgroup(pod)?)?)
+    }
+
+    /// Writes `config`'s values (only those it sets) to the pod's cgroup (Go's
+    /// `SetPodCgroupConfig`).
+    pub fn set_pod_cgroup(&self, pod: &Pod, config: &ResourceConfig) -> Result<(), CmError> {
+        Ok(self.cgroups.update(&self.pod_cgroup(pod)?, config)?)
+    }
+
     /// Whether `memory.min` protects pods' requests: the `MemoryQoS` gate, on cgroup v2 only
     /// (Go's `enforceMemoryQoS`).
     fn memory_qos(&self) -> bool {

@@ -33,12 +33,16 @@ pub const GATE_QOS_RESERVED: &str = "QOSReserved";
 /// Gate under which cgroup v2's `memory.min` and `memory.high` protect and throttle pods'
 /// memory (alpha, off by default in Go 1.28-1.34).
 pub const GATE_MEMORY_QOS: &str = "MemoryQoS";
+/// Gate under which a running pod's CPU and memory resize in place (beta, on by default
+/// from Go 1.33; alpha and off in 1.28-1.32).
+pub const GATE_IN_PLACE_POD_VERTICAL_SCALING: &str = "InPlacePodVerticalScaling";
 /// The feature gates ferrolet acts on; setting any other one to true is reported as not
 /// implemented.
 pub const HONOURED_FEATURE_GATES: &[&str] = &[
     GATE_CUSTOM_CPU_CFS_QUOTA_PERIOD,
     GATE_QOS_RESERVED,
     GATE_MEMORY_QOS,
+    GATE_IN_PLACE_POD_VERTICAL_SCALING,
 ];
 
 /// Where systemd keeps its runtime state: present exactly when systemd is PID 1 (the test
@@ -219,9 +223,18 @@ pub(super) fn check_cgroup_driver(driver: &str, systemd_runs: bool) -> Result<()
 }
 
 impl Config {
-    /// Whether the feature gate `name` is on (all those ferrolet reads are off by default).
+    /// Whether the feature gate `name` is on (off by default; see [`Config::in_place_resize`]).
     pub fn feature_gate(&self, name: &str) -> bool {
         self.feature_gates.get(name).copied().unwrap_or(false)
+    }
+
+    /// Whether running pods resize in place (`InPlacePodVerticalScaling`, on unless turned
+    /// off, as Go 1.33's beta).
+    pub fn in_place_resize(&self) -> bool {
+        self.feature_gates
+            .get(GATE_IN_PLACE_POD_VERTICAL_SCALING)
+            .copied()
+            .unwrap_or(true)
     }
 
     /// The container manager's checks: Go's `ValidateKubeletConfiguration` in its words, then

@@ -147,7 +147,7 @@ impl NodeFacts for ClusterFacts {
 impl Kubelet {
     /// The node as admission sees it: the registered Node's allocatable, labels and taints,
     /// or (before registration, and standalone) the machine's capacity.
-    fn node_info(&self) -> NodeInfo {
+    pub(super) fn node_info(&self) -> NodeInfo {
         if let Some(node) = self.cluster.get().and_then(|c| c.node_status.node()) {
             return NodeInfo::from_node(&node);
         }
@@ -174,15 +174,12 @@ impl Kubelet {
     /// The Go kubelet's `canAdmitPod` for a pod seen for the first time, against the pods
     /// admitted before it that have not finished.
     pub(crate) fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
-        let admitted: Vec<Arc<Pod>> = self
-            .pods
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|s| !s.rejected && !s.terminating)
-            .filter(|s| !s.status.phase.as_deref().is_some_and(phase::is_terminal))
-            .map(|s| s.pod.clone())
-            .collect();
+        // With in-place resize, the other pods count as allocated, and so does this one if it
+        // was allocated before a restart (Go's `AddPod`).
+        let uid = crate::types::uid_of(pod);
+        let admitted: Vec<Arc<Pod>> = self.allocated_others(&uid);
+        let allocated = self.as_allocated(&Arc::new(pod.clone()));
+        let pod = allocated.as_ref();
         let mut node = self.node_info();
         self.devices
             .sanitize_allocatable(&crate::types::uid_of(pod), &mut node.allocatable);

@@ -10,6 +10,7 @@ pub(crate) mod devices;
 mod eviction;
 pub(crate) mod image_volumes;
 mod oom;
+pub(crate) mod resize;
 mod timeline;
 mod volumes;
 
@@ -156,6 +157,10 @@ pub struct Kubelet {
     pub(crate) cpu_admissions: Arc<cpu::CpuAdmissions>,
     /// Device plugins and the devices they gave containers.
     pub(crate) devices: Arc<crate::cm::devicemanager::DeviceManager>,
+    /// The pods' allocated resources, with in-place resize on (set once at start-up).
+    pub(crate) allocation: std::sync::OnceLock<Arc<crate::allocation::AllocationManager>>,
+    /// Resizes are judged one at a time (Go's `podResizeMutex`).
+    pub(crate) resize_lock: tokio::sync::Mutex<()>,
 }
 
 impl Kubelet {
@@ -238,6 +243,8 @@ impl Kubelet {
             sources_ready: AtomicBool::new(false),
             cpu_admissions: Arc::default(),
             devices,
+            allocation: std::sync::OnceLock::new(),
+            resize_lock: tokio::sync::Mutex::new(()),
             config,
             node,
             cri,
@@ -583,6 +590,7 @@ impl Kubelet {
             Err(rejection) => Err(rejection),
         };
         let Err(rejection) = verdict else {
+            self.record_allocation(pod).await;
             return true;
         };
         tracing::warn!(pod = %pod_name(pod), reason = %rejection.reason, message = %rejection.message, "pod rejected by admission");
@@ -731,6 +739,18 @@ impl Kubelet {
                 tracing::warn!(uid, error = %e, "housekeeping: removing a pod dir");
             }
         }
-        self.sweep_pod_cgroups(known, last_qos_update).await;
+        self.sweep_pod_cgroups(&known, last_qos_update).await;
+        if let Some(m) = self.allocations()
+            && m.all().keys().any(|uid| !known(uid))
+        {
+            // Go's RemoveOrphanedPods: a pod gone for good loses its allocation.
+            let m = m.clone();
+            let kept: BTreeSet<String> = desired.iter().cloned().collect();
+            let running: BTreeSet<String> = self.pleg.all().into_iter().map(|p| p.uid).collect();
+            let _ = tokio::task::spawn_blocking(move || {
+                m.retain(|uid| kept.contains(uid) || running.contains(uid))
+            })
+            .await;
+        }
     }
 }

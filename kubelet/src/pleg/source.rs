@@ -125,6 +125,7 @@ pub async fn fill_container(rc: &mut RuntimeContainer, status: cri::ContainerSta
     rc.reason = status.reason;
     rc.message = status.message;
     rc.log_path = status.log_path;
+    rc.resources = status.resources;
     if !status.image_ref.is_empty() {
         rc.image_ref = status.image_ref;
     }

@@ -10,6 +10,7 @@ use ferrolet_proto::cri::ContainerState::{
     ContainerUnknown as Unknown,
 };
 use k8s_openapi::api::core::v1::Probe;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;
 use crate::types::RuntimeSandbox;
@@ -102,6 +103,7 @@ impl Case {
             runtime: &runtime,
             backoff: &backoff,
             probes: &probes,
+            in_place_resize: None,
         };
         compute_pod_actions(&input, now)
     }
@@ -934,6 +936,7 @@ async fn back_off_closes_as_time_passes() {
         runtime: &runtime,
         backoff: &backoff,
         probes: &probes,
+        in_place_resize: None,
     };
     let at = |_: ()| compute_pod_actions(&input, tokio::time::Instant::now().into_std());
     tokio::time::advance(Duration::from_secs(3)).await;
@@ -955,4 +958,101 @@ fn steps_name_containers_of_the_spec() {
     );
     assert!(ContainerRef::App(1).spec(&spec).is_none());
     assert!(ContainerRef::Init(0).spec(&two("Always")).is_none());
+}
+
+#[test]
+fn with_in_place_resize_a_change_of_resources_alone_replaces_nothing() {
+    let spec = two("Always");
+    let mut before = container("b");
+    before.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+        limits: Some([("cpu".to_string(), Quantity("1".into()))].into()),
+        ..Default::default()
+    });
+    let mut b = instance(&before, SB, 0, Running, 0);
+    b.annotations.insert(
+        crate::types::labels::CONTAINER_HASH_WITHOUT_RESOURCES.into(),
+        podspec::hash::container_hash_without_resources(&before),
+    );
+    let runtime = RuntimePod {
+        sandboxes: vec![sandbox(SB, 0, true)],
+        containers: vec![instance(&container("a"), SB, 0, Running, 0), b],
+        ..Default::default()
+    };
+    let backoff = Backoff::crash_loop();
+    let probes = ProbeVerdicts::default();
+    let none = BTreeSet::new();
+    let restart_b = BTreeSet::from(["b-0".to_string()]);
+    let actions = |resize: Option<&BTreeSet<String>>| {
+        let input = PodInputs {
+            uid: UID,
+            spec: &spec,
+            grace: GRACE,
+            runtime: &runtime,
+            backoff: &backoff,
+            probes: &probes,
+            in_place_resize: resize,
+        };
+        compute_pod_actions(&input, Instant::now())
+    };
+    assert_eq!(actions(Some(&none)), run(keep(), 0, vec![]));
+    // Without the gate the whole spec's hash decides, as before.
+    let replaced = kill(
+        B,
+        "b-0",
+        GRACE,
+        KillReason::SpecChanged,
+        "Container b definition changed, will be restarted",
+    );
+    assert_eq!(actions(None), run(keep(), 0, vec![replaced, start(B, 1)]));
+    // RestartContainer: killed and started again.
+    let resized = kill(
+        B,
+        "b-0",
+        GRACE,
+        KillReason::ResizeRestart,
+        "Container b resize requires restart",
+    );
+    assert_eq!(
+        actions(Some(&restart_b)),
+        run(keep(), 0, vec![resized, start(B, 1)])
+    );
+}
+
+#[test]
+fn a_sidecar_restarts_for_its_resize_policy() {
+    let spec = with_sidecar("Always", false);
+    let containers = vec![
+        instance(&find(&spec, "sc"), SB, 0, Running, 0),
+        instance(&find(&spec, "i2"), SB, 0, Exited, 0),
+        instance(&find(&spec, "a"), SB, 0, Running, 0),
+    ];
+    let runtime = RuntimePod {
+        sandboxes: vec![sandbox(SB, 0, true)],
+        containers,
+        ..Default::default()
+    };
+    let backoff = Backoff::crash_loop();
+    let probes = ProbeVerdicts::default();
+    let restarts = BTreeSet::from(["sc-0".to_string()]);
+    let input = PodInputs {
+        uid: UID,
+        spec: &spec,
+        grace: GRACE,
+        runtime: &runtime,
+        backoff: &backoff,
+        probes: &probes,
+        in_place_resize: Some(&restarts),
+    };
+    let message = "Container sc resize requires restart";
+    assert_eq!(
+        compute_pod_actions(&input, Instant::now()),
+        run(
+            keep(),
+            0,
+            vec![
+                kill(SC, "sc-0", GRACE, KillReason::ResizeRestart, message),
+                start(SC, 1),
+            ]
+        )
+    );
 }

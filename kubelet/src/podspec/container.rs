@@ -104,6 +104,10 @@ pub fn container_annotations(
             labels::CONTAINER_HASH.into(),
             hash::container_hash(container),
         ),
+        (
+            labels::CONTAINER_HASH_WITHOUT_RESOURCES.into(),
+            hash::container_hash_without_resources(container),
+        ),
         (labels::RESTART_COUNT.into(), restart_count.to_string()),
         (
             labels::TERMINATION_MESSAGE_PATH.into(),

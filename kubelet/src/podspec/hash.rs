@@ -13,9 +13,23 @@ use sha2::{Digest, Sha256};
 /// Lower-case hex of the first 8 bytes of the SHA-256 of the container's canonical JSON.
 pub fn container_hash(container: &Container) -> String {
     // Serializing a typed struct to a JSON value cannot fail; Null would still hash stably.
-    let value = serde_json::to_value(container).unwrap_or(Value::Null);
+    hash_value(&serde_json::to_value(container).unwrap_or(Value::Null))
+}
+
+/// The hash of the container without its `resources` (Go's `HashContainerWithoutResources`,
+/// kept in `io.kubernetes.container.hashWithoutResources`): with in-place resize, a change
+/// of resources alone is no change that replaces the container.
+pub fn container_hash_without_resources(container: &Container) -> String {
+    let mut value = serde_json::to_value(container).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.remove("resources");
+    }
+    hash_value(&value)
+}
+
+fn hash_value(value: &Value) -> String {
     let mut canonical = String::new();
-    write_canonical(&value, &mut canonical);
+    write_canonical(value, &mut canonical);
     let digest = Sha256::digest(canonical.as_bytes());
     hex::encode(&digest[..8])
 }
@@ -99,6 +113,19 @@ mod tests {
         ] {
             assert_ne!(h, container_hash(&container(other)), "{other}");
         }
+    }
+
+    #[test]
+    fn the_hash_without_resources_ignores_them_alone() {
+        let base = container("{name: web, image: 'httpd:1', resources: {limits: {cpu: '1'}}}");
+        let resized = container("{name: web, image: 'httpd:1', resources: {limits: {cpu: '2'}}}");
+        let bare = container("{name: web, image: 'httpd:1'}");
+        let h = container_hash_without_resources(&base);
+        assert_eq!(h, container_hash_without_resources(&resized));
+        // A container without resources hashes the same either way.
+        assert_eq!(h, container_hash(&bare));
+        let other = container("{name: web, image: 'httpd:2', resources: {limits: {cpu: '1'}}}");
+        assert_ne!(h, container_hash_without_resources(&other));
     }
 
     #[test]

@@ -11,12 +11,14 @@ use super::phase::{FAILED, SUCCEEDED};
 use crate::types::Pod;
 
 /// Condition types the kubelet owns (others in the pod's status are kept as they are).
-pub const KUBELET_CONDITIONS: [&str; 5] = [
+pub const KUBELET_CONDITIONS: [&str; 7] = [
     "PodReadyToStartContainers",
     "Initialized",
     "Ready",
     "ContainersReady",
     "PodScheduled",
+    "PodResizePending",
+    "PodResizeInProgress",
 ];
 
 /// A container list as Go's `%s` prints a `[]string`: `[a b]`.

@@ -132,9 +132,9 @@ pub fn normalize(status: &mut PodStatus) {
     }
 }
 
-/// The status fields the kubelet writes; the others (`nominatedNodeName`, `resize`,
+/// The status fields the kubelet writes; the others (`nominatedNodeName`,
 /// `resourceClaimStatuses`, ...) belong to other writers and are left as the API has them.
-pub const KUBELET_FIELDS: [&str; 13] = [
+pub const KUBELET_FIELDS: [&str; 14] = [
     "phase",
     "reason",
     "message",
@@ -148,6 +148,8 @@ pub const KUBELET_FIELDS: [&str; 13] = [
     "containerStatuses",
     "initContainerStatuses",
     "ephemeralContainerStatuses",
+    // Kubernetes 1.28's in-place resize: the kubelet's answer to the API server's Proposed.
+    "resize",
 ];
 
 /// `status` as a JSON object.

@@ -84,6 +84,10 @@ pub struct ContainerMeta {
     /// The user the process runs as (ContainerStatus.user).
     #[serde(default, with = "crate::store::proto_b64_opt")]
     pub user: Option<cri::ContainerUser>,
+    /// The resources its OCI spec was created with, as CRI has them (what the node's
+    /// cgroups take of the request): ContainerStatus.resources until an update.
+    #[serde(default, with = "crate::store::proto_b64_opt")]
+    pub applied_resources: Option<cri::LinuxContainerResources>,
     /// Its cgroup.
     pub cgroups_path: String,
     /// Nanoseconds since the epoch.
@@ -137,7 +141,8 @@ pub struct ContainerStatus {
     pub reason: String,
     /// Human-readable detail.
     pub message: String,
-    /// Resources after UpdateContainerResources, when any.
+    /// Resources after UpdateContainerResources, when any: read back from the updated spec
+    /// (as containerd's `copyResourcesToStatus`), not the request.
     #[serde(default, with = "crate::store::proto_b64_opt")]
     pub resources: Option<cri::LinuxContainerResources>,
 }

@@ -255,6 +255,7 @@ impl RuntimeInner {
             stop_signal,
             process: spec.process().clone().unwrap_or_default(),
             user: oci::cri_user(&spec),
+            applied_resources: oci::cri_resources(&spec),
             cgroups_path,
             created_at: store::now_ns(),
             log_max_size: config
@@ -790,7 +791,9 @@ impl RuntimeInner {
         })?)?;
         let cgroups = oci::CgroupSupport::node();
         oci::update_resources(&mut spec, &resources, self.min_oom_score_adj, cgroups)?;
-        record.spec = Some(oci::to_any(&spec)?);
+        let old_spec = record.spec.replace(oci::to_any(&spec)?);
+        let mut restore = record.clone();
+        restore.spec = old_spec;
         self.cd
             .containers()
             .update(UpdateContainerRequest {
@@ -803,25 +806,56 @@ impl RuntimeInner {
             .map_err(RuntimeError::containerd(format!(
                 "updating containerd container {id}"
             )))?;
-        if state == ContainerState::Running {
-            let linux = oci::linux_resources(&resources, cgroups)?;
-            let body = serde_json::to_vec(&linux)
-                .map_err(|e| RuntimeError::internal(format!("encoding resources: {e}")))?;
-            self.cd
-                .tasks()
-                .update(UpdateTaskRequest {
-                    container_id: id.to_string(),
-                    resources: Some(ferrolet_proto::prost_types::Any {
-                        type_url: RESOURCES_TYPE_URL.into(),
-                        value: body,
+        if state == ContainerState::Running
+            && let Err(e) = self.update_task(id, &resources, cgroups).await
+        {
+            // As containerd: the record goes back to what the task still has (a memory limit
+            // below usage is refused by the kernel on cgroup v1).
+            let restored = self
+                .cd
+                .containers()
+                .update(UpdateContainerRequest {
+                    container: Some(restore),
+                    update_mask: Some(ferrolet_proto::prost_types::FieldMask {
+                        paths: vec!["spec".into()],
                     }),
-                    annotations: HashMap::new(),
                 })
-                .await
-                .map_err(RuntimeError::containerd(format!("updating task {id}")))?;
+                .await;
+            if let Err(r) = restored {
+                tracing::warn!(id, error = %r, "restoring the spec after a failed update");
+            }
+            return Err(e);
         }
-        c.update(|s| s.resources = Some(resources));
+        // What the spec now says, after the node's cgroup support dropped what it cannot
+        // enforce: ContainerStatus.resources reports what is applied, not what was asked.
+        let applied = oci::cri_resources(&spec);
+        c.update(|s| s.resources = applied);
         self.persist_container(&c, false).await?;
         Ok(cri::UpdateContainerResourcesResponse {})
+    }
+
+    /// Tasks.Update with `resources` as the node's cgroups take them.
+    async fn update_task(
+        &self,
+        id: &str,
+        resources: &cri::LinuxContainerResources,
+        cgroups: &oci::CgroupSupport,
+    ) -> Result<()> {
+        let linux = oci::linux_resources(resources, cgroups)?;
+        let body = serde_json::to_vec(&linux)
+            .map_err(|e| RuntimeError::internal(format!("encoding resources: {e}")))?;
+        self.cd
+            .tasks()
+            .update(UpdateTaskRequest {
+                container_id: id.to_string(),
+                resources: Some(ferrolet_proto::prost_types::Any {
+                    type_url: RESOURCES_TYPE_URL.into(),
+                    value: body,
+                }),
+                annotations: HashMap::new(),
+            })
+            .await
+            .map_err(RuntimeError::containerd(format!("updating task {id}")))?;
+        Ok(())
     }
 }

@@ -89,13 +89,19 @@ impl RuntimeInner {
     pub fn cri_container_status(&self, c: &Container) -> cri::ContainerStatus {
         let status = c.status();
         let (image, image_ref) = self.image_names(c);
-        let resources = status.resources.clone().or_else(|| {
-            c.meta
-                .config
-                .linux
-                .as_ref()
-                .and_then(|l| l.resources.clone())
-        });
+        // Applied: after an update, the updated spec's; else the created spec's (records
+        // made before it was kept: the request).
+        let resources = status
+            .resources
+            .clone()
+            .or_else(|| c.meta.applied_resources.clone())
+            .or_else(|| {
+                c.meta
+                    .config
+                    .linux
+                    .as_ref()
+                    .and_then(|l| l.resources.clone())
+            });
         cri::ContainerStatus {
             id: c.meta.id.clone(),
             metadata: Some(c.metadata()),

@@ -16,6 +16,7 @@
 //! - `fs`: cgroup file operations (also on a plain scratch tree, for tests).
 //! - `tests` (scratch trees) and `real_tree` (one ignored round trip on the real tree, root).
 
+mod current;
 pub mod error;
 mod fs;
 pub mod layout;
@@ -33,6 +34,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use current::Current;
 pub use error::CgroupError;
 pub use layout::Layout;
 pub use name::CgroupName;

@@ -461,17 +461,20 @@ fn the_systemd_driver_is_taken_where_systemd_runs_and_refused_clearly_elsewhere(
 fn feature_gates_ferrolet_does_not_act_on_are_reported() {
     let (c, warnings) = load(
         "featureGates: {QOSReserved: true, CustomCPUCFSQuotaPeriod: false, MemoryQoS: true, \
-         NodeSwap: false, InPlacePodVerticalScaling: true}\n",
+         NodeSwap: false, PodLevelResources: true}\n",
         &[],
     )
     .unwrap();
     assert_eq!(c.feature_gates.len(), 5);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
-        warnings[0].ends_with(": featureGates.InPlacePodVerticalScaling"),
+        warnings[0].ends_with(": featureGates.PodLevelResources"),
         "{warnings:?}"
     );
     assert!(c.cm_settings().memory_qos);
+    assert!(c.in_place_resize(), "on by default, as Go 1.33");
+    let (off, _) = load("featureGates: {InPlacePodVerticalScaling: false}\n", &[]).unwrap();
+    assert!(!off.in_place_resize());
 }
 
 #[test]
