@@ -81,6 +81,7 @@ const KUBELET: Rule = Rule {
                 "mirror_pods",
                 "volume_manager",
                 "cm",
+                "userns",
             ],
         ),
         (
@@ -103,6 +104,7 @@ const FERROLET_CRI: Rule = Rule {
                 "lease",
                 "store",
                 "mount",
+                "idmap",
                 "image_config",
                 "reference",
             ],

@@ -39,6 +39,7 @@ pub const HONOURED_FEATURE_GATES: &[&str] = &[
     GATE_CUSTOM_CPU_CFS_QUOTA_PERIOD,
     GATE_QOS_RESERVED,
     GATE_MEMORY_QOS,
+    crate::userns::GATE,
 ];
 
 /// Where systemd keeps its runtime state: present exactly when systemd is PID 1 (the test
@@ -221,7 +222,12 @@ pub(super) fn check_cgroup_driver(driver: &str, systemd_runs: bool) -> Result<()
 impl Config {
     /// Whether the feature gate `name` is on (all those ferrolet reads are off by default).
     pub fn feature_gate(&self, name: &str) -> bool {
-        self.feature_gates.get(name).copied().unwrap_or(false)
+        self.feature_gate_or(name, false)
+    }
+
+    /// Whether the feature gate `name` is on, `default` when unset (a beta gate).
+    pub fn feature_gate_or(&self, name: &str, default: bool) -> bool {
+        self.feature_gates.get(name).copied().unwrap_or(default)
     }
 
     /// The container manager's checks: Go's `ValidateKubeletConfiguration` in its words, then

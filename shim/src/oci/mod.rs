@@ -31,6 +31,7 @@ mod sandbox;
 mod seccomp;
 mod security;
 mod user;
+pub mod userns;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -42,6 +43,7 @@ pub use self::cgroups::{CgroupMode, CgroupSupport};
 pub use self::container::container_spec;
 pub use self::resources::{cri_resources, linux_resources, update_resources};
 pub use self::sandbox::sandbox_spec;
+pub use self::userns::{IdmappedBind, idmap_binds};
 pub use crate::mount::EtcFiles;
 pub use crate::sandbox::files::SandboxFiles;
 

@@ -22,6 +22,7 @@ use crate::image::store::Image;
 use crate::oci::{self, SandboxSpecInput};
 use crate::sandbox::files::{self, SandboxFiles};
 use crate::sandbox::namespaces::PinnedNamespaces;
+use crate::sandbox::userns::PinnedUserns;
 use crate::sandbox::{
     Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, StartTimings, record_path,
 };
@@ -131,13 +132,23 @@ impl RuntimeInner {
         let host_network = ns_opts.network == NamespaceMode::Node as i32;
         let netns = (!host_network).then(|| self.network.netns_path(id));
         let parent = cgroup_parent(&config);
-        let pinned = self.needs_no_pause(&config, &runtime_handler).then(|| {
-            PinnedNamespaces::paths(
-                &self.opts.state.join("sandboxes").join(id),
-                ns_opts.ipc != NamespaceMode::Node as i32,
-                !host_network,
-            )
-        });
+        let userns = self.pod_userns(&config, &ns_opts)?;
+        let pinned =
+            (userns.is_some() || self.needs_no_pause(&config, &runtime_handler)).then(|| {
+                let dir = self.opts.state.join("sandboxes").join(id);
+                let mut pinned = PinnedNamespaces::paths(
+                    &dir,
+                    ns_opts.ipc != NamespaceMode::Node as i32,
+                    !host_network,
+                );
+                pinned.user = userns.map(|(uids, gids)| PinnedUserns {
+                    path: dir.join("user"),
+                    netns: netns.clone(),
+                    uids,
+                    gids,
+                });
+                pinned
+            });
         // The sandbox image is what the pause runs. A sandbox without a pause runs nothing from
         // it: its spec (kept for what reads it) takes the image's config when the node has it,
         // and the node never pulls it for such a pod.
@@ -225,6 +236,45 @@ impl RuntimeInner {
             && linux.is_none_or(|l| l.sysctls.is_empty())
     }
 
+    /// The user namespace a sandbox asks for (`hostUsers: false`), checked against what
+    /// ferrolet-cri can give it: the node's network, PID and IPC namespaces are refused as the
+    /// API server refuses them, and so is what needs a pause process (a shared PID namespace,
+    /// sysctls), which we do not run in a user namespace.
+    fn pod_userns(
+        &self,
+        config: &cri::PodSandboxConfig,
+        ns: &cri::NamespaceOption,
+    ) -> Result<Option<oci::userns::Mappings>> {
+        const SC: &str = "linux.security_context.namespace_options";
+        let Some(mappings) = oci::userns::requested(Some(ns), SC)? else {
+            return Ok(None);
+        };
+        for (mode, what) in [(ns.network, "network"), (ns.pid, "pid"), (ns.ipc, "ipc")] {
+            if mode == NamespaceMode::Node as i32 {
+                return Err(RuntimeError::invalid(format!(
+                    "RunPodSandbox: {SC}.{what} NODE cannot be combined with a user namespace \
+                     (userns_options mode POD)"
+                )));
+            }
+        }
+        if ns.pid == NamespaceMode::Pod as i32
+            || config.linux.as_ref().is_some_and(|l| !l.sysctls.is_empty())
+        {
+            return Err(RuntimeError::precondition(
+                "RunPodSandbox: a user-namespaced pod with a shared PID namespace or sysctls \
+                 needs a pause process, which ferrolet-cri does not run in a user namespace"
+                    .to_string(),
+            ));
+        }
+        if !self.userns_support.supported() {
+            return Err(RuntimeError::precondition(format!(
+                "RunPodSandbox: user namespaces are not supported on this node: {}",
+                self.userns_support.reason()
+            )));
+        }
+        Ok(Some(mappings))
+    }
+
     /// Makes the sandbox's files, namespaces, network and pause task from `pause_image` (or,
     /// without one, its containerd record).
     async fn make_sandbox(
@@ -242,7 +292,9 @@ impl RuntimeInner {
             .instrument(tracing::debug_span!("sandbox_files"))
             .await?;
         timings.files_ms = ms(t);
-        if meta.netns.is_some() {
+        // A user-namespaced pod's netns is made inside its user namespace, with the pins.
+        let netns_pinned = meta.pinned.as_ref().is_some_and(|p| p.user.is_some());
+        if meta.netns.is_some() && !netns_pinned {
             let t = Instant::now();
             self.network
                 .create_netns(id)

@@ -6,6 +6,7 @@
 pub mod files;
 pub mod namespaces;
 pub mod network;
+pub mod userns;
 
 use std::path::PathBuf;
 use std::sync::Mutex;

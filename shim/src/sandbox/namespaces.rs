@@ -24,6 +24,10 @@ pub struct PinnedNamespaces {
     pub ipc: Option<PathBuf>,
     /// The pod's UTS namespace (none with host networking, as with a pause process).
     pub uts: Option<PathBuf>,
+    /// The pod's user namespace (`hostUsers: false`); the pod's other namespaces are then
+    /// made inside it (see `userns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<super::userns::PinnedUserns>,
 }
 
 /// Why namespaces could not be pinned or unpinned.
@@ -37,7 +41,7 @@ pub struct PinError {
     pub source: std::io::Error,
 }
 
-fn pin_err(what: impl Into<String>, e: impl Into<std::io::Error>) -> PinError {
+pub(super) fn pin_err(what: impl Into<String>, e: impl Into<std::io::Error>) -> PinError {
     PinError {
         what: what.into(),
         source: e.into(),
@@ -51,10 +55,11 @@ impl PinnedNamespaces {
         Self {
             ipc: own_ipc.then(|| dir.join("ipc")),
             uts: own_uts.then(|| dir.join("uts")),
+            user: None,
         }
     }
 
-    fn each(&self) -> impl Iterator<Item = (&PathBuf, CloneFlags, &'static str)> {
+    pub(super) fn each(&self) -> impl Iterator<Item = (&PathBuf, CloneFlags, &'static str)> {
         [
             (&self.ipc, CloneFlags::CLONE_NEWIPC, "ipc"),
             (&self.uts, CloneFlags::CLONE_NEWUTS, "uts"),
@@ -85,6 +90,9 @@ impl PinnedNamespaces {
     }
 
     fn create_blocking(&self, hostname: String, made: &mut Vec<PathBuf>) -> Result<(), PinError> {
+        if let Some(user) = &self.user {
+            return user.create_blocking(self, &hostname, made);
+        }
         let mut flags = CloneFlags::empty();
         for (path, flag, _) in self.each() {
             if let Some(dir) = path.parent() {
@@ -143,7 +151,9 @@ impl PinnedNamespaces {
     /// Whether every namespace is still pinned (after a reboot, or a removal, they are not).
     pub fn live(&self) -> bool {
         self.each()
-            .all(|(p, _, _)| statfs(p).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC))
+            .map(|(p, _, _)| p)
+            .chain(self.user.iter().map(|u| &u.path))
+            .all(|p| statfs(p).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC))
     }
 
     /// Unpins and removes the files; what is gone already is fine. A namespace lives on
@@ -156,13 +166,17 @@ impl PinnedNamespaces {
     }
 
     fn try_remove(&self) -> Result<(), PinError> {
-        self.each().try_for_each(|(path, _, _)| unpin(path))
+        self.each().try_for_each(|(path, _, _)| unpin(path))?;
+        match &self.user {
+            Some(user) => user.pinned_files().try_for_each(unpin),
+            None => Ok(()),
+        }
     }
 }
 
 /// Unmounts and removes one namespace file; absent or already unmounted is fine. The netns
 /// helper does exactly this for any namespace file.
-fn unpin(path: &Path) -> Result<(), PinError> {
+pub(super) fn unpin(path: &Path) -> Result<(), PinError> {
     ferrolet_cni::netns::delete_blocking(path).map_err(|e| {
         pin_err(
             format!("unpinning {}", path.display()),

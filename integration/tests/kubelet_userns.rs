@@ -1,0 +1,175 @@
+//! `hostUsers: false` static pods through ferrolet and ferrolet-cri (issue #38): each pod gets
+//! its own 65536-id range (kept in `<root-dir>/pods/<uid>/userns`, Go's JSON), its
+//! containers see it in `/proc/self/uid_map`, its volumes (emptyDir on disk, emptyDir in
+//! memory, downwardAPI: static pods cannot have secrets, the memory emptyDir is the same
+//! tmpfs a secret volume is) read and write as the pod's root with the files on the host
+//! root's, the ranges survive a restart of ferrolet, and a deleted pod's range is free again.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test reports failure by panicking
+
+use std::os::unix::fs::MetadataExt;
+
+use ferrolet_integration::kubelet::{
+    IDLE, KubeletNode, container_id, container_status, image, pod_uid, restart_count, sh,
+};
+use ferrolet_integration::pods::LONG;
+use serde_json::Value;
+
+const L: u64 = 65536;
+
+fn manifest(name: &str) -> String {
+    let script = sh(&format!(
+        "echo pod > /data/f && echo mem > /mem/f && chown 1000:1000 /data/f; {IDLE}"
+    ));
+    format!(
+        r#"
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: {name}
+          labels: {{app: userns}}
+        spec:
+          hostUsers: false
+          containers:
+          - name: main
+            image: {busybox}
+            command: {script}
+            volumeMounts:
+            - {{name: data, mountPath: /data}}
+            - {{name: mem, mountPath: /mem}}
+            - {{name: info, mountPath: /info}}
+          volumes:
+          - name: data
+            emptyDir: {{}}
+          - name: mem
+            emptyDir: {{medium: Memory, sizeLimit: 8Mi}}
+          - name: info
+            downwardAPI:
+              items:
+              - {{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}
+        "#,
+        busybox = image("busybox"),
+    )
+}
+
+/// The pod's range as its file says: (first host id, length), uids and gids the same.
+fn range_file(node: &KubeletNode, uid: &str) -> (u64, u64) {
+    let path = node.root_dir().join("pods").join(uid).join("userns");
+    let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(v["uidMappings"], v["gidMappings"], "{v}");
+    let m = &v["uidMappings"][0];
+    assert_eq!(m["containerId"], 0, "{v}");
+    (m["hostId"].as_u64().unwrap(), m["length"].as_u64().unwrap())
+}
+
+/// The running container's uid_map as (first host id, length).
+async fn uid_map(node: &KubeletNode, id: &str) -> (u64, u64) {
+    let api = node.node.api().await;
+    let text = api.exec_ok(id, &["cat", "/proc/self/uid_map"]).await;
+    let f: Vec<u64> = text
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(f.len(), 3, "{text:?}");
+    assert_eq!(f[0], 0, "the pod's root is mapped: {text:?}");
+    (f[1], f[2])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_users_false_pods_get_their_own_ranges_volumes_and_keep_them() {
+    let node = KubeletNode::start("userns").await;
+    let mut pods = Vec::new();
+    for name in ["ua", "ub"] {
+        node.write_manifest(&format!("{name}.yaml"), &manifest(name));
+        let pod = node.wait_running(&node.pod_name(name)).await;
+        let uid = pod_uid(&pod).to_string();
+        let id = container_id(container_status(&pod, "main").unwrap()).to_string();
+        pods.push((name, uid, id));
+    }
+    let mut ranges = Vec::new();
+    for (name, uid, id) in &pods {
+        let (first, len) = range_file(&node, uid);
+        assert_eq!(len, L);
+        assert_ne!(first, 0);
+        assert_eq!(
+            uid_map(&node, id).await,
+            (first, len),
+            "{name}: the file's range"
+        );
+        let api = node.node.api().await;
+        // Inside: the pod's root; its volumes' files are its root's (and the chown'd one
+        // 1000's); the downwardAPI file reads.
+        let (code, out) = api
+            .sh(
+                id,
+                "id -u; stat -c '%u %g' /data/f /mem/f /info/labels; cat /info/labels; echo; \
+                 grep ' /mem ' /proc/mounts | cut -d' ' -f3",
+            )
+            .await;
+        assert_eq!(code, 0, "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[..4], ["0", "1000 1000", "0 0", "0 0"], "{out}");
+        assert!(out.contains("app=\"userns\""), "{out}");
+        assert_eq!(lines.last().copied(), Some("tmpfs"), "{out}");
+        // On the host: what the pod's root wrote is host root's.
+        let vols = node
+            .root_dir()
+            .join("pods")
+            .join(uid)
+            .join("volumes/kubernetes.io~empty-dir");
+        let data = std::fs::metadata(vols.join("data/f")).unwrap();
+        assert_eq!((data.uid(), data.gid()), (1000, 1000));
+        let mem = std::fs::metadata(vols.join("mem/f")).unwrap();
+        assert_eq!((mem.uid(), mem.gid()), (0, 0));
+        ranges.push(first);
+    }
+    assert!(
+        ranges[0].abs_diff(ranges[1]) >= L,
+        "two pods, two disjoint ranges: {ranges:?}"
+    );
+
+    // A restart of ferrolet: the same ranges in the files and in the running containers,
+    // which are left alone, and a new pod gets none of them.
+    node.restart_kubelet().await;
+    for ((name, uid, id), first) in pods.iter().zip(&ranges) {
+        let pod = node.wait_running(&node.pod_name(name)).await;
+        let status = container_status(&pod, "main").unwrap();
+        assert_eq!(container_id(status), id, "{name} kept its container");
+        assert_eq!(restart_count(status), 0);
+        assert_eq!(range_file(&node, uid), (*first, L));
+        assert_eq!(uid_map(&node, id).await, (*first, L));
+    }
+    node.write_manifest("uc.yaml", &manifest("uc"));
+    let pod = node.wait_running(&node.pod_name("uc")).await;
+    let (c_first, _) = range_file(&node, pod_uid(&pod));
+    assert!(!ranges.contains(&c_first), "{c_first} is taken: {ranges:?}");
+
+    // Deleting a pod frees its range: the lowest free one, which the next pod gets.
+    let lowest = *ranges.iter().min().unwrap();
+    let (gone_name, gone_uid) = pods
+        .iter()
+        .find(|(_, uid, _)| range_file(&node, uid).0 == lowest)
+        .map(|(n, u, _)| (*n, u.clone()))
+        .unwrap();
+    node.remove_manifest(&format!("{gone_name}.yaml"));
+    node.wait_pod_gone(&node.pod_name(gone_name), LONG).await;
+    let dir = node.root_dir().join("pods").join(&gone_uid);
+    ferrolet_integration::cri::poll("the deleted pod's dir to go", LONG, || {
+        let left = dir.exists();
+        async move {
+            if left {
+                Err("still there".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    node.write_manifest("ud.yaml", &manifest("ud"));
+    let pod = node.wait_running(&node.pod_name("ud")).await;
+    assert_eq!(
+        range_file(&node, pod_uid(&pod)).0,
+        lowest,
+        "the freed range is reused"
+    );
+    node.teardown().await;
+}
