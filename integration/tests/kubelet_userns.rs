@@ -173,3 +173,40 @@ async fn host_users_false_pods_get_their_own_ranges_volumes_and_keep_them() {
     );
     node.teardown().await;
 }
+
+/// On containerd's own CRI with this machine's runc 1.1.5 the runtime reports no user
+/// namespace support (containerd 1.6 has no runtime handlers in its Status; 2.x wants a runc
+/// that idmaps mounts), so ferrolet refuses the pod as Go does: no sandbox, no range taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_without_user_namespaces_gets_no_host_users_false_pod() {
+    let node = KubeletNode::start_on_containerd("userns-cd").await;
+    node.write_manifest("ux.yaml", &manifest("ux"));
+    let pod = node.wait_pod("ux", |p| !pod_uid(p).is_empty(), LONG).await;
+    let uid = pod_uid(&pod).to_string();
+    ferrolet_integration::cri::poll("the refusal in ferrolet's log", LONG, || {
+        let log = node.kubelet_log();
+        async move {
+            if log.contains(
+                "can't set `spec.hostUsers: false`, runtime does not support user namespaces",
+            ) {
+                Ok(())
+            } else {
+                Err("not logged yet".to_string())
+            }
+        }
+    })
+    .await;
+    let (sandboxes, containers) = node.runtime_objects(&uid).await;
+    assert!(sandboxes.is_empty() && containers.is_empty());
+    assert!(
+        !node
+            .root_dir()
+            .join("pods")
+            .join(&uid)
+            .join("userns")
+            .exists()
+    );
+    let pod = node.pod("ux").await.unwrap();
+    assert_eq!(pod["status"]["phase"], "Pending", "{pod}");
+    node.teardown().await;
+}

@@ -73,9 +73,10 @@ impl PinnedUserns {
         )
     }
 
-    /// The files this pins (user namespace, netns).
+    /// The files this unpins: the user namespace only. The netns goes with the network's
+    /// teardown, after CNI DEL has run in it (a sandbox's teardown runs both at once).
     pub(super) fn pinned_files(&self) -> impl Iterator<Item = &std::path::Path> {
-        std::iter::once(self.path.as_path()).chain(self.netns.as_deref())
+        std::iter::once(self.path.as_path())
     }
 
     /// Makes the user namespace with `ns`'s other namespaces inside it and pins them all.
@@ -368,6 +369,11 @@ mod tests {
         p.remove().await.unwrap();
         p.remove().await.unwrap();
         assert!(!p.live());
-        assert!(!Path::new(&user.path).exists() && !d.path().join("netns").exists());
+        assert!(!Path::new(&user.path).exists());
+        // The netns is the network's to remove.
+        let netns = d.path().join("netns");
+        assert!(netns.exists());
+        crate::sandbox::namespaces::unpin(&netns).unwrap();
+        assert!(!netns.exists());
     }
 }
