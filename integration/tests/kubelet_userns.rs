@@ -210,3 +210,88 @@ async fn a_runtime_without_user_namespaces_gets_no_host_users_false_pod() {
     assert_eq!(pod["status"]["phase"], "Pending", "{pod}");
     node.teardown().await;
 }
+
+/// In a cluster (the test API server): the Node says the runtime handler supports user
+/// namespaces, and a `hostUsers: false` pod reads its secret volume (a tmpfs written by the
+/// kubelet as host root) as its root; deleting it in the API frees its range with its dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_pod_reads_its_secret_as_its_root_and_the_node_says_userns() {
+    use ferrolet_integration::cluster::{ClusterNode, NAMESPACE};
+    use serde_json::json;
+
+    let node = ClusterNode::start("userns-cl").await;
+    let status = node
+        .wait_node("runtimeHandlers with userNamespaces", |n| {
+            n["status"]["runtimeHandlers"]
+                .as_array()
+                .is_some_and(|hs| hs.iter().any(|h| h["name"] == ""))
+        })
+        .await;
+    let handlers = &status["status"]["runtimeHandlers"];
+    assert_eq!(
+        handlers[0]["features"]["userNamespaces"], true,
+        "{handlers}"
+    );
+    node.api
+        .create(
+            "secrets",
+            NAMESPACE,
+            json!({"metadata": {"name": "creds"}, "data": {"password": "czNjcmV0"}}),
+        )
+        .await
+        .unwrap();
+    node.create_pod(json!({
+        "metadata": {"name": "sec", "namespace": NAMESPACE},
+        "spec": {
+            "hostUsers": false,
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"fsGroup": 2000},
+            "containers": [{
+                "name": "main",
+                "image": image("busybox"),
+                "command": ["sh", "-c", IDLE],
+                "volumeMounts": [
+                    {"name": "creds", "mountPath": "/creds", "readOnly": true},
+                    {"name": "scratch", "mountPath": "/scratch"},
+                ],
+            }],
+            "volumes": [
+                {"name": "creds", "secret": {"secretName": "creds"}},
+                {"name": "scratch", "emptyDir": {}},
+            ],
+        },
+    }))
+    .await;
+    let pod = node.wait_api_running("sec").await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let (first, len) = range_file(&node.node, &uid);
+    let status = container_status(&pod, "main").unwrap();
+    let id = container_id(status).to_string();
+    assert_eq!(uid_map(&node.node, &id).await, (first, len));
+    let api = node.node.node.api().await;
+    // The secret's file: the kubelet's (host root, the fsGroup's group) read as the pod's
+    // root and group 2000; the scratch emptyDir is writable by the pod's root.
+    let (code, out) = api
+        .sh(
+            &id,
+            "cat /creds/password; echo; stat -L -c '%u %g' /creds/password; \
+             echo w > /scratch/f && stat -c '%u' /scratch/f",
+        )
+        .await;
+    assert_eq!((code, out.as_str()), (0, "s3cret\n0 2000\n0\n"), "{out}");
+    let dir = node.node.root_dir().join("pods").join(&uid);
+    node.delete_pod("sec").await;
+    node.wait_api_pod_gone("sec", LONG).await;
+    ferrolet_integration::cri::poll("the deleted pod's dir to go", LONG, || {
+        let left = dir.exists();
+        async move {
+            if left {
+                Err("still there".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    node.teardown().await;
+}
