@@ -227,3 +227,49 @@ async fn user_namespaced_pods_see_their_mapping_and_idmapped_files() {
     }
     node.teardown().await;
 }
+
+/// ferrolet-cri killed and restarted under a user-namespaced pod: the pod is still Ready
+/// (its pinned user namespace found), its container keeps its mapping, a new container joins
+/// the same user namespace, and the pod's removal leaves nothing (idmapped mounts included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_a_user_namespaced_pod_and_its_removal_leaves_nothing() {
+    let node = CriNode::start("userns-rs").await;
+    let image = node.pull("busybox").await;
+    let base = (1000 + u32::from(node.net.octet) * 8 + 6) * L;
+    let vol = node.scratch.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    let pod = with_userns(node.pod("userns-restart").build(), base);
+    let api = node.api().await;
+    let sandbox = api.run_pod(&pod).await.unwrap();
+    let id = api
+        .run_container(&sandbox, &pod, &container(&image.reference, &vol, base))
+        .await
+        .unwrap();
+    let before = api.exec_ok(&id, &["readlink", "/proc/self/ns/user"]).await;
+
+    node.cri.kill();
+    node.cri.restart_after_kill();
+    let api = node.api().await;
+    let status = api.pod_status(&sandbox).await.unwrap().status.unwrap();
+    assert_eq!(status.state, cri::PodSandboxState::SandboxReady as i32);
+    assert_eq!(
+        api.exec_ok(&id, &["readlink", "/proc/self/ns/user"]).await,
+        before
+    );
+    let mut second = container(&image.reference, &vol, base);
+    second.metadata.as_mut().unwrap().name = "after-restart".into();
+    let id2 = api.run_container(&sandbox, &pod, &second).await.unwrap();
+    assert_eq!(
+        api.exec_ok(&id2, &["readlink", "/proc/self/ns/user"]).await,
+        before,
+        "a container made after the restart joins the pod's user namespace"
+    );
+    let (code, out) = api
+        .sh(&id2, "echo x > /data/after && stat -c %u /data/after")
+        .await;
+    assert_eq!((code, out.as_str()), (0, "0\n"), "{out}");
+
+    api.stop_pod(&sandbox).await.unwrap();
+    api.remove_pod(&sandbox).await.unwrap();
+    node.teardown().await;
+}
