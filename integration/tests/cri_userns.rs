@@ -68,6 +68,40 @@ fn container(image: &str, vol: &Path, base: u32) -> cri::ContainerConfig {
     c
 }
 
+/// Whether ferrolet-cri found user namespaces usable here (its start-up probe: a pinned user
+/// namespace and an idmapped mount under its state dir); where not, a user-namespaced pod
+/// must be refused with the reason, and nothing is left.
+async fn supported_or_refused(node: &CriNode, api: &ferrolet_integration::cri::RuntimeApi) -> bool {
+    let status = api
+        .client()
+        .status(cri::StatusRequest { verbose: false })
+        .await
+        .unwrap()
+        .into_inner();
+    let supported: Vec<bool> = status
+        .runtime_handlers
+        .iter()
+        .map(|h| h.features.unwrap_or_default().user_namespaces)
+        .collect();
+    assert!(
+        supported.iter().all(|s| *s == supported[0]),
+        "every handler alike: {supported:?}"
+    );
+    if supported[0] {
+        return true;
+    }
+    let pod = with_userns(node.pod("userns-refused").build(), 1000 * L);
+    let err = api.run_pod(&pod).await.unwrap_err();
+    println!("user namespaces unsupported here: {err}");
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err}");
+    assert!(
+        err.message()
+            .contains("user namespaces are not supported on this node: idmapped mounts on"),
+        "{err}"
+    );
+    false
+}
+
 /// Whether crun 1.8 can run here (it refuses hybrid cgroup hosts).
 fn crun_runs_here() -> bool {
     ferrolet_integration::cgroups::v2()
@@ -86,19 +120,9 @@ async fn user_namespaced_pods_see_their_mapping_and_idmapped_files() {
     )
     .await;
     let api = node.api().await;
-    let status = api
-        .client()
-        .status(cri::StatusRequest { verbose: false })
-        .await
-        .unwrap()
-        .into_inner();
-    for h in &status.runtime_handlers {
-        let f = h.features.unwrap_or_default();
-        assert!(
-            f.user_namespaces,
-            "handler {:?} reports no user namespaces",
-            h.name
-        );
+    if !supported_or_refused(&node, &api).await {
+        node.teardown().await;
+        return;
     }
     let image = node.pull("busybox").await;
     let mut handlers = vec![""];
@@ -240,6 +264,10 @@ async fn a_restart_keeps_a_user_namespaced_pod_and_its_removal_leaves_nothing() 
     std::fs::create_dir_all(&vol).unwrap();
     let pod = with_userns(node.pod("userns-restart").build(), base);
     let api = node.api().await;
+    if !supported_or_refused(&node, &api).await {
+        node.teardown().await;
+        return;
+    }
     let sandbox = api.run_pod(&pod).await.unwrap();
     let id = api
         .run_container(&sandbox, &pod, &container(&image.reference, &vol, base))
@@ -269,6 +297,67 @@ async fn a_restart_keeps_a_user_namespaced_pod_and_its_removal_leaves_nothing() 
         .await;
     assert_eq!((code, out.as_str()), (0, "0\n"), "{out}");
 
+    api.stop_pod(&sandbox).await.unwrap();
+    api.remove_pod(&sandbox).await.unwrap();
+    node.teardown().await;
+}
+
+/// A user-namespaced pod that needs a pause process (a shared PID namespace and a sysctl):
+/// the pause joins the pod's pinned user namespace and netns, runs on an idmapped rootfs, is
+/// the containers' PID 1, and the sysctl lands in the pod's netns; nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_sharing_its_pid_namespace_runs_its_pause_in_its_user_namespace() {
+    let node = CriNode::start("userns-pause").await;
+    let api = node.api().await;
+    if !supported_or_refused(&node, &api).await {
+        node.teardown().await;
+        return;
+    }
+    let image = node.pull("busybox").await;
+    let base = (1000 + u32::from(node.net.octet) * 8 + 7) * L;
+    let vol = node.scratch.path().join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    let pod = with_userns(
+        node.pod("userns-pause")
+            .pid_namespace(NamespaceMode::Pod)
+            .sysctl("net.ipv4.ping_group_range", "0 65535")
+            .build(),
+        base,
+    );
+    let sandbox = api.run_pod(&pod).await.unwrap();
+    let mut c = container(&image.reference, &vol, base);
+    c.linux
+        .as_mut()
+        .unwrap()
+        .security_context
+        .as_mut()
+        .unwrap()
+        .namespace_options
+        .as_mut()
+        .unwrap()
+        .pid = NamespaceMode::Pod as i32;
+    let id = api.run_container(&sandbox, &pod, &c).await.unwrap();
+    let (code, out) = api
+        .sh(
+            &id,
+            "cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /proc/1/uid_map; \
+             cat /proc/sys/net/ipv4/ping_group_range; echo y > /data/y && stat -c %u /data/y",
+        )
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("pause"), "PID 1 is the pause: {out}");
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["0", &base.to_string(), &L.to_string()],
+        "the pause is in the pod's user namespace: {out}"
+    );
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        ["0", "65535"],
+        "{out}"
+    );
+    assert_eq!(lines[3], "0", "{out}");
     api.stop_pod(&sandbox).await.unwrap();
     api.remove_pod(&sandbox).await.unwrap();
     node.teardown().await;

@@ -105,14 +105,10 @@ fn set_namespaces(
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.clone())
         .unwrap_or_default();
-    let pod_userns = match input.pod_namespaces {
-        PodNamespaces::Pinned(pinned) => pinned.user.as_ref(),
-        PodNamespaces::Pause(_) => None,
-    };
     userns::join_pod(
         spec,
         input.config,
-        pod_userns,
+        input.pod_userns,
         &format!("{SC}.namespace_options"),
     )?;
     let pod = namespace_options(input.sandbox_config);
@@ -514,6 +510,7 @@ mod tests {
             cgroups_path: "/kubepods/c1",
             min_oom_score_adj: -500,
             cgroups: &f.cgroups,
+            pod_userns: None,
         }
     }
 

@@ -305,6 +305,8 @@ pub struct SandboxSpecInput<'a> {
     pub cgroups_path: &'a str,
     /// From [`own_oom_score_adj`].
     pub min_oom_score_adj: i32,
+    /// The pod's pinned user namespace (`hostUsers: false`), which the pause joins.
+    pub userns: Option<&'a crate::sandbox::userns::PinnedUserns>,
 }
 
 /// Where a container finds its pod's IPC, UTS and PID namespaces.
@@ -343,6 +345,8 @@ pub struct ContainerSpecInput<'a> {
     pub min_oom_score_adj: i32,
     /// What the node's cgroups can enforce ([`CgroupSupport::node`] outside tests).
     pub cgroups: &'a CgroupSupport,
+    /// The pod's pinned user namespace (`hostUsers: false`), which the container joins.
+    pub pod_userns: Option<&'a crate::sandbox::userns::PinnedUserns>,
 }
 
 /// The CRI view of a spec's process identity (for ContainerStatus.user): uid, gid, and the

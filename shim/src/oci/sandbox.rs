@@ -102,7 +102,11 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec, OciError> {
         namespaces::set(&mut spec, LinuxNamespaceType::Pid, Ns::Host);
     }
     if let Some(mappings) = &userns {
-        userns::set(&mut spec, Ns::New, mappings);
+        let ns = match input.userns {
+            Some(pinned) => Ns::Join(pinned.path.clone()),
+            None => Ns::New,
+        };
+        userns::set(&mut spec, ns, mappings);
     }
     let host_ipc = ipc_mode == NamespaceMode::Node;
     if host_ipc {
@@ -256,6 +260,7 @@ mod tests {
             files: &files,
             cgroups_path: "/kubepods/s1",
             min_oom_score_adj: -999,
+            userns: None,
         })
     }
 
@@ -343,6 +348,7 @@ mod tests {
             files: &files,
             cgroups_path: "",
             min_oom_score_adj: 0,
+            userns: None,
         })
         .unwrap();
         let ns: Vec<_> = ns_list(&spec).into_iter().map(|(t, _)| t).collect();
@@ -452,6 +458,7 @@ mod tests {
             files: &files,
             cgroups_path: "",
             min_oom_score_adj: 0,
+            userns: None,
         })
         .unwrap_err();
         assert_eq!(err.code(), tonic::Code::Internal);

@@ -215,6 +215,7 @@ impl RuntimeInner {
                     cgroups_path: &cgroups_path,
                     min_oom_score_adj: self.min_oom_score_adj,
                     cgroups: oci::CgroupSupport::node(),
+                    pod_userns: sb.meta.userns.as_ref(),
                 })?;
                 // Last, as containerd applies them: over the user, mounts and devices the
                 // request itself made.
@@ -233,7 +234,7 @@ impl RuntimeInner {
                 return Err(e);
             }
         };
-        let pod_userns = sb.meta.pinned.as_ref().and_then(|p| p.user.as_ref());
+        let pod_userns = sb.meta.userns.as_ref();
         let rootfs = match pod_userns {
             None => snapshot.mounts.iter().map(MountRecord::from).collect(),
             Some(user) => {
@@ -345,41 +346,40 @@ impl RuntimeInner {
     ) -> Result<()> {
         let dir = state_dir.join("userns");
         let binds = oci::idmap_binds(spec, config, files, &dir.join("binds"));
-        let rootfs = dir.join("rootfs");
         spec.root_mut()
             .get_or_insert_with(Default::default)
-            .set_path(rootfs.clone());
-        let (user, mounts) = (user.clone(), mounts.to_vec());
-        let made = tokio::task::spawn_blocking(move || {
-            let userns =
-                std::fs::File::open(&user.path).map_err(|source| crate::idmap::IdmapError::Io {
-                    op: "opening the pod's user namespace",
-                    path: user.path.clone(),
-                    source,
-                })?;
-            crate::idmap::mount_rootfs(
-                &mounts,
-                &rootfs,
-                &dir.join("layers"),
-                &userns,
-                user.host_root(),
-            )?;
+            .set_path(dir.join("rootfs"));
+        self.mount_userns_rootfs(user, mounts, &dir).await?;
+        let path = user.path.clone();
+        idmap_work(move || {
+            let userns = open_userns(&path)?;
             for b in &binds {
                 crate::idmap::bind_idmapped(&b.source, &b.target, &userns)?;
             }
-            Ok::<_, crate::idmap::IdmapError>(())
+            Ok(())
         })
         .await
-        .map_err(|e| RuntimeError::internal(format!("idmapped mounts: {e}")))?;
-        made.map_err(|e| {
-            if e.is_unsupported() {
-                RuntimeError::precondition(format!(
-                    "user namespace: the node cannot idmap the container's mounts: {e}"
-                ))
-            } else {
-                RuntimeError::internal(format!("user namespace: idmapped mounts: {e}"))
-            }
+    }
+
+    /// A snapshot's rootfs at `<dir>/rootfs`, its layers seen through the pod's mapping.
+    pub(crate) async fn mount_userns_rootfs(
+        &self,
+        user: &crate::sandbox::userns::PinnedUserns,
+        mounts: &[ferrolet_proto::containerd::types::Mount],
+        dir: &std::path::Path,
+    ) -> Result<()> {
+        let (user, mounts, dir) = (user.clone(), mounts.to_vec(), dir.to_path_buf());
+        idmap_work(move || {
+            let userns = open_userns(&user.path)?;
+            crate::idmap::mount_rootfs(
+                &mounts,
+                &dir.join("rootfs"),
+                &dir.join("layers"),
+                &userns,
+                user.host_root(),
+            )
         })
+        .await
     }
 
     /// Unmounts a container's idmapped views (none is fine).
@@ -912,4 +912,32 @@ impl RuntimeInner {
         self.persist_container(&c, false).await?;
         Ok(cri::UpdateContainerResourcesResponse {})
     }
+}
+
+/// The pod's pinned user namespace, for `mount_setattr`.
+fn open_userns(path: &std::path::Path) -> Result<std::fs::File, crate::idmap::IdmapError> {
+    std::fs::File::open(path).map_err(|source| crate::idmap::IdmapError::Io {
+        op: "opening the pod's user namespace",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Runs idmapped-mount work off the runtime; what the kernel or file system refuses is
+/// FailedPrecondition naming the cause.
+async fn idmap_work(
+    f: impl FnOnce() -> Result<(), crate::idmap::IdmapError> + Send + 'static,
+) -> Result<()> {
+    let made = tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RuntimeError::internal(format!("idmapped mounts: {e}")))?;
+    made.map_err(|e| {
+        if e.is_unsupported() {
+            RuntimeError::precondition(format!(
+                "user namespace: the node cannot idmap the container's mounts: {e}"
+            ))
+        } else {
+            RuntimeError::internal(format!("user namespace: idmapped mounts: {e}"))
+        }
+    })
 }

@@ -132,23 +132,20 @@ impl RuntimeInner {
         let host_network = ns_opts.network == NamespaceMode::Node as i32;
         let netns = (!host_network).then(|| self.network.netns_path(id));
         let parent = cgroup_parent(&config);
-        let userns = self.pod_userns(&config, &ns_opts)?;
-        let pinned =
-            (userns.is_some() || self.needs_no_pause(&config, &runtime_handler)).then(|| {
-                let dir = self.opts.state.join("sandboxes").join(id);
-                let mut pinned = PinnedNamespaces::paths(
-                    &dir,
-                    ns_opts.ipc != NamespaceMode::Node as i32,
-                    !host_network,
-                );
-                pinned.user = userns.map(|(uids, gids)| PinnedUserns {
-                    path: dir.join("user"),
-                    netns: netns.clone(),
-                    uids,
-                    gids,
-                });
-                pinned
-            });
+        let sandbox_state = self.opts.state.join("sandboxes").join(id);
+        let userns = self.pod_userns(&ns_opts)?.map(|(uids, gids)| PinnedUserns {
+            path: sandbox_state.join("user"),
+            netns: netns.clone(),
+            uids,
+            gids,
+        });
+        let pinned = self.needs_no_pause(&config, &runtime_handler).then(|| {
+            PinnedNamespaces::paths(
+                &sandbox_state,
+                ns_opts.ipc != NamespaceMode::Node as i32,
+                !host_network,
+            )
+        });
         // The sandbox image is what the pause runs. A sandbox without a pause runs nothing from
         // it: its spec (kept for what reads it) takes the image's config when the node has it,
         // and the node never pulls it for such a pod.
@@ -175,6 +172,7 @@ impl RuntimeInner {
                 self.opts.systemd_cgroup,
             ),
             pinned,
+            userns,
             config,
             runtime_handler,
             netns,
@@ -192,6 +190,7 @@ impl RuntimeInner {
                 files: &meta.files,
                 cgroups_path: &meta.cgroups_path,
                 min_oom_score_adj: self.min_oom_score_adj,
+                userns: meta.userns.as_ref(),
             })
         })?;
         let record = SandboxRecord {
@@ -238,13 +237,8 @@ impl RuntimeInner {
 
     /// The user namespace a sandbox asks for (`hostUsers: false`), checked against what
     /// ferrolet-cri can give it: the node's network, PID and IPC namespaces are refused as the
-    /// API server refuses them, and so is what needs a pause process (a shared PID namespace,
-    /// sysctls), which we do not run in a user namespace.
-    fn pod_userns(
-        &self,
-        config: &cri::PodSandboxConfig,
-        ns: &cri::NamespaceOption,
-    ) -> Result<Option<oci::userns::Mappings>> {
+    /// API server refuses them.
+    fn pod_userns(&self, ns: &cri::NamespaceOption) -> Result<Option<oci::userns::Mappings>> {
         const SC: &str = "linux.security_context.namespace_options";
         let Some(mappings) = oci::userns::requested(Some(ns), SC)? else {
             return Ok(None);
@@ -256,15 +250,6 @@ impl RuntimeInner {
                      (userns_options mode POD)"
                 )));
             }
-        }
-        if ns.pid == NamespaceMode::Pod as i32
-            || config.linux.as_ref().is_some_and(|l| !l.sysctls.is_empty())
-        {
-            return Err(RuntimeError::precondition(
-                "RunPodSandbox: a user-namespaced pod with a shared PID namespace or sysctls \
-                 needs a pause process, which ferrolet-cri does not run in a user namespace"
-                    .to_string(),
-            ));
         }
         if !self.userns_support.supported() {
             return Err(RuntimeError::precondition(format!(
@@ -292,9 +277,17 @@ impl RuntimeInner {
             .instrument(tracing::debug_span!("sandbox_files"))
             .await?;
         timings.files_ms = ms(t);
-        // A user-namespaced pod's netns is made inside its user namespace, with the pins.
-        let netns_pinned = meta.pinned.as_ref().is_some_and(|p| p.user.is_some());
-        if meta.netns.is_some() && !netns_pinned {
+        if let Some(userns) = &meta.userns {
+            // The user namespace first, the pod's netns (and a pause-less pod's IPC and UTS
+            // namespaces) made inside it.
+            let t = Instant::now();
+            userns
+                .create(meta.pinned.as_ref(), &meta.config.hostname)
+                .instrument(tracing::debug_span!("namespaces_pin"))
+                .await
+                .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+            timings.netns_ms = ms(t);
+        } else if meta.netns.is_some() {
             let t = Instant::now();
             self.network
                 .create_netns(id)
@@ -302,7 +295,7 @@ impl RuntimeInner {
                 .await?;
             timings.netns_ms = ms(t);
         }
-        if let Some(pinned) = &meta.pinned {
+        if let (Some(pinned), None) = (&meta.pinned, &meta.userns) {
             let t = Instant::now();
             pinned
                 .create(&meta.config.hostname)
@@ -356,12 +349,22 @@ impl RuntimeInner {
         id: &str,
         meta: &SandboxMeta,
         image: &Image,
-        spec: oci::Spec,
+        mut spec: oci::Spec,
     ) -> Result<u32> {
         let snapshot =
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id)
                 .instrument(tracing::debug_span!("snapshot_prepare"))
                 .await?;
+        // A user-namespaced pause runs on an idmapped view of its rootfs (see `idmap`).
+        let userns_root = meta
+            .userns
+            .as_ref()
+            .map(|_| self.opts.state.join("sandboxes").join(id).join("userns"));
+        if let Some(dir) = &userns_root {
+            spec.root_mut()
+                .get_or_insert_with(Default::default)
+                .set_path(dir.join("rootfs"));
+        }
         let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
         let record = task::container_record(
             id,
@@ -372,10 +375,22 @@ impl RuntimeInner {
             store::metadata_any(meta),
             self.opts.runc_options(&meta.runtime_handler),
         );
-        let mounts = snapshot
+        let mut mounts = snapshot
             .commit(&self.cd, record)
             .instrument(tracing::debug_span!("pause_record"))
             .await?;
+        if let (Some(userns), Some(dir)) = (&meta.userns, userns_root) {
+            // runc reaches the rootfs as the pod's root: the sandboxes' state dirs (0700 from
+            // the shm mounts) must let it through, without a listing.
+            for through in dir.ancestors().skip(1).take(2) {
+                use std::os::unix::fs::PermissionsExt;
+                tokio::fs::set_permissions(through, std::fs::Permissions::from_mode(0o711))
+                    .await
+                    .map_err(|e| RuntimeError::internal(format!("{}: {e}", through.display())))?;
+            }
+            self.mount_userns_rootfs(userns, &mounts, &dir).await?;
+            mounts = Vec::new();
+        }
         let task_io = TaskIo {
             options: self.opts.runc_options(&meta.runtime_handler),
             ..TaskIo::default()
@@ -418,6 +433,9 @@ impl RuntimeInner {
         let containerd = async {
             // containerd refuses to delete a record that still has a task.
             self.kill_and_delete_task(id).await?;
+            // A user-namespaced pause's idmapped rootfs, before its snapshot goes.
+            self.unmount_userns_views(&self.opts.state.join("sandboxes").join(id))
+                .await?;
             let (record, snapshot) = tokio::join!(
                 task::delete_record(&self.cd, id),
                 task::remove_snapshot(&self.cd, &self.opts.snapshotter, id)
@@ -439,6 +457,12 @@ impl RuntimeInner {
         let files = async {
             if let Some(pinned) = &meta.pinned {
                 pinned
+                    .remove()
+                    .await
+                    .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+            }
+            if let Some(userns) = &meta.userns {
+                userns
                     .remove()
                     .await
                     .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
@@ -531,6 +555,12 @@ impl RuntimeInner {
         pause?;
         if let Some(pinned) = &sb.meta.pinned {
             pinned
+                .remove()
+                .await
+                .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+        }
+        if let Some(userns) = &sb.meta.userns {
+            userns
                 .remove()
                 .await
                 .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;

@@ -24,10 +24,6 @@ pub struct PinnedNamespaces {
     pub ipc: Option<PathBuf>,
     /// The pod's UTS namespace (none with host networking, as with a pause process).
     pub uts: Option<PathBuf>,
-    /// The pod's user namespace (`hostUsers: false`); the pod's other namespaces are then
-    /// made inside it (see `userns`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<super::userns::PinnedUserns>,
 }
 
 /// Why namespaces could not be pinned or unpinned.
@@ -55,7 +51,6 @@ impl PinnedNamespaces {
         Self {
             ipc: own_ipc.then(|| dir.join("ipc")),
             uts: own_uts.then(|| dir.join("uts")),
-            user: None,
         }
     }
 
@@ -90,9 +85,6 @@ impl PinnedNamespaces {
     }
 
     fn create_blocking(&self, hostname: String, made: &mut Vec<PathBuf>) -> Result<(), PinError> {
-        if let Some(user) = &self.user {
-            return user.create_blocking(self, &hostname, made);
-        }
         let mut flags = CloneFlags::empty();
         for (path, flag, _) in self.each() {
             if let Some(dir) = path.parent() {
@@ -150,10 +142,7 @@ impl PinnedNamespaces {
 
     /// Whether every namespace is still pinned (after a reboot, or a removal, they are not).
     pub fn live(&self) -> bool {
-        self.each()
-            .map(|(p, _, _)| p)
-            .chain(self.user.iter().map(|u| &u.path))
-            .all(|p| statfs(p).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC))
+        self.each().all(|(p, _, _)| is_pinned(p))
     }
 
     /// Unpins and removes the files; what is gone already is fine. A namespace lives on
@@ -166,12 +155,13 @@ impl PinnedNamespaces {
     }
 
     fn try_remove(&self) -> Result<(), PinError> {
-        self.each().try_for_each(|(path, _, _)| unpin(path))?;
-        match &self.user {
-            Some(user) => user.pinned_files().try_for_each(unpin),
-            None => Ok(()),
-        }
+        self.each().try_for_each(|(path, _, _)| unpin(path))
     }
+}
+
+/// Whether a namespace is bind-mounted at `path`.
+pub(super) fn is_pinned(path: &Path) -> bool {
+    statfs(path).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC)
 }
 
 /// Unmounts and removes one namespace file; absent or already unmounted is fine. The netns
@@ -219,7 +209,10 @@ mod tests {
             // No thread of ours stayed in it.
             for t in std::fs::read_dir("/proc/self/task").unwrap() {
                 let t = t.unwrap().path().join("ns").join(kind);
-                assert_ne!(std::fs::metadata(t).unwrap().ino(), ino);
+                // A thread that exited since the listing is in no namespace.
+                if let Ok(m) = std::fs::metadata(t) {
+                    assert_ne!(m.ino(), ino);
+                }
             }
         }
         // The hostname is the UTS namespace's, read from inside it.

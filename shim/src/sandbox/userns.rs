@@ -1,13 +1,15 @@
 //! A user-namespaced pod's namespaces (`hostUsers: false`), pinned on files as containerd
 //! 2.x pins a pod's user namespace: the pod's containers must share one user namespace, and
-//! without a pause process something else has to hold it.
+//! a pinned one serves pods with and without a pause process alike (a pause joins it as the
+//! containers do), and is there before the netns, which it must own.
 //!
 //! A thread cannot enter a new user namespace (`unshare(CLONE_NEWUSER)` refuses a
 //! multi-threaded caller), so a forked child unshares the user namespace together with the
-//! pod's network, IPC and UTS namespaces (which it then owns: the pod's root may mount
-//! sysfs and set its hostname, and runc need not fall back to binding /sys), sets the
-//! hostname, and waits; we write its uid/gid maps, bind-mount its namespace files and let it
-//! exit. The child only makes raw syscalls between fork and exit.
+//! pod's network namespace and a pause-less pod's IPC and UTS namespaces (which it then
+//! owns: the pod's root may mount sysfs, set its hostname and net sysctls, and runc need not
+//! fall back to binding /sys), sets the hostname, and waits; we write its uid/gid maps,
+//! bind-mount its namespace files and let it exit. The child only makes raw syscalls between
+//! fork and exit.
 
 use std::ffi::CString;
 use std::fs::OpenOptions;
@@ -21,7 +23,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pipe};
 use serde::{Deserialize, Serialize};
 
-use super::namespaces::{PinError, PinnedNamespaces, pin_err};
+use super::namespaces::{PinError, PinnedNamespaces, is_pinned, pin_err, unpin};
 
 /// One range of a user namespace's mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,16 +75,48 @@ impl PinnedUserns {
         )
     }
 
-    /// The files this unpins: the user namespace only. The netns goes with the network's
-    /// teardown, after CNI DEL has run in it (a sandbox's teardown runs both at once).
-    pub(super) fn pinned_files(&self) -> impl Iterator<Item = &std::path::Path> {
-        std::iter::once(self.path.as_path())
+    /// Makes the user namespace, the pod's netns and a pause-less pod's IPC and UTS
+    /// namespaces (`ns`) inside it, and pins them; on failure, the files this call made are
+    /// removed again.
+    pub async fn create(
+        &self,
+        ns: Option<&PinnedNamespaces>,
+        hostname: &str,
+    ) -> Result<(), PinError> {
+        let (this, ns, hostname) = (self.clone(), ns.cloned(), hostname.to_string());
+        tokio::task::spawn_blocking(move || {
+            let mut made = Vec::new();
+            let res = this.create_blocking(ns.as_ref(), &hostname, &mut made);
+            if res.is_err() {
+                for path in made {
+                    unpin(&path).unwrap_or_else(
+                        |e| tracing::warn!(error = %e, "removing a half-made namespace file"),
+                    );
+                }
+            }
+            res
+        })
+        .await
+        .map_err(|e| pin_err("namespace worker", std::io::Error::other(e)))?
     }
 
-    /// Makes the user namespace with `ns`'s other namespaces inside it and pins them all.
-    pub(super) fn create_blocking(
+    /// Whether the user namespace is still pinned.
+    pub fn live(&self) -> bool {
+        is_pinned(&self.path)
+    }
+
+    /// Unpins the user namespace (gone already is fine). The netns goes with the network's
+    /// teardown, after CNI DEL has run in it, and the IPC/UTS pins with theirs.
+    pub async fn remove(&self) -> Result<(), PinError> {
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || unpin(&path))
+            .await
+            .map_err(|e| pin_err("namespace worker", std::io::Error::other(e)))?
+    }
+
+    fn create_blocking(
         &self,
-        ns: &PinnedNamespaces,
+        ns: Option<&PinnedNamespaces>,
         hostname: &str,
         made: &mut Vec<PathBuf>,
     ) -> Result<(), PinError> {
@@ -92,7 +126,7 @@ impl PinnedUserns {
             targets.push((netns.clone(), "net"));
             flags |= CloneFlags::CLONE_NEWNET;
         }
-        for (path, flag, kind) in ns.each() {
+        for (path, flag, kind) in ns.into_iter().flat_map(PinnedNamespaces::each) {
             targets.push((path.clone(), kind));
             flags |= flag;
         }
@@ -278,13 +312,8 @@ impl UsernsSupport {
             uids: vec![PROBE_MAP],
             gids: vec![PROBE_MAP],
         };
-        let ns = PinnedNamespaces {
-            ipc: None,
-            uts: None,
-            user: Some(user.clone()),
-        };
         let mut made = Vec::new();
-        user.create_blocking(&ns, "", &mut made)
+        user.create_blocking(None, "", &mut made)
             .map_err(|e| format!("making a user namespace: {e}"))?;
         let idmapped = std::fs::File::open(&user.path)
             .map_err(|e| e.to_string())
@@ -293,7 +322,7 @@ impl UsernsSupport {
                     .map_err(|e| format!("idmapped mounts on {}: {e}", src.display()))
             });
         for p in made {
-            let _ = super::namespaces::unpin(&p);
+            let _ = unpin(&p);
         }
         idmapped
     }
@@ -329,21 +358,47 @@ mod tests {
         }
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("ns");
-        let mut p = PinnedNamespaces::paths(&dir, true, true);
+        let p = PinnedNamespaces::paths(&dir, true, true);
         let map = vec![IdMap {
             container_id: 0,
             host_id: 4_000_000_000,
             size: 65536,
         }];
-        p.user = Some(PinnedUserns {
+        let user = PinnedUserns {
             path: dir.join("user"),
             netns: Some(d.path().join("netns")),
             uids: map.clone(),
             gids: map,
-        });
-        p.create("userns-pod").await.unwrap();
-        assert!(p.live());
-        let user = p.user.clone().unwrap();
+        };
+        user.create(Some(&p), "userns-pod").await.unwrap();
+        assert!(p.live() && user.live());
+        // The pod's IPC and UTS namespaces are the user namespace's.
+        let owner = |path: &std::path::Path| {
+            let f = std::fs::File::open(path).unwrap();
+            // NS_GET_USERNS
+            // SAFETY: an ioctl on an open nsfs file.
+            let fd = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&f), 0xb701) };
+            assert!(fd >= 0);
+            let ino = std::fs::metadata(format!("/proc/self/fd/{fd}"))
+                .unwrap()
+                .ino();
+            // SAFETY: closing the fd the ioctl gave us.
+            unsafe { libc::close(fd) };
+            ino
+        };
+        let user_ino = std::fs::metadata(&user.path).unwrap().ino();
+        for ns in [
+            p.ipc.as_ref().unwrap(),
+            p.uts.as_ref().unwrap(),
+            &d.path().join("netns"),
+        ] {
+            assert_eq!(
+                owner(ns),
+                user_ino,
+                "{} is owned by the pod's userns",
+                ns.display()
+            );
+        }
         assert_ne!(
             std::fs::metadata(&user.path).unwrap().ino(),
             std::fs::metadata("/proc/self/ns/user").unwrap().ino()
@@ -367,8 +422,9 @@ mod tests {
         );
         assert_eq!(user.host_root(), (4_000_000_000, 4_000_000_000));
         p.remove().await.unwrap();
-        p.remove().await.unwrap();
-        assert!(!p.live());
+        user.remove().await.unwrap();
+        user.remove().await.unwrap();
+        assert!(!user.live());
         assert!(!Path::new(&user.path).exists());
         // The netns is the network's to remove.
         let netns = d.path().join("netns");
