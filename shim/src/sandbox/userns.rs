@@ -432,4 +432,96 @@ mod tests {
         crate::sandbox::namespaces::unpin(&netns).unwrap();
         assert!(!netns.exists());
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn idmapped_binds_and_rootfs_show_host_root_as_the_pods_root() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipping: needs root");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let base = 4_100_000_000;
+        let map = vec![IdMap {
+            container_id: 0,
+            host_id: base,
+            size: 65536,
+        }];
+        let user = PinnedUserns {
+            path: d.path().join("user"),
+            netns: None,
+            uids: map.clone(),
+            gids: map,
+        };
+        user.create(None, "").await.unwrap();
+        let userns = std::fs::File::open(&user.path).unwrap();
+        // A volume: on-disk root is the pod's root, seen from the host as the mapping's base.
+        let vol = d.path().join("vol");
+        std::fs::create_dir_all(&vol).unwrap();
+        std::fs::write(vol.join("f"), "x").unwrap();
+        let view = d.path().join("views/0");
+        crate::idmap::bind_idmapped(&vol, &view, &userns).unwrap();
+        assert_eq!(std::fs::metadata(view.join("f")).unwrap().uid(), base);
+        // A rootfs: two layers under one snapshotter dir, an upper chowned to the pod's root.
+        let snaps = d.path().join("snapshots");
+        for dir in ["1/fs", "2/fs", "3/fs", "3/work"] {
+            std::fs::create_dir_all(snaps.join(dir)).unwrap();
+        }
+        std::fs::write(snaps.join("1/fs/bin"), "x").unwrap();
+        let opt = |k: &str, v: String| format!("{k}={v}");
+        let mount = ferrolet_proto::containerd::types::Mount {
+            r#type: "overlay".into(),
+            source: "overlay".into(),
+            target: String::new(),
+            options: vec![
+                "index=off".into(),
+                opt("workdir", snaps.join("3/work").display().to_string()),
+                opt("upperdir", snaps.join("3/fs").display().to_string()),
+                opt(
+                    "lowerdir",
+                    format!(
+                        "{}:{}",
+                        snaps.join("2/fs").display(),
+                        snaps.join("1/fs").display()
+                    ),
+                ),
+            ],
+        };
+        let rootfs = d.path().join("userns/rootfs");
+        crate::idmap::mount_rootfs(
+            &[mount],
+            &rootfs,
+            &d.path().join("userns/layers"),
+            &userns,
+            user.host_root(),
+        )
+        .unwrap();
+        assert_eq!(std::fs::metadata(rootfs.join("bin")).unwrap().uid(), base);
+        assert_eq!(
+            std::fs::metadata(&rootfs).unwrap().uid(),
+            base,
+            "the upper's root"
+        );
+        // Only the rootfs stays mounted (overlayfs holds its own clones of the layers).
+        let mounted = |dir: &Path| {
+            std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .filter(|l| {
+                    l.split(' ')
+                        .nth(4)
+                        .is_some_and(|p| Path::new(p).starts_with(dir))
+                })
+                .count()
+        };
+        assert_eq!(mounted(&d.path().join("userns")), 1);
+        crate::idmap::unmount_under(d.path()).unwrap();
+        crate::idmap::unmount_under(d.path()).unwrap();
+        assert_eq!(mounted(d.path()), 0);
+        assert_eq!(
+            std::fs::metadata(vol.join("f")).unwrap().uid(),
+            0,
+            "the disk is untouched"
+        );
+        user.remove().await.unwrap();
+    }
 }
