@@ -74,6 +74,11 @@ async fn check_passes_a_good_node_and_names_what_is_broken() {
     line(&out, "[pass] CRI-Status: RuntimeReady=true");
     line(
         &out,
+        "[pass] UserNamespaces: the runtime supports user namespaces (hostUsers: false) for \
+         handlers \"\"",
+    );
+    line(
+        &out,
         &format!("[pass] CgroupDriver: the runtime and ferrolet both use {driver}"),
     );
     line(&out, &format!("[pass] Port-{port}:"));
@@ -83,6 +88,15 @@ async fn check_passes_a_good_node_and_names_what_is_broken() {
     assert_eq!(code, i32::from(failed > 0), "{out}");
     let summary = line(&out, "ferrolet check:");
     assert!(summary.ends_with(&format!("{failed} failed")), "{summary}");
+
+    // The user namespace gate off (Go 1.33 has it on): said, not failed.
+    let gate_off = format!("{config}featureGates: {{UserNamespacesSupport: false}}\n");
+    let (_, out) = check(scratch.path(), &gate_off, &endpoint, &cni);
+    line(
+        &out,
+        "[warn] UserNamespaces: the feature gate UserNamespacesSupport is off: pods with \
+         hostUsers: false are refused",
+    );
 
     // The runtime's socket gone.
     let gone = scratch.path().join("gone.sock");

@@ -82,6 +82,7 @@ const KUBELET: Rule = Rule {
                 "mirror_pods",
                 "volume_manager",
                 "cm",
+                "userns",
             ],
         ),
         (
@@ -104,6 +105,7 @@ const FERROLET_CRI: Rule = Rule {
                 "lease",
                 "store",
                 "mount",
+                "idmap",
                 "image_config",
                 "reference",
             ],

@@ -70,6 +70,9 @@ pub enum AppError {
     /// Go's words.
     #[error("{}", cpu_manager_message(.0))]
     CpuManager(crate::cm::cpu_manager::CpuManagerError),
+    /// The user namespace manager could not start (Go's `MakeUserNsManager` checks).
+    #[error("user namespace manager: {0}")]
+    Userns(crate::userns::UsernsError),
     /// A blocking start-up task failed.
     #[error("start-up task: {0}")]
     Join(#[source] tokio::task::JoinError),
@@ -125,6 +128,31 @@ fn cpu_manager_message(e: &crate::cm::cpu_manager::CpuManagerError) -> String {
 /// Builds the CPU manager and restores its state from `<root-dir>/cpu_manager_state` (Go's
 /// `cpumanager.NewManager` + `Start`). The file is written for every policy, as Go does;
 /// only `static` has anything to do afterwards, so `none` gives None.
+/// The user namespace manager: the kubelet's range, the pods' ranges read back from their
+/// directories, and the runtime's handlers as its Status reports them.
+async fn start_userns_manager(
+    config: &Config,
+    cri: &Cri,
+) -> Result<Arc<crate::userns::UsernsManager>, AppError> {
+    let (root, enabled, ids, max_pods) = (
+        config.root_dir.clone(),
+        config.feature_gate_or(crate::userns::GATE, true),
+        config.user_namespaces_ids_per_pod,
+        config.max_pods,
+    );
+    let manager = tokio::task::spawn_blocking(move || {
+        crate::userns::UsernsManager::new(&root, enabled, ids, max_pods)
+    })
+    .await
+    .map_err(AppError::Join)?
+    .map_err(AppError::Userns)?;
+    match cri.status().await {
+        Ok(status) => manager.observe_status(&status),
+        Err(e) => tracing::warn!(error = %e, "reading the runtime's handlers"),
+    }
+    Ok(Arc::new(manager))
+}
+
 async fn start_cpu_manager(
     config: &Config,
     cri: &Cri,
@@ -524,7 +552,8 @@ async fn run(config: Config) -> Result<(), AppError> {
     node.memory_qos = memory_qos(&config, &capacity, cgroup_mode);
     let cpu = start_cpu_manager(&config, &cri).await?;
     let running = running_containers(&cri).await;
-    let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu).await;
+    let userns = start_userns_manager(&config, &cri).await?;
+    let kubelet = Kubelet::new(config.clone(), node, cri, seams, cm, cpu, userns).await;
     if config.in_place_resize() {
         // As Go's allocation manager, an unreadable checkpoint stops the start: what the pods
         // were allocated cannot be guessed.

@@ -83,6 +83,7 @@ pub(crate) mod timeline;
 pub(crate) mod token;
 pub(crate) mod trace;
 pub(crate) mod types;
+pub(crate) mod userns;
 pub(crate) mod view;
 pub(crate) mod volume;
 pub(crate) mod volume_manager;

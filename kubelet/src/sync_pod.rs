@@ -44,6 +44,15 @@ pub enum SyncError {
     /// The pod cannot be expressed as CRI configs.
     #[error(transparent)]
     Spec(#[from] crate::podspec::SpecError),
+    /// The pod's user namespace could not be given (Go's GeneratePodSandboxConfig error).
+    #[error("GeneratePodSandboxConfig for pod {pod:?} failed: {source}")]
+    Userns {
+        /// `namespace/name`.
+        pod: String,
+        /// Why.
+        #[source]
+        source: crate::userns::UsernsError,
+    },
     /// The pod's cgroup could not be made.
     #[error("failed to ensure that the pod's cgroups exist and are correctly applied: {0}")]
     Cgroup(crate::cm::CmError),
@@ -161,7 +170,9 @@ impl Kubelet {
             tracing::warn!(error = %e, "making the pod's cgroup");
             return Err(SyncError::Cgroup(e));
         }
-        let sandbox_config = podspec::sandbox_config(pod, &self.node, actions.attempt)?;
+        let mut sandbox_config = podspec::sandbox_config(pod, &self.node, actions.attempt)?;
+        let userns = self.pod_userns(pod).await?;
+        crate::userns::apply_to_sandbox(&mut sandbox_config, userns);
         let (sandbox_id, pod_ips) = self
             .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
             .await?;
@@ -198,6 +209,48 @@ impl Kubelet {
             mark_app_containers(spec, waiting);
         }
         Ok(())
+    }
+
+    /// The pod's CRI user namespace (Go's GetOrCreateUserNamespaceMappings); a refusal is
+    /// the sandbox's failure, reported as Go reports it.
+    async fn pod_userns(
+        &self,
+        pod: &Pod,
+    ) -> Result<Option<ferrolet_proto::cri::UserNamespace>, SyncError> {
+        let userns = self.userns.clone();
+        let got = if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
+            if !userns.knows_handlers() {
+                match self.cri.status().await {
+                    Ok(status) => userns.observe_status(&status),
+                    Err(e) => tracing::warn!(error = %e, "reading the runtime's handlers"),
+                }
+            }
+            // Reads (or writes) the pod's file.
+            let owned = pod.clone();
+            tokio::task::spawn_blocking(move || userns.mappings(&owned, ""))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(crate::userns::UsernsError::Refused(format!(
+                        "user namespace worker: {e}"
+                    )))
+                })
+        } else {
+            // No file is read for a pod in the node's user namespace.
+            userns.mappings(pod, "")
+        };
+        got.map_err(|source| {
+            let message = format!("Failed to create pod sandbox: {source}");
+            self.pod_event(
+                pod,
+                EventType::Warning,
+                reason::FAILED_CREATE_POD_SANDBOX,
+                &message,
+            );
+            SyncError::Userns {
+                pod: crate::types::pod_name(pod),
+                source,
+            }
+        })
     }
 
     /// The liveness and startup results of the pod's running instances.
@@ -486,6 +539,8 @@ impl Kubelet {
         };
         let mut config = podspec::container_config(pod, c, &self.node, &ctx)
             .map_err(|e| fail("CreateContainerConfigError", e.to_string()))?;
+        // The sandbox's user namespace, for the container and each of its mounts.
+        crate::userns::apply_to_container(&mut config, crate::userns::of_sandbox(target.config));
         let devices = crate::cm::devicemanager::RunContainerOptions {
             envs: Vec::new(),
             ..devices

@@ -50,6 +50,7 @@ pub mod config;
 pub mod container;
 pub mod content;
 pub mod deadline;
+pub mod idmap;
 pub mod image;
 pub mod image_config;
 pub mod lease;

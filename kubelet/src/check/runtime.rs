@@ -42,6 +42,10 @@ pub async fn checks(config: &Config) -> Vec<Finding> {
     )];
     match cri.status().await {
         Ok(status) => {
+            out.push(user_namespaces(
+                config.feature_gate_or(crate::userns::GATE, true),
+                &status,
+            ));
             for c in status.status.map(|s| s.conditions).unwrap_or_default() {
                 let text = format!("{}={}", c.r#type, c.status);
                 let why = [c.reason, c.message]
@@ -85,6 +89,48 @@ pub async fn checks(config: &Config) -> Vec<Finding> {
         ),
     });
     out
+}
+
+/// Whether pods with `hostUsers: false` can run: the gate, and what the runtime's default
+/// handler says of user namespaces (its own probe of the kernel and file systems).
+fn user_namespaces(gate: bool, status: &ferrolet_proto::cri::StatusResponse) -> Finding {
+    const NAME: &str = "UserNamespaces";
+    if !gate {
+        return Finding::warn(
+            NAME,
+            format!(
+                "the feature gate {} is off: pods with hostUsers: false are refused",
+                crate::userns::GATE
+            ),
+        );
+    }
+    let supported: Vec<String> = status
+        .runtime_handlers
+        .iter()
+        .filter(|h| h.features.is_some_and(|f| f.user_namespaces))
+        .map(|h| format!("{:?}", h.name))
+        .collect();
+    let default = status
+        .runtime_handlers
+        .iter()
+        .find(|h| h.name.is_empty())
+        .and_then(|h| h.features)
+        .is_some_and(|f| f.user_namespaces);
+    if default {
+        Finding::pass(
+            NAME,
+            format!(
+                "the runtime supports user namespaces (hostUsers: false) for handlers {}",
+                supported.join(", ")
+            ),
+        )
+    } else {
+        Finding::warn(
+            NAME,
+            "the runtime does not report user namespace support: pods with hostUsers: false \
+             will fail to start",
+        )
+    }
 }
 
 /// `e` and the causes its message leaves out (a transport error's "No such file or

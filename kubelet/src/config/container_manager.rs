@@ -43,6 +43,7 @@ pub const HONOURED_FEATURE_GATES: &[&str] = &[
     GATE_QOS_RESERVED,
     GATE_MEMORY_QOS,
     GATE_IN_PLACE_POD_VERTICAL_SCALING,
+    crate::userns::GATE,
 ];
 
 /// Where systemd keeps its runtime state: present exactly when systemd is PID 1 (the test
@@ -225,7 +226,12 @@ pub(super) fn check_cgroup_driver(driver: &str, systemd_runs: bool) -> Result<()
 impl Config {
     /// Whether the feature gate `name` is on (off by default; see [`Config::in_place_resize`]).
     pub fn feature_gate(&self, name: &str) -> bool {
-        self.feature_gates.get(name).copied().unwrap_or(false)
+        self.feature_gate_or(name, false)
+    }
+
+    /// Whether the feature gate `name` is on, `default` when unset (a beta gate).
+    pub fn feature_gate_or(&self, name: &str, default: bool) -> bool {
+        self.feature_gates.get(name).copied().unwrap_or(default)
     }
 
     /// Whether running pods resize in place (`InPlacePodVerticalScaling`, on unless turned

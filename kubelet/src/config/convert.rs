@@ -195,6 +195,7 @@ impl Config {
             cpu_cfs_quota: kc.cpu_cfs_quota.unwrap_or(true),
             cpu_cfs_quota_period: kc.cpu_cfs_quota_period.map(d).unwrap_or_default(),
             feature_gates: kc.feature_gates.clone(),
+            user_namespaces_ids_per_pod: kc.user_namespaces.as_ref().and_then(|u| u.ids_per_pod),
             hostname_override: None,
             node_name: String::new(),
             root_dir: PathBuf::from(DEFAULT_ROOT_DIR),

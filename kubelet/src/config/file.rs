@@ -76,7 +76,6 @@ pub(super) const NOT_IMPLEMENTED: &[&str] = &[
     "seccompDefault",
     "tracing",
     "localStorageCapacityIsolation",
-    "userNamespaces",
     "memoryReservationPolicy",
     "podHousekeepingPeriod",
     "draManagerReconcilePeriod",

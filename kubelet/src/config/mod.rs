@@ -155,6 +155,8 @@ pub struct Config {
     /// Feature gates given in the file (`featureGates`); ferrolet acts on those named in
     /// [`container_manager::HONOURED_FEATURE_GATES`].
     pub feature_gates: BTreeMap<String, bool>,
+    /// `userNamespaces.idsPerPod`: host ids per user-namespaced pod (Go's 65536 when unset).
+    pub user_namespaces_ids_per_pod: Option<i64>,
     /// `--hostname-override`, as given.
     pub hostname_override: Option<String>,
     /// The node name: the override or the host's name, trimmed and lowercased.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::PodStatus;
+use k8s_openapi::api::core::v1::{NodeRuntimeHandler, NodeRuntimeHandlerFeatures, PodStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::Kubelet;
@@ -55,19 +55,23 @@ impl ClusterFacts {
         }
     }
 
-    async fn runtime_health(&self) -> RuntimeHealth {
+    async fn runtime_health(&self) -> (RuntimeHealth, Option<Vec<NodeRuntimeHandler>>) {
+        let mut handlers = None;
         let conditions = match self.cri.status().await {
-            Ok(resp) => resp.status.map(|s| {
-                s.conditions
-                    .into_iter()
-                    .map(|c| RuntimeCondition {
-                        type_: c.r#type,
-                        status: c.status,
-                        reason: c.reason,
-                        message: c.message,
-                    })
-                    .collect::<Vec<_>>()
-            }),
+            Ok(resp) => {
+                handlers = Some(self.runtime_handlers(&resp));
+                resp.status.map(|s| {
+                    s.conditions
+                        .into_iter()
+                        .map(|c| RuntimeCondition {
+                            type_: c.r#type,
+                            status: c.status,
+                            reason: c.reason,
+                            message: c.message,
+                        })
+                        .collect::<Vec<_>>()
+                })
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "reading the runtime's status");
                 None
@@ -80,17 +84,46 @@ impl ClusterFacts {
         if ready {
             *last = Some(Instant::now());
         }
-        RuntimeHealth {
+        let health = RuntimeHealth {
             last_ready_age: last.map(|t| t.elapsed()),
             conditions,
-        }
+        };
+        (health, handlers)
+    }
+
+    /// The Node's `runtimeHandlers` from a CRI Status (Go's setter: user namespace support
+    /// only with its gate on); the userns manager learns the same.
+    fn runtime_handlers(
+        &self,
+        resp: &ferrolet_proto::cri::StatusResponse,
+    ) -> Vec<NodeRuntimeHandler> {
+        let userns_gate = match self.kubelet.upgrade() {
+            Some(k) => {
+                k.userns.observe_status(resp);
+                k.userns.enabled()
+            }
+            None => false,
+        };
+        resp.runtime_handlers
+            .iter()
+            .map(|h| {
+                let f = h.features.unwrap_or_default();
+                NodeRuntimeHandler {
+                    name: Some(h.name.clone()),
+                    features: Some(NodeRuntimeHandlerFeatures {
+                        recursive_read_only_mounts: Some(f.recursive_read_only_mounts),
+                        user_namespaces: userns_gate.then_some(f.user_namespaces),
+                    }),
+                }
+            })
+            .collect()
     }
 }
 
 impl NodeFacts for ClusterFacts {
     fn gather(&self) -> std::pin::Pin<Box<dyn Future<Output = NodeInputs> + Send + '_>> {
         Box::pin(async move {
-            let runtime = self.runtime_health().await;
+            let (runtime, runtime_handlers) = self.runtime_health().await;
             let devices = match self.kubelet.upgrade() {
                 Some(k) => k.devices.capacity().await,
                 None => Default::default(),
@@ -139,6 +172,7 @@ impl NodeFacts for ClusterFacts {
                     .upgrade()
                     .and_then(|k| k.volumes.volumes_in_use()),
                 devices,
+                runtime_handlers,
             }
         })
     }

@@ -161,6 +161,8 @@ pub struct Kubelet {
     pub(crate) allocation: std::sync::OnceLock<Arc<crate::allocation::AllocationManager>>,
     /// Resizes are judged one at a time (Go's `podResizeMutex`).
     pub(crate) resize_lock: tokio::sync::Mutex<()>,
+    /// The pods' user namespaces (`hostUsers: false`).
+    pub(crate) userns: Arc<crate::userns::UsernsManager>,
 }
 
 impl Kubelet {
@@ -172,6 +174,7 @@ impl Kubelet {
         seams: Seams,
         cm: Option<Arc<crate::cm::ContainerManager>>,
         cpu: Option<crate::cm::cpu_manager::CpuManager>,
+        userns: Arc<crate::userns::UsernsManager>,
     ) -> Arc<Self> {
         let runtime_name = match cri.version().await {
             Ok(v) => v.runtime_name,
@@ -245,6 +248,7 @@ impl Kubelet {
             devices,
             allocation: std::sync::OnceLock::new(),
             resize_lock: tokio::sync::Mutex::new(()),
+            userns,
             config,
             node,
             cri,
@@ -730,15 +734,31 @@ impl Kubelet {
             pod.metadata.namespace = Some(runtime_pod.namespace.clone());
             workers.update(&runtime_pod.uid, Work::Kill(Arc::new(pod), 0));
         }
-        for uid in crate::volume::pod_dirs(&self.config.root_dir).await {
+        let pod_dirs = crate::volume::pod_dirs(&self.config.root_dir).await;
+        for uid in &pod_dirs {
             // The volume manager tears the volumes down first (see `remove_orphans`).
-            if known(&uid) || self.volumes.has_volumes(&uid) {
+            if known(uid) || self.volumes.has_volumes(uid) {
                 continue;
             }
-            if let Err(e) = crate::volume::teardown(&self.config.root_dir, &uid).await {
-                tracing::warn!(uid, error = %e, "housekeeping: removing a pod dir");
+            match crate::volume::teardown(&self.config.root_dir, uid).await {
+                Ok(()) => self.userns.release(uid),
+                Err(e) => tracing::warn!(uid, error = %e, "housekeeping: removing a pod dir"),
             }
         }
+        // What no known pod holds, on disk or in memory (Go's
+        // CleanupOrphanedPodUsernsAllocations).
+        let on_disk = crate::volume::pod_dirs(&self.config.root_dir).await;
+        let userns = self.userns.clone();
+        let keep: BTreeSet<String> = on_disk
+            .iter()
+            .chain(pod_dirs.iter())
+            .filter(|uid| known(uid))
+            .cloned()
+            .collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            userns.cleanup_orphans(|uid| keep.contains(uid), &on_disk)
+        })
+        .await;
         self.sweep_pod_cgroups(&known, last_qos_update).await;
         if let Some(m) = self.allocations()
             && m.all().keys().any(|uid| !known(uid))

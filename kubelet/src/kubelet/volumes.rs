@@ -32,6 +32,9 @@ impl Kubelet {
                 "volumes not torn down in time; removing the pod dir anyway"
             );
         }
-        crate::volume::teardown(&self.config.root_dir, uid).await
+        crate::volume::teardown(&self.config.root_dir, uid).await?;
+        // Go releases the range when the pod's directory is cleaned up.
+        self.userns.release(uid);
+        Ok(())
     }
 }

@@ -216,6 +216,7 @@ fn pod_spec(errs: &mut Errs, spec: &PodSpec) {
     if let Some(sc) = &spec.security_context {
         pod_security(errs, sc);
     }
+    host_users(errs, spec);
     for (i, alias) in spec.host_aliases.iter().flatten().enumerate() {
         if alias.ip.parse::<IpAddr>().is_err() {
             errs.invalid(
@@ -238,6 +239,30 @@ fn pod_spec(errs: &mut Errs, spec: &PodSpec) {
         .is_some_and(|e| !e.is_empty())
     {
         errs.forbidden("spec.ephemeralContainers", "cannot be set on create");
+    }
+}
+
+/// Go's `validateHostUsers`: a pod in a user namespace cannot share the node's network, PID
+/// or IPC namespace (its field paths are the internal API's, `spec.securityContext.*`).
+fn host_users(errs: &mut Errs, spec: &PodSpec) {
+    if spec.host_users != Some(false) {
+        return;
+    }
+    const WHY: &str = "when `pod.Spec.HostUsers` is false";
+    if spec.os.as_ref().is_some_and(|os| os.name == "windows") {
+        errs.forbidden(
+            "spec.securityContext.hostUsers",
+            "cannot be set for a windows pod",
+        );
+    }
+    for (on, field) in [
+        (spec.host_network, "spec.securityContext.hostNetwork"),
+        (spec.host_pid, "spec.securityContext.HostPID"),
+        (spec.host_ipc, "spec.securityContext.HostIPC"),
+    ] {
+        if on == Some(true) {
+            errs.forbidden(field, WHY);
+        }
     }
 }
 
@@ -487,6 +512,20 @@ spec:
             has(&e, "spec.terminationGracePeriodSeconds: Invalid value: -1"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_user_namespaced_pod_keeps_the_nodes_namespaces_out() {
+        let e = errors(&GOOD.replace(
+            "spec:\n",
+            "spec:\n  hostUsers: false\n  hostNetwork: true\n  hostPID: true\n  hostIPC: true\n",
+        ));
+        for f in ["hostNetwork", "HostPID", "HostIPC"] {
+            let want =
+                format!("spec.securityContext.{f}: Forbidden: when `pod.Spec.HostUsers` is false");
+            assert!(has(&e, &want), "{e:?}");
+        }
+        assert!(errors(&GOOD.replace("spec:\n", "spec:\n  hostUsers: false\n")).is_empty());
     }
 
     #[test]

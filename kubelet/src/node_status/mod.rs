@@ -167,6 +167,9 @@ pub struct NodeInputs {
     pub volumes_in_use: Option<Vec<String>>,
     /// The device plugins' resources (Go's `GetDevicePluginResourceCapacity`).
     pub devices: DeviceCapacity,
+    /// The runtime's handlers and their features (Go 1.31+'s `RuntimeHandlers` setter);
+    /// `None` when Status failed (the last reported stay).
+    pub runtime_handlers: Option<Vec<k8s_openapi::api::core::v1::NodeRuntimeHandler>>,
 }
 
 /// The device-plugin resources for the node's status (Go's `GetCapacity`).

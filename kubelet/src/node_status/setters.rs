@@ -530,6 +530,9 @@ pub fn node_status(
     if let Some(list) = inputs.images {
         status.images = Some(images(list, params.max_images));
     }
+    if let Some(handlers) = inputs.runtime_handlers {
+        status.runtime_handlers = Some(handlers);
+    }
     if let Some(in_use) = inputs.volumes_in_use {
         status.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
     }

@@ -45,12 +45,6 @@ const APPARMOR_ANNOTATION_PREFIX: &str = "container.apparmor.security.beta.kuber
 /// the node's, PID per container unless `hostPID` (node) or `shareProcessNamespace` (pod).
 pub fn namespace_options(spec: &PodSpec) -> Result<cri::NamespaceOption, SpecError> {
     use cri::NamespaceMode::{Container as Own, Node, Pod as Shared};
-    if spec.host_users == Some(false) {
-        return Err(SpecError::invalid(
-            "spec.hostUsers",
-            "the feature gate \"UserNamespacesSupport\" is disabled: can't set spec.HostUsers",
-        ));
-    }
     let mode = |host: Option<bool>, otherwise: cri::NamespaceMode| {
         if host == Some(true) { Node } else { otherwise }
     };
@@ -385,9 +379,11 @@ mod tests {
             modes("hostPID: true, shareProcessNamespace: true"),
             (Pod, Node, Pod)
         );
+        // The user namespace is the userns manager's (it needs the pod's range).
         let p =
             pod("metadata: {name: p, uid: u}\nspec: {hostUsers: false, containers: [{name: c}]}");
-        assert!(namespace_options(p.spec.as_ref().unwrap()).is_err());
+        let o = namespace_options(p.spec.as_ref().unwrap()).unwrap();
+        assert_eq!(o.userns_options, None);
     }
 
     const POD: &str = "metadata:

@@ -11,6 +11,7 @@ use super::namespaces::{self, Ns, proc_ns};
 use super::resources::{check_resource_classes, clamp_oom_score_adj, update_resources};
 use super::sandbox::{namespace_options, pod_annotations};
 use super::user::{self, UserRequest};
+use super::userns;
 use super::{
     ContainerSpecInput, OciError, PodNamespaces, SandboxFiles, devices, mounts, node_hostname,
     seccomp, security,
@@ -104,7 +105,12 @@ fn set_namespaces(
         .and_then(|l| l.security_context.as_ref())
         .and_then(|s| s.namespace_options.clone())
         .unwrap_or_default();
-    namespaces::check_userns(Some(&own), &format!("{SC}.namespace_options"))?;
+    userns::join_pod(
+        spec,
+        input.config,
+        input.pod_userns,
+        &format!("{SC}.namespace_options"),
+    )?;
     let pod = namespace_options(input.sandbox_config);
     let pod_ipc = namespaces::mode(pod.ipc, "sandbox namespace_options.ipc")?;
     let pod_pid = namespaces::mode(pod.pid, "sandbox namespace_options.pid")?;
@@ -511,6 +517,7 @@ mod tests {
             cgroups_path: "/kubepods/c1",
             min_oom_score_adj: -500,
             cgroups: &f.cgroups,
+            pod_userns: None,
         }
     }
 

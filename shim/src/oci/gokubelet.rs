@@ -413,6 +413,7 @@ fn container(
         cgroups_path: "/kubepods/burstable/pod1/c1",
         min_oom_score_adj,
         cgroups: node,
+        pod_userns: None,
     })
     .unwrap_or_else(|e| panic!("{e}"))
 }
@@ -660,6 +661,7 @@ fn pause_spec_json(
         files: &p.files,
         cgroups_path: &format!("{}/sb1", linux.cgroup_parent),
         min_oom_score_adj,
+        userns: None,
     })
     .unwrap_or_else(|e| panic!("{at}: {e}"));
     let json = serde_json::to_value(&spec).unwrap();

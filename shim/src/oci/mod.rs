@@ -31,6 +31,7 @@ mod sandbox;
 mod seccomp;
 mod security;
 mod user;
+pub mod userns;
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -43,6 +44,7 @@ pub use self::container::container_spec;
 pub use self::mounts::ImageVolume;
 pub use self::resources::{cri_resources, linux_resources, update_resources};
 pub use self::sandbox::sandbox_spec;
+pub use self::userns::{IdmappedBind, idmap_binds};
 pub use crate::mount::EtcFiles;
 pub use crate::sandbox::files::SandboxFiles;
 
@@ -304,6 +306,8 @@ pub struct SandboxSpecInput<'a> {
     pub cgroups_path: &'a str,
     /// From [`own_oom_score_adj`].
     pub min_oom_score_adj: i32,
+    /// The pod's pinned user namespace (`hostUsers: false`), which the pause joins.
+    pub userns: Option<&'a crate::sandbox::userns::PinnedUserns>,
 }
 
 /// Where a container finds its pod's IPC, UTS and PID namespaces.
@@ -344,6 +348,8 @@ pub struct ContainerSpecInput<'a> {
     pub min_oom_score_adj: i32,
     /// What the node's cgroups can enforce ([`CgroupSupport::node`] outside tests).
     pub cgroups: &'a CgroupSupport,
+    /// The pod's pinned user namespace (`hostUsers: false`), which the container joins.
+    pub pod_userns: Option<&'a crate::sandbox::userns::PinnedUserns>,
 }
 
 /// The CRI view of a spec's process identity (for ContainerStatus.user): uid, gid, and the

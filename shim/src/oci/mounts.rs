@@ -136,12 +136,6 @@ fn from_request(
             why,
         ));
     }
-    if !m.uid_mappings.is_empty() || !m.gid_mappings.is_empty() {
-        return Err(OciError::invalid_field(
-            format!("{field}.uid_mappings"),
-            "id-mapped mounts are not supported",
-        ));
-    }
     let propagation = MountPropagation::try_from(m.propagation).map_err(|_| {
         OciError::invalid(
             format!("{field}.propagation"),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use ferrolet_proto::cri::{self, NamespaceMode};
+use ferrolet_proto::cri::NamespaceMode;
 use oci_spec::runtime::{LinuxNamespace, LinuxNamespaceType, Spec};
 
 use super::OciError;
@@ -46,25 +46,6 @@ pub(crate) fn set(spec: &mut Spec, typ: LinuxNamespaceType, ns: Ns) {
 /// `/proc/<pid>/ns/<kind>`.
 pub(crate) fn proc_ns(pid: u32, kind: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/ns/{kind}"))
-}
-
-/// Refuses user namespaces, which we do not support (critest skips them unless the runtime
-/// advertises them).
-pub(crate) fn check_userns(
-    opts: Option<&cri::NamespaceOption>,
-    field: &str,
-) -> Result<(), OciError> {
-    let Some(userns) = opts.and_then(|o| o.userns_options.as_ref()) else {
-        return Ok(());
-    };
-    match mode(userns.mode, &format!("{field}.userns_options.mode"))? {
-        NamespaceMode::Node => Ok(()),
-        other => Err(OciError::invalid(
-            format!("{field}.userns_options.mode"),
-            other.as_str_name(),
-            "user namespaces are not supported",
-        )),
-    }
 }
 
 /// IPC-namespaced sysctls outside `fs.mqueue.*`.
@@ -192,22 +173,5 @@ mod tests {
         assert!(check_sysctls(&s("vm.swappiness"), false, false).is_err());
         let out = check_sysctls(&s("net/ipv4/conf/eth0.100/forwarding"), false, false).unwrap();
         assert!(out.contains_key("net.ipv4.conf.eth0/100.forwarding"));
-    }
-
-    #[test]
-    fn user_namespaces_are_refused() {
-        let opts = |m: NamespaceMode| cri::NamespaceOption {
-            userns_options: Some(cri::UserNamespace {
-                mode: m as i32,
-                uids: vec![],
-                gids: vec![],
-            }),
-            ..Default::default()
-        };
-        assert!(check_userns(None, "x").is_ok());
-        assert!(check_userns(Some(&opts(NamespaceMode::Node)), "x").is_ok());
-        let err = check_userns(Some(&opts(NamespaceMode::Pod)), "x").unwrap_err();
-        assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        assert!(mode(7, "f").is_err());
     }
 }

@@ -11,6 +11,7 @@ use super::defaults::{default_spec, mount, without_default_security};
 use super::namespaces::{self, Ns};
 use super::resources::clamp_oom_score_adj;
 use super::user::{self, UserRequest};
+use super::userns;
 use super::{EtcFiles, OciError, SandboxSpecInput, seccomp};
 
 /// containerd's oom_score_adj for pause containers: only the kubelet and runtime rank higher.
@@ -53,7 +54,7 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec, OciError> {
     let host_network = input.netns_path.is_none();
     let pid_mode = namespaces::mode(ns_opts.pid, &format!("{SC}.namespace_options.pid"))?;
     let ipc_mode = namespaces::mode(ns_opts.ipc, &format!("{SC}.namespace_options.ipc"))?;
-    namespaces::check_userns(Some(&ns_opts), &format!("{SC}.namespace_options"))?;
+    let userns = userns::requested(Some(&ns_opts), &format!("{SC}.namespace_options"))?;
     let image = input.image.config().clone().unwrap_or_default();
 
     let mut spec = default_spec();
@@ -99,6 +100,13 @@ pub fn sandbox_spec(input: &SandboxSpecInput<'_>) -> Result<Spec, OciError> {
     }
     if pid_mode == NamespaceMode::Node {
         namespaces::set(&mut spec, LinuxNamespaceType::Pid, Ns::Host);
+    }
+    if let Some(mappings) = &userns {
+        let ns = match input.userns {
+            Some(pinned) => Ns::Join(pinned.path.clone()),
+            None => Ns::New,
+        };
+        userns::set(&mut spec, ns, mappings);
     }
     let host_ipc = ipc_mode == NamespaceMode::Node;
     if host_ipc {
@@ -252,6 +260,7 @@ mod tests {
             files: &files,
             cgroups_path: "/kubepods/s1",
             min_oom_score_adj: -999,
+            userns: None,
         })
     }
 
@@ -339,6 +348,7 @@ mod tests {
             files: &files,
             cgroups_path: "",
             min_oom_score_adj: 0,
+            userns: None,
         })
         .unwrap();
         let ns: Vec<_> = ns_list(&spec).into_iter().map(|(t, _)| t).collect();
@@ -448,13 +458,14 @@ mod tests {
             files: &files,
             cgroups_path: "",
             min_oom_score_adj: 0,
+            userns: None,
         })
         .unwrap_err();
         assert_eq!(err.code(), tonic::Code::Internal);
     }
 
     #[test]
-    fn user_namespaces_are_refused() {
+    fn pod_user_namespaces_need_mappings() {
         let cfg = config(cri::NamespaceOption {
             userns_options: Some(cri::UserNamespace {
                 mode: NamespaceMode::Pod as i32,

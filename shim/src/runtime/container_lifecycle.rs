@@ -220,6 +220,7 @@ impl RuntimeInner {
                     cgroups_path: &cgroups_path,
                     min_oom_score_adj: self.min_oom_score_adj,
                     cgroups: oci::CgroupSupport::node(),
+                    pod_userns: sb.meta.userns.as_ref(),
                 })?;
                 // Last, as containerd applies them: over the user, mounts and devices the
                 // request itself made.
@@ -231,14 +232,36 @@ impl RuntimeInner {
             Ok::<_, RuntimeError>(spec)
         }
         .await;
-        let spec = match built {
+        let mut spec = match built {
             Ok(spec) => spec,
             Err(e) => {
                 self.abandon_snapshot(id, snapshot).await;
                 return Err(e);
             }
         };
-        let rootfs = snapshot.mounts.iter().map(MountRecord::from).collect();
+        let pod_userns = sb.meta.userns.as_ref();
+        let rootfs = match pod_userns {
+            None => snapshot.mounts.iter().map(MountRecord::from).collect(),
+            Some(user) => {
+                let made = self
+                    .mount_userns_views(
+                        &state_dir,
+                        user,
+                        &snapshot.mounts,
+                        &mut spec,
+                        &config,
+                        &sb.meta.files,
+                    )
+                    .await;
+                if let Err(e) = made {
+                    self.undo_userns_views(&state_dir).await;
+                    self.abandon_snapshot(id, snapshot).await;
+                    return Err(e.context(format_args!("CreateContainer {name:?}")));
+                }
+                // The task gets no rootfs mounts: the spec's root is our idmapped overlay.
+                Vec::new()
+            }
+        };
         let meta = ContainerMeta {
             id: id.to_string(),
             sandbox_id: sb.meta.id.clone(),
@@ -278,6 +301,7 @@ impl RuntimeInner {
         let spec_any = match oci::to_any(&spec) {
             Ok(a) => a,
             Err(e) => {
+                self.undo_userns_views(&state_dir).await;
                 self.abandon_snapshot(id, snapshot).await;
                 return Err(e.into());
             }
@@ -295,19 +319,90 @@ impl RuntimeInner {
         // container recorded while they run would be missed by them and outlive its pod.
         let _op = sb.op.lock().await;
         if sb.status().state != SandboxState::Ready {
+            self.undo_userns_views(&state_dir).await;
             self.abandon_snapshot(id, snapshot).await;
             return Err(RuntimeError::precondition(format!(
                 "CreateContainer {name:?}: pod sandbox {} stopped meanwhile",
                 sb.meta.id
             )));
         }
-        snapshot.commit(&self.cd, record).await?;
+        if let Err(e) = snapshot.commit(&self.cd, record).await {
+            self.undo_userns_views(&state_dir).await;
+            return Err(e.into());
+        }
         // Nothing to write yet: the record's extension holds the metadata, and a container
         // recovered without a status file is "created", which is what it is.
         let container = Arc::new(Container::new(meta, ContainerStatus::default()));
         self.containers.insert(container);
         self.emit(id, &sb.meta.id, ContainerEventType::ContainerCreatedEvent);
         Ok(())
+    }
+
+    /// A user-namespaced pod's container sees its rootfs and its idmapped binds through the
+    /// pod's mapping (see `idmap`): mounted under `<state dir>/userns`, the spec pointed at
+    /// them.
+    async fn mount_userns_views(
+        &self,
+        state_dir: &std::path::Path,
+        user: &crate::sandbox::userns::PinnedUserns,
+        mounts: &[ferrolet_proto::containerd::types::Mount],
+        spec: &mut oci::Spec,
+        config: &cri::ContainerConfig,
+        files: &crate::sandbox::files::SandboxFiles,
+    ) -> Result<()> {
+        let dir = state_dir.join("userns");
+        let binds = oci::idmap_binds(spec, config, files, &dir.join("binds"));
+        spec.root_mut()
+            .get_or_insert_with(Default::default)
+            .set_path(dir.join("rootfs"));
+        self.mount_userns_rootfs(user, mounts, &dir).await?;
+        let path = user.path.clone();
+        idmap_work(move || {
+            let userns = open_userns(&path)?;
+            for b in &binds {
+                crate::idmap::bind_idmapped(&b.source, &b.target, &userns)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// A snapshot's rootfs at `<dir>/rootfs`, its layers seen through the pod's mapping.
+    pub(crate) async fn mount_userns_rootfs(
+        &self,
+        user: &crate::sandbox::userns::PinnedUserns,
+        mounts: &[ferrolet_proto::containerd::types::Mount],
+        dir: &std::path::Path,
+    ) -> Result<()> {
+        let (user, mounts, dir) = (user.clone(), mounts.to_vec(), dir.to_path_buf());
+        idmap_work(move || {
+            let userns = open_userns(&user.path)?;
+            crate::idmap::mount_rootfs(
+                &mounts,
+                &dir.join("rootfs"),
+                &dir.join("layers"),
+                &userns,
+                user.host_root(),
+            )
+        })
+        .await
+    }
+
+    /// Unmounts a container's idmapped views (none is fine).
+    pub(crate) async fn unmount_userns_views(&self, state_dir: &std::path::Path) -> Result<()> {
+        let dir = state_dir.join("userns");
+        tokio::task::spawn_blocking(move || crate::idmap::unmount_under(&dir))
+            .await
+            .map_err(|e| RuntimeError::internal(format!("unmounting idmapped views: {e}")))?
+            .map_err(|e| RuntimeError::internal(format!("unmounting idmapped views: {e}")))
+    }
+
+    /// Rolls a failed creation's views back; what cannot go is left to the sweeper.
+    async fn undo_userns_views(&self, state_dir: &std::path::Path) {
+        if let Err(e) = self.unmount_userns_views(state_dir).await {
+            tracing::warn!(error = %e, "rolling idmapped mounts back; the sweeper retries");
+            self.request_sweep();
+        }
     }
 
     /// The CDI edits for the devices `config` asks for (`cdi_devices` and `cdi.k8s.io/*`
@@ -675,6 +770,9 @@ impl RuntimeInner {
         }
         c.set_log_handle(None);
         c.set_stdin(None);
+        // Before the snapshot and the state dir go: nothing may be removed through them.
+        self.unmount_userns_views(&self.container_paths(id).1)
+            .await?;
         let record = async { Ok(task::delete_record(&self.cd, id).await?) }
             .instrument(tracing::debug_span!("record_delete"));
         let snapshot = async {
@@ -858,4 +956,32 @@ impl RuntimeInner {
             .map_err(RuntimeError::containerd(format!("updating task {id}")))?;
         Ok(())
     }
+}
+
+/// The pod's pinned user namespace, for `mount_setattr`.
+fn open_userns(path: &std::path::Path) -> Result<std::fs::File, crate::idmap::IdmapError> {
+    std::fs::File::open(path).map_err(|source| crate::idmap::IdmapError::Io {
+        op: "opening the pod's user namespace",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Runs idmapped-mount work off the runtime; what the kernel or file system refuses is
+/// FailedPrecondition naming the cause.
+async fn idmap_work(
+    f: impl FnOnce() -> Result<(), crate::idmap::IdmapError> + Send + 'static,
+) -> Result<()> {
+    let made = tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RuntimeError::internal(format!("idmapped mounts: {e}")))?;
+    made.map_err(|e| {
+        if e.is_unsupported() {
+            RuntimeError::precondition(format!(
+                "user namespace: the node cannot idmap the container's mounts: {e}"
+            ))
+        } else {
+            RuntimeError::internal(format!("user namespace: idmapped mounts: {e}"))
+        }
+    })
 }

@@ -134,6 +134,8 @@ pub struct RuntimeInner {
     pub sweep_wanted: tokio::sync::Notify,
     /// CDI spec files, when CDI is on (`enable_cdi`).
     pub cdi: Option<Arc<crate::cdi::Registry>>,
+    /// Whether user-namespaced pods can run here (probed at start-up).
+    pub userns_support: crate::sandbox::userns::UsernsSupport,
 }
 
 /// The RuntimeService: cheap to clone.
@@ -175,7 +177,9 @@ impl Runtime {
                 "cgroupfs"
             }
         );
+        let userns_support = crate::sandbox::userns::UsernsSupport::probe(&config.state).await;
         let inner = Arc::new(RuntimeInner {
+            userns_support,
             cd,
             images,
             network,

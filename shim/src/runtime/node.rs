@@ -73,7 +73,7 @@ impl RuntimeInner {
                     name: name.to_string(),
                     features: Some(cri::RuntimeHandlerFeatures {
                         recursive_read_only_mounts: false,
-                        user_namespaces: false,
+                        user_namespaces: self.userns_support.supported(),
                     }),
                 })
                 .collect(),

@@ -88,8 +88,12 @@ async fn recover_sandbox(inner: &RuntimeInner, r: &Record) -> Result<()> {
             .netns
             .as_deref()
             .is_none_or(ferrolet_cni::netns::is_netns);
-        let up =
-            status.state == SandboxState::Ready && !status.stopped && netns_live && pinned.live();
+        let userns_live = record.meta.userns.as_ref().is_none_or(|u| u.live());
+        let up = status.state == SandboxState::Ready
+            && !status.stopped
+            && netns_live
+            && pinned.live()
+            && userns_live;
         status.state = if up {
             SandboxState::Ready
         } else {

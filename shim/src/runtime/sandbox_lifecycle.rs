@@ -22,6 +22,7 @@ use crate::image::store::Image;
 use crate::oci::{self, SandboxSpecInput};
 use crate::sandbox::files::{self, SandboxFiles};
 use crate::sandbox::namespaces::PinnedNamespaces;
+use crate::sandbox::userns::PinnedUserns;
 use crate::sandbox::{
     Sandbox, SandboxMeta, SandboxRecord, SandboxState, SandboxStatus, StartTimings, record_path,
 };
@@ -131,9 +132,16 @@ impl RuntimeInner {
         let host_network = ns_opts.network == NamespaceMode::Node as i32;
         let netns = (!host_network).then(|| self.network.netns_path(id));
         let parent = cgroup_parent(&config);
+        let sandbox_state = self.opts.state.join("sandboxes").join(id);
+        let userns = self.pod_userns(&ns_opts)?.map(|(uids, gids)| PinnedUserns {
+            path: sandbox_state.join("user"),
+            netns: netns.clone(),
+            uids,
+            gids,
+        });
         let pinned = self.needs_no_pause(&config, &runtime_handler).then(|| {
             PinnedNamespaces::paths(
-                &self.opts.state.join("sandboxes").join(id),
+                &sandbox_state,
                 ns_opts.ipc != NamespaceMode::Node as i32,
                 !host_network,
             )
@@ -164,6 +172,7 @@ impl RuntimeInner {
                 self.opts.systemd_cgroup,
             ),
             pinned,
+            userns,
             config,
             runtime_handler,
             netns,
@@ -181,6 +190,7 @@ impl RuntimeInner {
                 files: &meta.files,
                 cgroups_path: &meta.cgroups_path,
                 min_oom_score_adj: self.min_oom_score_adj,
+                userns: meta.userns.as_ref(),
             })
         })?;
         let record = SandboxRecord {
@@ -225,6 +235,31 @@ impl RuntimeInner {
             && linux.is_none_or(|l| l.sysctls.is_empty())
     }
 
+    /// The user namespace a sandbox asks for (`hostUsers: false`), checked against what
+    /// ferrolet-cri can give it: the node's network, PID and IPC namespaces are refused as the
+    /// API server refuses them.
+    fn pod_userns(&self, ns: &cri::NamespaceOption) -> Result<Option<oci::userns::Mappings>> {
+        const SC: &str = "linux.security_context.namespace_options";
+        let Some(mappings) = oci::userns::requested(Some(ns), SC)? else {
+            return Ok(None);
+        };
+        for (mode, what) in [(ns.network, "network"), (ns.pid, "pid"), (ns.ipc, "ipc")] {
+            if mode == NamespaceMode::Node as i32 {
+                return Err(RuntimeError::invalid(format!(
+                    "RunPodSandbox: {SC}.{what} NODE cannot be combined with a user namespace \
+                     (userns_options mode POD)"
+                )));
+            }
+        }
+        if !self.userns_support.supported() {
+            return Err(RuntimeError::precondition(format!(
+                "RunPodSandbox: user namespaces are not supported on this node: {}",
+                self.userns_support.reason()
+            )));
+        }
+        Ok(Some(mappings))
+    }
+
     /// Makes the sandbox's files, namespaces, network and pause task from `pause_image` (or,
     /// without one, its containerd record).
     async fn make_sandbox(
@@ -242,7 +277,17 @@ impl RuntimeInner {
             .instrument(tracing::debug_span!("sandbox_files"))
             .await?;
         timings.files_ms = ms(t);
-        if meta.netns.is_some() {
+        if let Some(userns) = &meta.userns {
+            // The user namespace first, the pod's netns (and a pause-less pod's IPC and UTS
+            // namespaces) made inside it.
+            let t = Instant::now();
+            userns
+                .create(meta.pinned.as_ref(), &meta.config.hostname)
+                .instrument(tracing::debug_span!("namespaces_pin"))
+                .await
+                .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+            timings.netns_ms = ms(t);
+        } else if meta.netns.is_some() {
             let t = Instant::now();
             self.network
                 .create_netns(id)
@@ -250,7 +295,7 @@ impl RuntimeInner {
                 .await?;
             timings.netns_ms = ms(t);
         }
-        if let Some(pinned) = &meta.pinned {
+        if let (Some(pinned), None) = (&meta.pinned, &meta.userns) {
             let t = Instant::now();
             pinned
                 .create(&meta.config.hostname)
@@ -304,12 +349,22 @@ impl RuntimeInner {
         id: &str,
         meta: &SandboxMeta,
         image: &Image,
-        spec: oci::Spec,
+        mut spec: oci::Spec,
     ) -> Result<u32> {
         let snapshot =
             task::prepare_snapshot(&self.cd, &self.opts.snapshotter, id, &image.chain_id)
                 .instrument(tracing::debug_span!("snapshot_prepare"))
                 .await?;
+        // A user-namespaced pause runs on an idmapped view of its rootfs (see `idmap`).
+        let userns_root = meta
+            .userns
+            .as_ref()
+            .map(|_| self.opts.state.join("sandboxes").join(id).join("userns"));
+        if let Some(dir) = &userns_root {
+            spec.root_mut()
+                .get_or_insert_with(Default::default)
+                .set_path(dir.join("rootfs"));
+        }
         let labels = HashMap::from([(KIND_LABEL.to_string(), KIND_SANDBOX.to_string())]);
         let record = task::container_record(
             id,
@@ -320,10 +375,22 @@ impl RuntimeInner {
             store::metadata_any(meta),
             self.opts.runc_options(&meta.runtime_handler),
         );
-        let mounts = snapshot
+        let mut mounts = snapshot
             .commit(&self.cd, record)
             .instrument(tracing::debug_span!("pause_record"))
             .await?;
+        if let (Some(userns), Some(dir)) = (&meta.userns, userns_root) {
+            // runc reaches the rootfs as the pod's root: the sandboxes' state dirs (0700 from
+            // the shm mounts) must let it through, without a listing.
+            for through in dir.ancestors().skip(1).take(2) {
+                use std::os::unix::fs::PermissionsExt;
+                tokio::fs::set_permissions(through, std::fs::Permissions::from_mode(0o711))
+                    .await
+                    .map_err(|e| RuntimeError::internal(format!("{}: {e}", through.display())))?;
+            }
+            self.mount_userns_rootfs(userns, &mounts, &dir).await?;
+            mounts = Vec::new();
+        }
         let task_io = TaskIo {
             options: self.opts.runc_options(&meta.runtime_handler),
             ..TaskIo::default()
@@ -366,6 +433,9 @@ impl RuntimeInner {
         let containerd = async {
             // containerd refuses to delete a record that still has a task.
             self.kill_and_delete_task(id).await?;
+            // A user-namespaced pause's idmapped rootfs, before its snapshot goes.
+            self.unmount_userns_views(&self.opts.state.join("sandboxes").join(id))
+                .await?;
             let (record, snapshot) = tokio::join!(
                 task::delete_record(&self.cd, id),
                 task::remove_snapshot(&self.cd, &self.opts.snapshotter, id)
@@ -387,6 +457,12 @@ impl RuntimeInner {
         let files = async {
             if let Some(pinned) = &meta.pinned {
                 pinned
+                    .remove()
+                    .await
+                    .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+            }
+            if let Some(userns) = &meta.userns {
+                userns
                     .remove()
                     .await
                     .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
@@ -479,6 +555,12 @@ impl RuntimeInner {
         pause?;
         if let Some(pinned) = &sb.meta.pinned {
             pinned
+                .remove()
+                .await
+                .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;
+        }
+        if let Some(userns) = &sb.meta.userns {
+            userns
                 .remove()
                 .await
                 .map_err(|e| RuntimeError::internal(format!("sandbox {id}: {e}")))?;

@@ -344,6 +344,10 @@ async fn destroy_container(
     meta: Option<ContainerMeta>,
 ) -> Result<()> {
     inner.kill_and_delete_task(id).await?;
+    // Its idmapped rootfs and volumes first: nothing below may be removed through them.
+    inner
+        .unmount_userns_views(&inner.opts.state.join("containers").join(id))
+        .await?;
     let (record, snapshot) = tokio::join!(
         task::delete_record(&inner.cd, id),
         task::remove_snapshot(&inner.cd, &inner.opts.snapshotter, id),
@@ -398,6 +402,7 @@ async fn remove_state_dirs(inner: &RuntimeInner, id: &str) -> Result<()> {
         for name in names {
             crate::mount::unmount(&dir.join(name)).await?;
         }
+        inner.unmount_userns_views(&dir).await?;
         store::remove_dir(&dir).await?;
     }
     // A container's record dir is removed by its caller, last; a bare sandbox dir under root

@@ -6,6 +6,7 @@
 pub mod files;
 pub mod namespaces;
 pub mod network;
+pub mod userns;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -40,6 +41,10 @@ pub struct SandboxMeta {
     /// on files. `None`: a pause process holds them (records older than this field too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<PinnedNamespaces>,
+    /// The pod's pinned user namespace (`hostUsers: false`), which owns its netns, IPC and
+    /// UTS namespaces; its pause process, if any, and every container join it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userns: Option<userns::PinnedUserns>,
     /// The sandbox image, as configured.
     pub image: String,
     /// Nanoseconds since the epoch.

@@ -37,7 +37,7 @@ pub struct PinError {
     pub source: std::io::Error,
 }
 
-fn pin_err(what: impl Into<String>, e: impl Into<std::io::Error>) -> PinError {
+pub(super) fn pin_err(what: impl Into<String>, e: impl Into<std::io::Error>) -> PinError {
     PinError {
         what: what.into(),
         source: e.into(),
@@ -54,7 +54,7 @@ impl PinnedNamespaces {
         }
     }
 
-    fn each(&self) -> impl Iterator<Item = (&PathBuf, CloneFlags, &'static str)> {
+    pub(super) fn each(&self) -> impl Iterator<Item = (&PathBuf, CloneFlags, &'static str)> {
         [
             (&self.ipc, CloneFlags::CLONE_NEWIPC, "ipc"),
             (&self.uts, CloneFlags::CLONE_NEWUTS, "uts"),
@@ -142,8 +142,7 @@ impl PinnedNamespaces {
 
     /// Whether every namespace is still pinned (after a reboot, or a removal, they are not).
     pub fn live(&self) -> bool {
-        self.each()
-            .all(|(p, _, _)| statfs(p).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC))
+        self.each().all(|(p, _, _)| is_pinned(p))
     }
 
     /// Unpins and removes the files; what is gone already is fine. A namespace lives on
@@ -160,9 +159,14 @@ impl PinnedNamespaces {
     }
 }
 
+/// Whether a namespace is bind-mounted at `path`.
+pub(super) fn is_pinned(path: &Path) -> bool {
+    statfs(path).is_ok_and(|s| s.filesystem_type() == NSFS_MAGIC)
+}
+
 /// Unmounts and removes one namespace file; absent or already unmounted is fine. The netns
 /// helper does exactly this for any namespace file.
-fn unpin(path: &Path) -> Result<(), PinError> {
+pub(super) fn unpin(path: &Path) -> Result<(), PinError> {
     ferrolet_cni::netns::delete_blocking(path).map_err(|e| {
         pin_err(
             format!("unpinning {}", path.display()),
@@ -205,7 +209,10 @@ mod tests {
             // No thread of ours stayed in it.
             for t in std::fs::read_dir("/proc/self/task").unwrap() {
                 let t = t.unwrap().path().join("ns").join(kind);
-                assert_ne!(std::fs::metadata(t).unwrap().ino(), ino);
+                // A thread that exited since the listing is in no namespace.
+                if let Ok(m) = std::fs::metadata(t) {
+                    assert_ne!(m.ino(), ino);
+                }
             }
         }
         // The hostname is the UTS namespace's, read from inside it.
