@@ -125,6 +125,16 @@ async fn user_namespaced_pods_see_their_mapping_and_idmapped_files() {
         return;
     }
     let image = node.pull("busybox").await;
+    // A pod of the host's users first: its FIFOs make the state's `containers` dir, closed
+    // (0700) to the user-namespaced pods' roots that must reach their rootfs below it.
+    let plain = node.pod("userns-plain").build();
+    let plain_sandbox = api.run_pod(&plain).await.unwrap();
+    let plain_c = ContainerBuilder::new("plain", &image.reference)
+        .shell("exec sleep 300")
+        .build();
+    api.run_container(&plain_sandbox, &plain, &plain_c)
+        .await
+        .unwrap();
     let mut handlers = vec![""];
     if crun_runs_here() {
         handlers.push("crun");
@@ -249,6 +259,8 @@ async fn user_namespaced_pods_see_their_mapping_and_idmapped_files() {
         api.stop_pod(sandbox).await.unwrap();
         api.remove_pod(sandbox).await.unwrap();
     }
+    api.stop_pod(&plain_sandbox).await.unwrap();
+    api.remove_pod(&plain_sandbox).await.unwrap();
     node.teardown().await;
 }
 

@@ -20,6 +20,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use ferrolet_proto::containerd::types::Mount;
@@ -193,6 +194,31 @@ pub fn bind_idmapped(src: &Path, dst: &Path, userns: &File) -> Result<(), IdmapE
     attach(&tree, dst)
 }
 
+/// Lets the pod's root reach `dir`: runc mounts a user-namespaced container's rootfs from
+/// inside the user namespace, where the pod's root has only "other" rights on our
+/// directories. Ours (from `state` down) are opened to traversal only (`o+x`: nothing becomes
+/// listable, as containerd's 0711 state dirs); one above `state` that is closed is refused,
+/// naming it, since it is not ours to change. Blocking.
+pub fn make_traversable(state: &Path, dir: &Path) -> Result<(), IdmapError> {
+    for a in dir.ancestors() {
+        let meta = std::fs::metadata(a).map_err(io("reading", a))?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if !meta.is_dir() || mode & 0o001 != 0 {
+            continue;
+        }
+        if !a.starts_with(state) {
+            return Err(IdmapError::Unsupported(format!(
+                "{} (mode {mode:04o}) is closed to other users: the pod's root could not \
+                 reach its rootfs below it",
+                a.display()
+            )));
+        }
+        std::fs::set_permissions(a, std::fs::Permissions::from_mode(mode | 0o011))
+            .map_err(io("opening to traversal", a))?;
+    }
+    Ok(())
+}
+
 /// Mounts a container's rootfs at `target` from its snapshot's overlay mount: the lower
 /// layers through an idmapped mount of their common directory at `layers`, (unmounted again
 /// once overlayfs holds its own references), the upper layer as it is with its root owned by
@@ -328,6 +354,33 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    #[test]
+    fn our_closed_dirs_are_opened_to_traversal_and_others_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let set = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        // The FIFOs' 0700 `containers` dir, made before any user-namespaced pod came.
+        let state = tmp.path().join("state");
+        let dir = state.join("containers/c1/userns");
+        std::fs::create_dir_all(&dir).unwrap();
+        set(&state.join("containers"), 0o700);
+        set(tmp.path(), 0o755);
+        make_traversable(&state, &dir).unwrap();
+        assert_eq!(mode(&state.join("containers")), 0o711);
+        assert_eq!(mode(&dir), 0o755);
+        // Above the state dir nothing is changed: the container is refused, naming the dir.
+        set(tmp.path(), 0o700);
+        let err = make_traversable(&state, &dir).unwrap_err();
+        assert!(
+            err.to_string().contains(&tmp.path().display().to_string()),
+            "{err}"
+        );
+        assert!(err.is_unsupported());
+        assert_eq!(mode(tmp.path()), 0o700);
+    }
 
     #[test]
     fn layers_share_the_snapshotter_directory() {

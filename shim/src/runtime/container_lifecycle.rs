@@ -375,6 +375,7 @@ impl RuntimeInner {
         dir: &std::path::Path,
     ) -> Result<()> {
         let (user, mounts, dir) = (user.clone(), mounts.to_vec(), dir.to_path_buf());
+        let state = self.opts.state.clone();
         idmap_work(move || {
             let userns = open_userns(&user.path)?;
             crate::idmap::mount_rootfs(
@@ -383,7 +384,8 @@ impl RuntimeInner {
                 &dir.join("layers"),
                 &userns,
                 user.host_root(),
-            )
+            )?;
+            crate::idmap::make_traversable(&state, &dir)
         })
         .await
     }
