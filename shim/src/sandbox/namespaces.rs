@@ -44,6 +44,27 @@ pub(super) fn pin_err(what: impl Into<String>, e: impl Into<std::io::Error>) -> 
     }
 }
 
+/// Runs `pin` on a blocking thread; when it fails, the namespace files it noted in `made` are
+/// removed again, so a failed pod start leaves no pinned namespace behind.
+pub(super) async fn pin_or_undo(
+    pin: impl FnOnce(&mut Vec<PathBuf>) -> Result<(), PinError> + Send + 'static,
+) -> Result<(), PinError> {
+    tokio::task::spawn_blocking(move || {
+        let mut made = Vec::new();
+        let res = pin(&mut made);
+        if res.is_err() {
+            for path in made {
+                unpin(&path).unwrap_or_else(
+                    |e| tracing::warn!(error = %e, "removing a half-made namespace file"),
+                );
+            }
+        }
+        res
+    })
+    .await
+    .map_err(|e| pin_err("namespace worker", std::io::Error::other(e)))?
+}
+
 impl PinnedNamespaces {
     /// Where a sandbox's namespaces go: `<dir>/ipc` and `<dir>/uts`, each only if the pod
     /// gets its own.
@@ -68,20 +89,7 @@ impl PinnedNamespaces {
     /// failure, the files this call made are removed again.
     pub async fn create(&self, hostname: &str) -> Result<(), PinError> {
         let (this, hostname) = (self.clone(), hostname.to_string());
-        tokio::task::spawn_blocking(move || {
-            let mut made = Vec::new();
-            let res = this.create_blocking(hostname, &mut made);
-            if res.is_err() {
-                for path in made {
-                    unpin(&path).unwrap_or_else(
-                        |e| tracing::warn!(error = %e, "removing a half-made namespace file"),
-                    );
-                }
-            }
-            res
-        })
-        .await
-        .map_err(|e| pin_err("namespace worker", std::io::Error::other(e)))?
+        pin_or_undo(move |made| this.create_blocking(hostname, made)).await
     }
 
     fn create_blocking(&self, hostname: String, made: &mut Vec<PathBuf>) -> Result<(), PinError> {

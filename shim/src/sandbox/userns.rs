@@ -23,7 +23,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pipe};
 use serde::{Deserialize, Serialize};
 
-use super::namespaces::{PinError, PinnedNamespaces, is_pinned, pin_err, unpin};
+use super::namespaces::{PinError, PinnedNamespaces, is_pinned, pin_err, pin_or_undo, unpin};
 
 /// One range of a user namespace's mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,20 +84,7 @@ impl PinnedUserns {
         hostname: &str,
     ) -> Result<(), PinError> {
         let (this, ns, hostname) = (self.clone(), ns.cloned(), hostname.to_string());
-        tokio::task::spawn_blocking(move || {
-            let mut made = Vec::new();
-            let res = this.create_blocking(ns.as_ref(), &hostname, &mut made);
-            if res.is_err() {
-                for path in made {
-                    unpin(&path).unwrap_or_else(
-                        |e| tracing::warn!(error = %e, "removing a half-made namespace file"),
-                    );
-                }
-            }
-            res
-        })
-        .await
-        .map_err(|e| pin_err("namespace worker", std::io::Error::other(e)))?
+        pin_or_undo(move |made| this.create_blocking(ns.as_ref(), &hostname, made)).await
     }
 
     /// Whether the user namespace is still pinned.
