@@ -21,8 +21,8 @@ use crate::cri::{CriServer, RuntimeApi};
 use crate::leak;
 use crate::network::{PLUGIN_DIR, TestNetwork};
 use crate::pods::{
-    LONG, PanicCleanup, cgroup_leaks, containerd_runtime_leaks, fifos_under, image_spec, log_tail,
-    remember_ids, settled_leaks,
+    LONG, PanicCleanup, PodBuilder, PulledImage, cgroup_leaks, containerd_runtime_leaks,
+    fifos_under, image_spec, log_tail, pull_test_image, remember_ids, settled_leaks,
 };
 use crate::registry::{AUTH_REGISTRY, OPEN_REGISTRY};
 use crate::scratch::Scratch;
@@ -94,6 +94,29 @@ impl ContainerdCriNode {
             ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient::new(channel),
             self.created.clone(),
         )
+    }
+
+    /// An ImageService client.
+    pub async fn images(&self) -> ImageServiceClient<tonic::transport::Channel> {
+        let channel = ferrolet_proto::transport::connect(&self.endpoint())
+            .await
+            .unwrap_or_else(|e| panic!("connecting to containerd's CRI: {e}"));
+        ImageServiceClient::new(channel)
+    }
+
+    /// Pulls test image `name` from the environment's open registry, as [`crate::pods::CriNode::pull`].
+    pub async fn pull(&self, name: &str) -> PulledImage {
+        pull_test_image(self.images().await, name).await
+    }
+
+    /// A pod named `name` (its uid unique to this test process, its log dir made).
+    pub fn pod(&self, name: &str) -> PodBuilder {
+        let uid = format!("{name}-{}-uid", std::process::id());
+        let log_dir = self.scratch.path().join("pods").join(&uid);
+        if let Err(e) = std::fs::create_dir_all(&log_dir) {
+            panic!("creating {}: {e}", log_dir.display());
+        }
+        PodBuilder::new(name, &uid, &log_dir)
     }
 
     /// A client of its containerd, in the CRI plugin's namespace.

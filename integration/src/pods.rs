@@ -182,32 +182,7 @@ impl CriNode {
     /// # Panics
     /// If the pull or the status call fails.
     pub async fn pull(&self, name: &str) -> PulledImage {
-        let reference = format!("{OPEN_REGISTRY}/ferrolet/{name}:1");
-        let mut images = self.images().await;
-        let id = images
-            .pull_image(PullImageRequest {
-                image: Some(image_spec(&reference)),
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|e| panic!("pulling {reference}: {e}"))
-            .into_inner()
-            .image_ref;
-        let image = images
-            .image_status(ImageStatusRequest {
-                image: Some(image_spec(&reference)),
-                verbose: false,
-            })
-            .await
-            .unwrap_or_else(|e| panic!("ImageStatus {reference}: {e}"))
-            .into_inner()
-            .image
-            .unwrap_or_else(|| panic!("{reference} pulled but has no status"));
-        PulledImage {
-            reference,
-            id,
-            repo_digest: image.repo_digests.first().cloned().unwrap_or_default(),
-        }
+        pull_test_image(self.images().await, name).await
     }
 
     /// Imports the OCI layout `dir` as `name` with `ferrolet-cri image import` and waits until
@@ -1199,6 +1174,42 @@ pub fn labels(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
+}
+
+/// Pulls test image `name` (`busybox`, `httpd`, …) from the environment's open registry
+/// through `images` (ferrolet-cri's or containerd's ImageService).
+///
+/// # Panics
+/// If the pull or the status call fails.
+pub(crate) async fn pull_test_image(
+    mut images: ImageServiceClient<Channel>,
+    name: &str,
+) -> PulledImage {
+    let reference = format!("{OPEN_REGISTRY}/ferrolet/{name}:1");
+    let id = images
+        .pull_image(PullImageRequest {
+            image: Some(image_spec(&reference)),
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("pulling {reference}: {e}"))
+        .into_inner()
+        .image_ref;
+    let image = images
+        .image_status(ImageStatusRequest {
+            image: Some(image_spec(&reference)),
+            verbose: false,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("ImageStatus {reference}: {e}"))
+        .into_inner()
+        .image
+        .unwrap_or_else(|| panic!("{reference} pulled but has no status"));
+    PulledImage {
+        reference,
+        id,
+        repo_digest: image.repo_digests.first().cloned().unwrap_or_default(),
+    }
 }
 
 #[cfg(test)]

@@ -17,15 +17,13 @@ use std::time::{Duration, Instant};
 use ferrolet_integration::containerd::containerd_version;
 use ferrolet_integration::containerd_cri::ContainerdCriNode;
 use ferrolet_integration::cri::RuntimeApi;
-use ferrolet_integration::kubelet::image;
 use ferrolet_integration::pods::{
-    ContainerBuilder, CriNode, NodeOptions, PodBuilder, containerd_runtime_leaks, image_spec,
+    ContainerBuilder, CriNode, NodeOptions, containerd_runtime_leaks,
 };
 use ferrolet_integration::scratch::Scratch;
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::GetContainerRequest;
-use ferrolet_proto::cri::image_service_client::ImageServiceClient;
-use ferrolet_proto::cri::{ContainerConfig, PodSandboxConfig, PullImageRequest};
+use ferrolet_proto::cri::{ContainerConfig, PodSandboxConfig};
 use serde_json::Value;
 use tonic::{Code, Status};
 
@@ -114,21 +112,8 @@ async fn the_same_on_containerd_cri() {
     let dirs = SpecDirs::new("cdi-containerd");
     let node = ContainerdCriNode::start_with_cdi("cdi", &dirs.dirs()).await;
     let api = node.api().await;
-    let busybox = image("busybox");
-    let channel = ferrolet_proto::transport::connect(&node.endpoint())
-        .await
-        .unwrap();
-    ImageServiceClient::new(channel)
-        .pull_image(PullImageRequest {
-            image: Some(image_spec(&busybox)),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let uid = format!("cdi-{}-uid", std::process::id());
-    let log_dir = node.scratch.path().join("pods").join(&uid);
-    std::fs::create_dir_all(&log_dir).unwrap();
-    let pod = PodBuilder::new("cdi", &uid, &log_dir).build();
+    let busybox = node.pull("busybox").await.reference;
+    let pod = node.pod("cdi").build();
     let runtime = Runtime::Containerd(&node);
     if version >= (1, 7) {
         let outcome = applies(&runtime, &api, &pod, &busybox, &dirs).await;

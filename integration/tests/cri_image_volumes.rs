@@ -11,14 +11,13 @@ use ferrolet_integration::containerd::containerd_version;
 use ferrolet_integration::containerd_cri::ContainerdCriNode;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::image;
-use ferrolet_integration::pods::{ContainerBuilder, CriNode, LONG, PodBuilder, image_spec};
+use ferrolet_integration::pods::{ContainerBuilder, CriNode, LONG, image_spec};
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::snapshots::{
     Info, ListSnapshotsRequest, ViewSnapshotRequest,
 };
 use ferrolet_proto::containerd::services::v1::{CreateRequest, DeleteRequest};
-use ferrolet_proto::cri::image_service_client::ImageServiceClient;
-use ferrolet_proto::cri::{MountPropagation, PullImageRequest, RemoveImageRequest};
+use ferrolet_proto::cri::{MountPropagation, RemoveImageRequest};
 use tonic::Code;
 
 const HTTPD_BODY: &str = "ferrolet httpd ok\n";
@@ -296,24 +295,9 @@ async fn the_same_on_containerd_cri() {
     let version = containerd_version();
     let node = ContainerdCriNode::start("imgvol").await;
     let api = node.api().await;
-    let channel = ferrolet_proto::transport::connect(&node.endpoint())
-        .await
-        .unwrap();
-    let mut images = ImageServiceClient::new(channel);
-    let (busybox, httpd) = (image("busybox"), image("httpd"));
-    for reference in [&busybox, &httpd] {
-        images
-            .pull_image(PullImageRequest {
-                image: Some(image_spec(reference)),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-    }
-    let uid = format!("imgvol-{}-uid", std::process::id());
-    let log_dir = node.scratch.path().join("pods").join(&uid);
-    std::fs::create_dir_all(&log_dir).unwrap();
-    let pod = PodBuilder::new("imgvol", &uid, &log_dir).build();
+    let busybox = node.pull("busybox").await.reference;
+    let httpd = node.pull("httpd").await.reference;
+    let pod = node.pod("imgvol").build();
     let pod_id = api.run_pod(&pod).await.unwrap();
     let config = ContainerBuilder::new("reader", &busybox)
         .shell("sleep 1000")
@@ -347,7 +331,8 @@ async fn the_same_on_containerd_cri() {
             assert!(out.starts_with(HTTPD_BODY), "{out}");
             assert!(out.contains("Read-only file system"), "{out}");
             // RemoveImage of a mounted image succeeds; the volume stays readable.
-            images
+            node.images()
+                .await
                 .remove_image(RemoveImageRequest {
                     image: Some(image_spec(&httpd)),
                 })

@@ -14,11 +14,10 @@ use std::path::{Path, PathBuf};
 use ferrolet_integration::containerd_cri::ContainerdCriNode;
 use ferrolet_integration::cri::RuntimeApi;
 use ferrolet_integration::kubelet::image;
-use ferrolet_integration::pods::{ContainerBuilder, CriNode, PodBuilder, PodCgroup, image_spec};
+use ferrolet_integration::pods::{ContainerBuilder, CriNode, PodCgroup};
 use ferrolet_proto::containerd::services::v1::GetContainerRequest;
-use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::{
-    ContainerState, HugepageLimit, LinuxContainerResources, PodSandboxConfig, PullImageRequest,
+    ContainerState, HugepageLimit, LinuxContainerResources, PodSandboxConfig,
 };
 use serde_json::Value;
 
@@ -191,22 +190,8 @@ async fn containerd_cri_node(
 ) -> (ContainerdCriNode, RuntimeApi, PodSandboxConfig) {
     let node = ContainerdCriNode::start(tag).await;
     let api = node.api().await;
-    let channel = ferrolet_proto::transport::connect(&node.endpoint())
-        .await
-        .unwrap();
-    ImageServiceClient::new(channel)
-        .pull_image(PullImageRequest {
-            image: Some(image_spec(&image("busybox"))),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let uid = format!("{tag}-{}-uid", std::process::id());
-    let log_dir = node.scratch.path().join("pods").join(&uid);
-    std::fs::create_dir_all(&log_dir).unwrap();
-    let pod = PodBuilder::new("resources", &uid, &log_dir)
-        .cgroup_parent(&cgroup.path)
-        .build();
+    node.pull("busybox").await;
+    let pod = node.pod("resources").cgroup_parent(&cgroup.path).build();
     (node, api, pod)
 }
 

@@ -7,11 +7,9 @@
 use ferrolet_integration::cgroups;
 use ferrolet_integration::containerd_cri::ContainerdCriNode;
 use ferrolet_integration::cri::RuntimeApi;
-use ferrolet_integration::kubelet::image;
-use ferrolet_integration::pods::{ContainerBuilder, CriNode, PodBuilder, PodCgroup, image_spec};
-use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_integration::pods::{ContainerBuilder, CriNode, PodCgroup};
 use ferrolet_proto::cri::{
-    LinuxContainerResources, PodSandboxConfig, PullImageRequest, UpdateContainerResourcesRequest,
+    LinuxContainerResources, PodSandboxConfig, UpdateContainerResourcesRequest,
 };
 use serde_json::Value;
 
@@ -92,23 +90,9 @@ async fn update_container_resources_reports_the_same_as_containerd_cri() {
     let cgroup = PodCgroup::new("resize-cd");
     let node = ContainerdCriNode::start("resize-cd").await;
     let api = node.api().await;
-    let channel = ferrolet_proto::transport::connect(&node.endpoint())
-        .await
-        .unwrap();
-    ImageServiceClient::new(channel)
-        .pull_image(PullImageRequest {
-            image: Some(image_spec(&image("busybox"))),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let uid = format!("resize-cd-{}-uid", std::process::id());
-    let log_dir = node.scratch.path().join("pods").join(&uid);
-    std::fs::create_dir_all(&log_dir).unwrap();
-    let pod = PodBuilder::new("resize", &uid, &log_dir)
-        .cgroup_parent(&cgroup.path)
-        .build();
-    let theirs = resize_on(&api, &pod, &image("busybox")).await;
+    let busybox = node.pull("busybox").await;
+    let pod = node.pod("resize").cgroup_parent(&cgroup.path).build();
+    let theirs = resize_on(&api, &pod, &busybox.reference).await;
     node.teardown().await;
     drop(cgroup);
 

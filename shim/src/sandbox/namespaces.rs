@@ -44,6 +44,23 @@ pub(super) fn pin_err(what: impl Into<String>, e: impl Into<std::io::Error>) -> 
     }
 }
 
+/// Makes the empty file a namespace is bind-mounted on (its dir too), noted in `made` for
+/// [`pin_or_undo`]'s rollback.
+pub(super) fn pin_target(path: &Path, made: &mut Vec<PathBuf>) -> Result<(), PinError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| pin_err(format!("creating {}", dir.display()), e))?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .open(path)
+        .map_err(|e| pin_err(format!("creating {}", path.display()), e))?;
+    made.push(path.to_path_buf());
+    Ok(())
+}
+
 /// Runs `pin` on a blocking thread; when it fails, the namespace files it noted in `made` are
 /// removed again, so a failed pod start leaves no pinned namespace behind.
 pub(super) async fn pin_or_undo(
@@ -95,17 +112,7 @@ impl PinnedNamespaces {
     fn create_blocking(&self, hostname: String, made: &mut Vec<PathBuf>) -> Result<(), PinError> {
         let mut flags = CloneFlags::empty();
         for (path, flag, _) in self.each() {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| pin_err(format!("creating {}", dir.display()), e))?;
-            }
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o444)
-                .open(path)
-                .map_err(|e| pin_err(format!("creating {}", path.display()), e))?;
-            made.push(path.clone());
+            pin_target(path, made)?;
             flags |= flag;
         }
         if flags.is_empty() {

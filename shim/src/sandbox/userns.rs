@@ -12,9 +12,7 @@
 //! fork and exit.
 
 use std::ffi::CString;
-use std::fs::OpenOptions;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use nix::mount::{MsFlags, mount};
@@ -23,7 +21,9 @@ use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork, pipe};
 use serde::{Deserialize, Serialize};
 
-use super::namespaces::{PinError, PinnedNamespaces, is_pinned, pin_err, pin_or_undo, unpin};
+use super::namespaces::{
+    PinError, PinnedNamespaces, is_pinned, pin_err, pin_or_undo, pin_target, unpin,
+};
 
 /// One range of a user namespace's mapping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,17 +118,7 @@ impl PinnedUserns {
             flags |= flag;
         }
         for (path, _) in &targets {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| pin_err(format!("creating {}", dir.display()), e))?;
-            }
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o444)
-                .open(path)
-                .map_err(|e| pin_err(format!("creating {}", path.display()), e))?;
-            made.push(path.clone());
+            pin_target(path, made)?;
         }
         let hostname = (flags.contains(CloneFlags::CLONE_NEWUTS) && !hostname.is_empty())
             .then(|| CString::new(hostname))
