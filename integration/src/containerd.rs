@@ -9,12 +9,30 @@ use std::time::{Duration, Instant};
 
 use ferrolet_proto::containerd::Containerd;
 use ferrolet_proto::containerd::services::v1::DeleteNamespaceRequest;
+use ferrolet_proto::containerd::services::v1::snapshots::{Info, ListSnapshotsRequest};
 
 use crate::leak::{self, LeakChecker};
 use crate::scratch::{self, SCRATCH_ROOT};
 
 /// Snapshotter every test uses (overlayfs works on this machine's ext4).
 pub const SNAPSHOTTER: &str = "overlayfs";
+
+/// Every snapshot of [`SNAPSHOTTER`] in `cd`'s namespace, all pages of the stream.
+pub async fn list_snapshots(cd: &Containerd) -> Result<Vec<Info>, tonic::Status> {
+    let mut stream = cd
+        .snapshots()
+        .list(ListSnapshotsRequest {
+            snapshotter: SNAPSHOTTER.into(),
+            filters: Vec::new(),
+        })
+        .await?
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(page) = stream.message().await? {
+        out.extend(page.info);
+    }
+    Ok(out)
+}
 
 /// The containerd the tests run: `containerd` on PATH (the system's), or the one in
 /// `FERROLET_CONTAINERD_BIN` (containerd 2.x from `scripts/containerd2.sh`).

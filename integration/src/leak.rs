@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use ferrolet_proto::containerd::Containerd;
-use ferrolet_proto::containerd::services::v1::snapshots::ListSnapshotsRequest;
 use ferrolet_proto::containerd::services::v1::{
     ListContainersRequest, ListContentRequest, ListImagesRequest, ListRequest as ListLeasesRequest,
     ListTasksRequest,
@@ -330,19 +329,8 @@ async fn containerd_leaks(cd: &Containerd, images: bool) -> Vec<Leak> {
 }
 
 async fn list_snapshots(cd: &Containerd) -> Result<Vec<String>, tonic::Status> {
-    let mut stream = cd
-        .snapshots()
-        .list(ListSnapshotsRequest {
-            snapshotter: "overlayfs".into(),
-            filters: Vec::new(),
-        })
-        .await?
-        .into_inner();
-    let mut keys = Vec::new();
-    while let Some(page) = stream.message().await? {
-        keys.extend(page.info.into_iter().map(|i| i.name));
-    }
-    Ok(keys)
+    let snapshots = crate::containerd::list_snapshots(cd).await?;
+    Ok(snapshots.into_iter().map(|i| i.name).collect())
 }
 
 async fn list_content(cd: &Containerd) -> Result<Vec<String>, tonic::Status> {

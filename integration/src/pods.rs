@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrolet_proto::containerd::services::v1::snapshots::{Kind, ListSnapshotsRequest};
+use ferrolet_proto::containerd::services::v1::snapshots::Kind;
 use ferrolet_proto::containerd::services::v1::{
     DeleteImageRequest, ListContainersRequest as CdListContainers,
     ListImagesRequest as CdListImages, ListRequest as ListLeases, ListTasksRequest,
@@ -1043,28 +1043,12 @@ pub async fn containerd_runtime_leaks(client: &Containerd) -> Vec<String> {
         ),
         Err(e) => leaks.push(format!("could not list leases: {e}")),
     }
-    let snapshots = async {
-        let mut stream = client
-            .snapshots()
-            .list(ListSnapshotsRequest {
-                snapshotter: crate::containerd::SNAPSHOTTER.into(),
-                filters: Vec::new(),
-            })
-            .await?
-            .into_inner();
-        let mut out = Vec::new();
-        while let Some(page) = stream.message().await? {
-            out.extend(
-                page.info
-                    .into_iter()
-                    .filter(|i| i.kind != Kind::Committed as i32)
-                    .map(|i| format!("containerd snapshot {} (not committed)", i.name)),
-            );
-        }
-        Ok::<_, tonic::Status>(out)
-    };
-    match snapshots.await {
-        Ok(s) => leaks.extend(s),
+    match crate::containerd::list_snapshots(client).await {
+        Ok(s) => leaks.extend(
+            s.into_iter()
+                .filter(|i| i.kind != Kind::Committed as i32)
+                .map(|i| format!("containerd snapshot {} (not committed)", i.name)),
+        ),
         Err(e) => leaks.push(format!("could not list snapshots: {e}")),
     }
     leaks

@@ -7,15 +7,13 @@
 
 use std::collections::HashMap;
 
-use ferrolet_integration::containerd::containerd_version;
+use ferrolet_integration::containerd::{containerd_version, list_snapshots};
 use ferrolet_integration::containerd_cri::ContainerdCriNode;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::image;
 use ferrolet_integration::pods::{ContainerBuilder, CriNode, LONG, image_spec};
 use ferrolet_proto::containerd::Containerd;
-use ferrolet_proto::containerd::services::v1::snapshots::{
-    Info, ListSnapshotsRequest, ViewSnapshotRequest,
-};
+use ferrolet_proto::containerd::services::v1::snapshots::{Info, ViewSnapshotRequest};
 use ferrolet_proto::containerd::services::v1::{CreateRequest, DeleteRequest};
 use ferrolet_proto::cri::{MountPropagation, RemoveImageRequest};
 use tonic::Code;
@@ -24,20 +22,9 @@ const HTTPD_BODY: &str = "ferrolet httpd ok\n";
 
 /// The snapshots of the namespace whose key contains `part`.
 async fn snapshots_named(client: &Containerd, part: &str) -> Vec<Info> {
-    let mut stream = client
-        .snapshots()
-        .list(ListSnapshotsRequest {
-            snapshotter: "overlayfs".into(),
-            filters: vec![],
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(page) = stream.message().await.unwrap() {
-        out.extend(page.info.into_iter().filter(|i| i.name.contains(part)));
-    }
-    out
+    let mut all = list_snapshots(client).await.unwrap();
+    all.retain(|i| i.name.contains(part));
+    all
 }
 
 /// Runs containerd's garbage collector to its end: a lease made and deleted with `sync`.

@@ -9,6 +9,7 @@
 
 use ferrolet_integration::cluster::{ClusterNode, NAMESPACE};
 use ferrolet_integration::containerd::containerd_version;
+use ferrolet_integration::containerd::list_snapshots;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::kubelet::{
     IDLE, KubeletNode, KubeletOptions, container_status, image, pod_phase, sh, waiting_reason,
@@ -16,7 +17,6 @@ use ferrolet_integration::kubelet::{
 use ferrolet_integration::pods::LONG;
 use ferrolet_integration::registry::{AUTH_REGISTRY, TestRegistry, auth_credentials};
 use ferrolet_integration::testimages;
-use ferrolet_proto::containerd::services::v1::snapshots::ListSnapshotsRequest;
 use ferrolet_proto::cri::ListImagesRequest;
 use serde_json::{Value, json};
 
@@ -58,28 +58,12 @@ fn tools_pod(name: &str, reference: &str, policy: Option<&str>) -> String {
 
 /// The views of image volumes in the node's containerd namespace.
 async fn image_volume_views(node: &KubeletNode) -> Vec<String> {
-    let mut stream = node
-        .node
-        .ns
-        .client
-        .snapshots()
-        .list(ListSnapshotsRequest {
-            snapshotter: "overlayfs".into(),
-            filters: vec![],
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(page) = stream.message().await.unwrap() {
-        out.extend(
-            page.info
-                .into_iter()
-                .map(|i| i.name)
-                .filter(|n| n.contains("-image-volume-")),
-        );
-    }
-    out
+    let snapshots = list_snapshots(&node.node.ns.client).await.unwrap();
+    snapshots
+        .into_iter()
+        .map(|i| i.name)
+        .filter(|n| n.contains("-image-volume-"))
+        .collect()
 }
 
 /// The tags of the images CRI lists.
