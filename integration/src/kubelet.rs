@@ -67,6 +67,21 @@ pub struct KubeletOptions {
     pub root_size: Option<u64>,
 }
 
+impl KubeletOptions {
+    /// Image GC every 2 s with thresholds any disk use passes, so every pass wants to free
+    /// everything and only the images in use (or pinned) stay.
+    pub fn image_gc_every_pass() -> Self {
+        KubeletOptions {
+            extra_config: "imageGCHighThresholdPercent: 1\n\
+                           imageGCLowThresholdPercent: 0\n\
+                           imageMinimumGCAge: 1s\n"
+                .into(),
+            extra_args: vec!["--image-gc-period=2s".into()],
+            ..Default::default()
+        }
+    }
+}
+
 /// The CRI runtime under a [`KubeletNode`]: ferrolet-cri ([`CriNode`], the default) or
 /// containerd's own CRI plugin ([`ContainerdCriNode`], the reference).
 pub trait RuntimeNode: Sized + Send + Sync + 'static {

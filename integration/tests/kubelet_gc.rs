@@ -187,19 +187,7 @@ fn has_tag(images: &[(String, Vec<String>, bool)], tag: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_gc_removes_unused_images_but_never_used_or_pinned_ones() {
-    let node = KubeletNode::start_with(
-        "gc-images",
-        KubeletOptions {
-            // Any use at all of the filesystem is over 1 %: every pass wants to free all.
-            extra_config: "imageGCHighThresholdPercent: 1\n\
-                           imageGCLowThresholdPercent: 0\n\
-                           imageMinimumGCAge: 1s\n"
-                .into(),
-            extra_args: vec!["--image-gc-period=2s".into()],
-            ..Default::default()
-        },
-    )
-    .await;
+    let node = KubeletNode::start_with("gc-images", KubeletOptions::image_gc_every_pass()).await;
     let pod = |name: &str, img: &str, policy: &str, script: &str| {
         format!(
             r#"

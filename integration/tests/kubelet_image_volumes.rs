@@ -94,19 +94,7 @@ fn main_waiting(pod: &Value) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_volume_is_read_only_kept_by_image_gc_and_goes_with_its_pod() {
-    let node = KubeletNode::start_with(
-        "imgvol",
-        KubeletOptions {
-            // Every pass wants to free everything: only images in use stay.
-            extra_config: "imageGCHighThresholdPercent: 1\n\
-                           imageGCLowThresholdPercent: 0\n\
-                           imageMinimumGCAge: 1s\n"
-                .into(),
-            extra_args: vec!["--image-gc-period=2s".into()],
-            ..Default::default()
-        },
-    )
-    .await;
+    let node = KubeletNode::start_with("imgvol", KubeletOptions::image_gc_every_pass()).await;
     // httpd:1 is nobody's container image here: only the volume uses it.
     let httpd = image("httpd");
     node.write_manifest("reader.yaml", &tools_pod("reader", &httpd, None));
