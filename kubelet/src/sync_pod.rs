@@ -170,9 +170,19 @@ impl Kubelet {
             tracing::warn!(error = %e, "making the pod's cgroup");
             return Err(SyncError::Cgroup(e));
         }
+        let starts = actions.steps.iter().any(|s| {
+            matches!(
+                s,
+                ContainerAction::Start { .. } | ContainerAction::StartEphemeral { .. }
+            )
+        });
         let mut sandbox_config = podspec::sandbox_config(pod, &self.node, actions.attempt)?;
-        let userns = self.pod_userns(pod).await?;
-        crate::userns::apply_to_sandbox(&mut sandbox_config, userns);
+        // Only a new sandbox or container carries the user namespace (Go asks for it when it
+        // generates their configs), so a steady pod's sync reads no file for it.
+        if starts || matches!(actions.sandbox, SandboxAction::Create(_)) {
+            let userns = self.pod_userns(pod).await?;
+            crate::userns::apply_to_sandbox(&mut sandbox_config, userns);
+        }
         let (sandbox_id, pod_ips) = self
             .ensure_sandbox(pod, &actions, &runtime, &sandbox_config, waiting)
             .await?;
@@ -181,12 +191,6 @@ impl Kubelet {
             self.do_resize(pod, resize).await;
         }
         // Go pulls the image volumes' images after the sandbox, before any container starts.
-        let starts = actions.steps.iter().any(|s| {
-            matches!(
-                s,
-                ContainerAction::Start { .. } | ContainerAction::StartEphemeral { .. }
-            )
-        });
         let image_volumes = if starts {
             self.pull_image_volumes(pod).await
         } else {
