@@ -23,8 +23,13 @@
 //!   transport of Kubernetes' SPDY streaming.
 //! - [`streaming`]: exec, attach and port-forward streams over SPDY or WebSocket: the upgrade
 //!   handshake, the `*.channel.k8s.io` and `portforward.k8s.io` subprotocols, servers and clients.
+//! - [`ttrpc`]: ttrpc framing and messages, the RPC containerd speaks to its runtime shims.
+//! - [`task_shim`]: containerd's runtime v2 shim API (`containerd.task.v2.Task`) and the runc
+//!   shim's task options, which ferrolet-cri sets and our shim serves.
+//! - [`cgroup_metrics`]: containerd/cgroups' v1 and v2 `Metrics`, a task's stats payload.
 //! - `fuzzing` (feature `fuzzing`, off by default): entry points for the fuzz targets in `fuzz/`.
 
+pub mod cgroup_metrics;
 pub mod containerd;
 pub mod csi;
 pub mod deviceplugin;
@@ -38,7 +43,9 @@ pub mod podresources;
 pub mod raw_h2;
 pub mod spdy;
 pub mod streaming;
+pub mod task_shim;
 pub mod transport;
+pub mod ttrpc;
 mod unary;
 
 /// CRI v1 (`runtime.v1`), generated from cri-api v0.32 by `k8s-cri`.

@@ -211,29 +211,20 @@ impl PreparedSnapshot {
     }
 }
 
-/// The runc shim's options (containerd's `containerd.runc.v1.Options`), the fields we set.
-#[derive(Clone, PartialEq, prost::Message)]
-struct RuncOptions {
-    /// The OCI runtime the shim runs instead of `runc` (`BinaryName`).
-    #[prost(string, tag = "6")]
-    binary_name: String,
-    /// runc manages cgroups through systemd (`--systemd-cgroup`).
-    #[prost(bool, tag = "9")]
-    systemd_cgroup: bool,
-}
-
 /// The runc shim's options for a task: none for the defaults, else `SystemdCgroup` and the
 /// runtime binary of a handler that names one.
 pub fn runc_options(
     systemd_cgroup: bool,
     binary_name: Option<String>,
 ) -> Option<ferrolet_proto::prost_types::Any> {
+    use ferrolet_proto::task_shim::{RUNC_OPTIONS_TYPE, RuncOptions};
     use prost::Message;
     (systemd_cgroup || binary_name.is_some()).then(|| ferrolet_proto::prost_types::Any {
-        type_url: "containerd.runc.v1.Options".to_string(),
+        type_url: RUNC_OPTIONS_TYPE.to_string(),
         value: RuncOptions {
             binary_name: binary_name.unwrap_or_default(),
             systemd_cgroup,
+            ..Default::default()
         }
         .encode_to_vec(),
     })
@@ -543,7 +534,7 @@ mod tests {
         want.extend_from_slice(b"/usr/bin/crun");
         want.extend_from_slice(&[0x48, 1]);
         assert_eq!(any.value, want);
-        let back = RuncOptions::decode(any.value.as_slice()).unwrap();
+        let back = ferrolet_proto::task_shim::RuncOptions::decode(any.value.as_slice()).unwrap();
         assert!(back.systemd_cgroup);
     }
 }

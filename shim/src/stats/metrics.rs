@@ -1,106 +1,16 @@
-//! The parts of containerd/cgroups' `Metrics` messages (cgroup v1 and v2) that CRI stats use,
-//! hand-written because containerd-client does not ship them; field numbers follow
-//! `cgroup1/stats/metrics.proto` and `cgroup2/stats/metrics.proto`.
+//! CRI stats from containerd/cgroups' `Metrics` messages (cgroup v1 and v2), whose types live
+//! in the wire crate ([`ferrolet_proto::cgroup_metrics`]).
 
 use ferrolet_proto::containerd::types::Metric;
 use prost::Message;
 
 use super::{Sample, StatsError};
 
-/// `Any.type_url` names (after the last `/`) of the two payloads.
-pub(crate) const V1_TYPE: &str = "io.containerd.cgroups.v1.Metrics";
-pub(crate) const V2_TYPE: &str = "io.containerd.cgroups.v2.Metrics";
+pub(crate) use ferrolet_proto::cgroup_metrics::{V1_TYPE, V1Metrics, V2_TYPE, V2Metrics};
 
 /// Above this a memory limit means "unlimited": the kernel rounds its maximum down to a page
 /// multiple, so the sentinel is not exactly `u64::MAX` (containerd and cAdvisor use the same).
 const UNLIMITED: u64 = 1 << 62;
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V1Metrics {
-    #[prost(message, optional, tag = "2")]
-    pub pids: Option<PidsStat>,
-    #[prost(message, optional, tag = "3")]
-    pub cpu: Option<V1Cpu>,
-    #[prost(message, optional, tag = "4")]
-    pub memory: Option<V1Memory>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct PidsStat {
-    #[prost(uint64, tag = "1")]
-    pub current: u64,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V1Cpu {
-    #[prost(message, optional, tag = "1")]
-    pub usage: Option<V1CpuUsage>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V1CpuUsage {
-    #[prost(uint64, tag = "1")]
-    pub total: u64,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V1Memory {
-    #[prost(uint64, tag = "19")]
-    pub total_rss: u64,
-    #[prost(uint64, tag = "26")]
-    pub total_pg_fault: u64,
-    #[prost(uint64, tag = "27")]
-    pub total_pg_maj_fault: u64,
-    #[prost(uint64, tag = "30")]
-    pub total_inactive_file: u64,
-    #[prost(message, optional, tag = "33")]
-    pub usage: Option<MemoryEntry>,
-    /// memory+swap (`memory.memsw.*`), absent or zero without swap accounting.
-    #[prost(message, optional, tag = "34")]
-    pub swap: Option<MemoryEntry>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct MemoryEntry {
-    #[prost(uint64, tag = "1")]
-    pub limit: u64,
-    #[prost(uint64, tag = "2")]
-    pub usage: u64,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V2Metrics {
-    #[prost(message, optional, tag = "1")]
-    pub pids: Option<PidsStat>,
-    #[prost(message, optional, tag = "2")]
-    pub cpu: Option<V2Cpu>,
-    #[prost(message, optional, tag = "4")]
-    pub memory: Option<V2Memory>,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V2Cpu {
-    #[prost(uint64, tag = "1")]
-    pub usage_usec: u64,
-}
-
-#[derive(Clone, PartialEq, Message)]
-pub(crate) struct V2Memory {
-    #[prost(uint64, tag = "1")]
-    pub anon: u64,
-    #[prost(uint64, tag = "13")]
-    pub inactive_file: u64,
-    #[prost(uint64, tag = "18")]
-    pub pgfault: u64,
-    #[prost(uint64, tag = "19")]
-    pub pgmajfault: u64,
-    #[prost(uint64, tag = "32")]
-    pub usage: u64,
-    #[prost(uint64, tag = "33")]
-    pub usage_limit: u64,
-    #[prost(uint64, tag = "34")]
-    pub swap_usage: u64,
-}
 
 /// Either payload, decoded.
 enum Decoded {

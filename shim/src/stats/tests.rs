@@ -9,6 +9,7 @@ use super::cgroupfs::read_sample;
 use super::metrics::*;
 use super::net::{parse_net_dev, to_cri};
 use super::*;
+use ferrolet_proto::cgroup_metrics::*;
 
 fn metric(type_url: &str, value: Vec<u8>) -> Metric {
     Metric {
@@ -26,9 +27,16 @@ fn metric(type_url: &str, value: Vec<u8>) -> Metric {
 
 fn v1() -> V1Metrics {
     V1Metrics {
-        pids: Some(PidsStat { current: 3 }),
+        pids: Some(PidsStat {
+            current: 3,
+            ..Default::default()
+        }),
         cpu: Some(V1Cpu {
-            usage: Some(V1CpuUsage { total: 123_456_789 }),
+            usage: Some(V1CpuUsage {
+                total: 123_456_789,
+                ..Default::default()
+            }),
+            ..Default::default()
         }),
         memory: Some(V1Memory {
             total_rss: 4096,
@@ -38,11 +46,14 @@ fn v1() -> V1Metrics {
             usage: Some(MemoryEntry {
                 limit: 16 << 20,
                 usage: 5000,
+                ..Default::default()
             }),
             swap: Some(MemoryEntry {
                 limit: 32 << 20,
                 usage: 5600,
+                ..Default::default()
             }),
+            ..Default::default()
         }),
     }
 }
@@ -75,6 +86,7 @@ fn v1_unlimited_no_swap_accounting_and_big_inactive_file() {
     memory.usage = Some(MemoryEntry {
         limit: 9_223_372_036_854_771_712, // the kernel's "unlimited"
         usage: 500,
+        ..Default::default()
     });
     memory.swap = None;
     let s = decode(&metric(V1_TYPE, m.encode_to_vec())).unwrap();
@@ -86,8 +98,14 @@ fn v1_unlimited_no_swap_accounting_and_big_inactive_file() {
 #[test]
 fn decodes_v2_with_prefixed_url() {
     let m = V2Metrics {
-        pids: Some(PidsStat { current: 1 }),
-        cpu: Some(V2Cpu { usage_usec: 2500 }),
+        pids: Some(PidsStat {
+            current: 1,
+            ..Default::default()
+        }),
+        cpu: Some(V2Cpu {
+            usage_usec: 2500,
+            ..Default::default()
+        }),
         memory: Some(V2Memory {
             anon: 300,
             inactive_file: 200,
@@ -96,7 +114,9 @@ fn decodes_v2_with_prefixed_url() {
             usage: 1200,
             usage_limit: u64::MAX,
             swap_usage: 64,
+            ..Default::default()
         }),
+        ..Default::default()
     };
     let m = metric(
         "type.googleapis.com/io.containerd.cgroups.v2.Metrics",
