@@ -1,5 +1,5 @@
-//! The dependency rule of ARCHITECTURE.md, held: within `ferrolet` (kubelet/) and
-//! `ferrolet-cri` (shim/), top-level modules import only modules of their own layer or a lower
+//! The dependency rule of ARCHITECTURE.md, held: within `ferrolet` (kubelet/), `ferrolet-cri`
+//! (shim/) and the task shim (task-shim/), top-level modules import only modules of their own layer or a lower
 //! one, and never in a cycle. Read from the sources' `crate::` and `super::` paths; comments
 //! and test code (`tests.rs`, `tests/`, a trailing `#[cfg(test)] mod tests { … }`) are left out,
 //! since tests may assemble higher layers.
@@ -126,6 +126,22 @@ const FERROLET_CRI: Rule = Rule {
         ),
         ("services", &["runtime", "image", "streaming"]),
         ("process", &["server", "deadline", "cli", "logging"]),
+    ],
+};
+
+const TASK_SHIM: Rule = Rule {
+    src: "task-shim/src",
+    layers: &[
+        (
+            "foundations",
+            &[
+                "time", "log", "error", "address", "args", "stdio", "console", "pump", "rootfs",
+                "cgroup", "runtime",
+            ],
+        ),
+        ("domain", &["task", "io", "publisher", "cleanup"]),
+        ("services", &["service", "start"]),
+        ("process", &["server"]),
     ],
 };
 
@@ -424,6 +440,12 @@ fn kubelet_modules_follow_the_layers_without_cycles() {
 fn ferrolet_cri_modules_follow_the_layers_without_cycles() {
     let problems = violations(&FERROLET_CRI);
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn task_shim_modules_follow_the_layers_without_cycles() {
+    let v = violations(&TASK_SHIM);
+    assert!(v.is_empty(), "{}", v.join("\n"));
 }
 
 #[test]

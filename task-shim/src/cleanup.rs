@@ -36,6 +36,7 @@ pub fn delete(bundle: &Path, id: &str, namespace: &str) -> Result<DeleteResponse
     }
     crate::rootfs::unmount_all(&bundle.join("rootfs"))
         .map_err(|e| format!("unmounting {}/rootfs: {e}", bundle.display()))?;
+    remove_dead_socket(bundle);
     let pid = std::fs::read_to_string(bundle.join("init.pid"))
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -45,4 +46,18 @@ pub fn delete(bundle: &Path, id: &str, namespace: &str) -> Result<DeleteResponse
         exit_status: 128 + libc::SIGKILL as u32,
         exited_at: Some(crate::time::now()),
     })
+}
+
+/// Removes the socket the bundle's `address` names if no shim answers on it any more (the
+/// shim was killed): a live one is the pod's other containers' and stays.
+fn remove_dead_socket(bundle: &Path) {
+    let Ok(address) = std::fs::read_to_string(bundle.join(crate::address::ADDRESS_FILE)) else {
+        return;
+    };
+    let socket = crate::address::socket_of(address.trim());
+    if socket.starts_with(crate::address::SOCKET_DIR)
+        && std::os::unix::net::UnixStream::connect(socket).is_err()
+    {
+        let _ = std::fs::remove_file(socket);
+    }
 }

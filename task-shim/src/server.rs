@@ -156,11 +156,8 @@ pub fn serve(namespace: String, ttrpc_address: PathBuf) -> std::io::Result<()> {
     }
 }
 
-/// Set by a `Shutdown` call the shim honoured (no containers left).
-static SHUTDOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 fn shim_shutdown_requested(shim: &mut Shim) -> bool {
-    SHUTDOWN.load(std::sync::atomic::Ordering::Relaxed) && shim.is_empty()
+    shim.shutdown_requested && shim.is_empty()
 }
 
 fn accept(
@@ -249,8 +246,9 @@ fn read_conn(conn: &mut Conn, token: usize, shim: &mut Shim) -> bool {
                 ))
             }
             Ok(req) => {
+                // containerd asks after each task's delete; the shim goes with the pod's last.
                 if req.method == "Shutdown" && shim.is_empty() {
-                    SHUTDOWN.store(true, std::sync::atomic::Ordering::Relaxed);
+                    shim.shutdown_requested = true;
                 }
                 match shim.dispatch(token, h.stream_id, &req.method, &req.payload) {
                     Reply::Later => continue,
@@ -346,9 +344,9 @@ fn on_source(shim: &mut Shim, token: usize, readable: bool) {
                 // processes are gone, and the FIFO's reader now sees EOF. stdin ending on a
                 // terminal hangs it up, as the Go shim closes the console.
                 let hang_up = !output;
-                crate::io::finish_pump(shim, &container, &exec, output);
+                crate::service::finish_pump(shim, &container, &exec, output);
                 if hang_up {
-                    crate::io::close_stdin(shim, &container, &exec, true);
+                    crate::service::close_stdin(shim, &container, &exec, true);
                 }
             }
         }

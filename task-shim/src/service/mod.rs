@@ -14,6 +14,10 @@ use ferrolet_proto::task_shim as api;
 use mio::Registry;
 use prost::Message;
 
+mod polled;
+
+pub use polled::{close_stdin, finish_pump};
+
 use crate::cgroup::Cgroup;
 use crate::error::{CallError, Code, invalid, not_found, precondition, unknown};
 use crate::io::ProcessIo;
@@ -47,6 +51,8 @@ pub struct Shim {
     next_token: usize,
     /// Answers for parked `Wait` calls, collected for the loop to send.
     pub answers: Vec<Answer>,
+    /// containerd called `Shutdown` with no containers left.
+    pub shutdown_requested: bool,
 }
 
 fn decode<M: Message + Default>(payload: &[u8]) -> Result<M, CallError> {
@@ -71,6 +77,7 @@ impl Shim {
             sources: Default::default(),
             next_token: 16,
             answers: Vec::new(),
+            shutdown_requested: false,
         }
     }
 
@@ -233,7 +240,7 @@ impl Shim {
             kill_all_on_exit: spec.shares_pid_namespace(),
             token,
         };
-        crate::io::register_container(self, &mut container);
+        polled::register_container(self, &mut container);
         self.containers.insert(r.id.clone(), container);
         self.publish(
             "/tasks/create",
@@ -338,7 +345,7 @@ impl Shim {
             e.spec = Vec::new();
             io.finish(e)
         });
-        crate::io::register_process(self, id, &mut c, exec_id);
+        polled::register_process(self, id, &mut c, exec_id);
         self.containers.insert(id.to_string(), c);
         if let Some(Err(e)) = finished {
             crate::log::warn(
@@ -371,7 +378,7 @@ impl Shim {
                 exited_at: e.exited_at(),
             });
             if let Some(e) = e {
-                crate::io::release_process(self, &r.id, e);
+                polled::release_process(self, &r.id, e);
             }
             return Ok(resp.unwrap_or_default());
         }
@@ -408,7 +415,7 @@ impl Shim {
             exit_status: c.init.exit_status(),
             exited_at: c.init.exited_at(),
         };
-        crate::io::release_container(self, c);
+        polled::release_container(self, c);
         self.publish(
             "/tasks/delete",
             to_any(&TaskDelete {
@@ -555,7 +562,7 @@ impl Shim {
             return Ok(());
         }
         self.process_mut(&r.id, &r.exec_id)?;
-        crate::io::close_stdin(self, &r.id, &r.exec_id, true);
+        polled::close_stdin(self, &r.id, &r.exec_id, true);
         Ok(())
     }
 
@@ -685,7 +692,7 @@ impl Shim {
                 // Its PID namespace is shared: the kernel leaves the rest of the cgroup alive.
                 let _ = c.runtime.kill(&c.bundle, &id, libc::SIGKILL as u32, true);
             }
-            crate::io::close_stdin(self, &id, "", false);
+            polled::close_stdin(self, &id, "", false);
         } else if let Some(e) = c
             .execs
             .values_mut()
@@ -694,7 +701,7 @@ impl Shim {
             e.exit = Some((status, now));
             e.state = State::Stopped;
             let exec_id = e.exec_id.clone();
-            crate::io::close_stdin(self, &id, &exec_id, false);
+            polled::close_stdin(self, &id, &exec_id, false);
             self.publish_exit(&id, &exec_id);
         }
         // The init's exit is told after its execs' (containerd and CRI expect them first).
