@@ -1,6 +1,7 @@
 //! The shim's log: logfmt lines (as the Go shim's logrus writes) to the `log` FIFO containerd
-//! reads from each shim's first bundle, else stderr. Lines are written whole with one
-//! `write`, nonblocking, so a reader that has gone away never stalls the shim.
+//! reads from each shim's first bundle, else stderr. The FIFO is opened read-write, so lines
+//! written before containerd opens its end (or while it restarts) wait in the pipe rather than
+//! fail; writes are nonblocking, so a full pipe drops a line instead of stalling the shim.
 
 use std::fs::File;
 use std::io::Write;
@@ -15,6 +16,7 @@ static DEBUG: AtomicBool = AtomicBool::new(false);
 pub fn init(debug: bool) {
     DEBUG.store(debug, Ordering::Relaxed);
     let file = std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .custom_flags(libc::O_NONBLOCK)
         .open("log")
