@@ -31,6 +31,9 @@ pub struct SandboxMeta {
     pub config: cri::PodSandboxConfig,
     /// The runtime handler asked for.
     pub runtime_handler: String,
+    /// containerd's runtime (shim) type of its record and tasks, and of its containers'.
+    #[serde(default = "crate::task::legacy_runtime_type")]
+    pub runtime_type: String,
     /// The pinned network namespace; `None` with host networking.
     pub netns: Option<PathBuf>,
     /// hostname, hosts, resolv.conf, shm.
