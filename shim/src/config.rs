@@ -466,7 +466,6 @@ mod tests {
     fn runtime_types_default_per_handler_as_containerd_s() {
         let c = Config::default();
         assert_eq!(c.runtime_type, DEFAULT_RUNTIME_TYPE);
-        assert_eq!(DEFAULT_RUNTIME_TYPE, "io.containerd.runc.v2");
         let c = Config::parse(&format!(
             "runtime_type = {FERROLET_SHIM:?}\nruntime_handlers = [\"alias\"]\n\
              [runtimes.go]\nruntime_type = \"io.containerd.runc.v2\"\n\
