@@ -72,7 +72,8 @@ CONTAINERD2_SUITES ?= cri_runtime cri_faults cri_images cri_network cri_node_res
 	cri_recovery cri_runtime_logs cri_streaming cri_clients cri_cdi kubelet_lifecycle kubelet_static_pods \
 	kubelet_probes kubelet_hooks kubelet_stats kubelet_cgroups kubelet_cpu_manager kubelet_gc \
 	kubelet_logs kubelet_streaming kubelet_volumes kubelet_timeline kubelet_devices kubelet_ephemeral \
-	cri_image_volumes kubelet_image_volumes kubelet_resize cri_resize cri_userns kubelet_userns
+	cri_image_volumes kubelet_image_volumes kubelet_resize cri_resize cri_userns kubelet_userns \
+	cri_shim_recovery
 test-containerd2: env
 	$(CARGO) build --workspace --bins
 	FERROLET_CONTAINERD_BIN=$$(scripts/containerd2.sh) $(CARGO) test -p ferrolet-integration \

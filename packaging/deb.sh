@@ -4,7 +4,9 @@
 # (CI packages those rather than spend a release build on it; cargo-deb warns that it is not
 # a release profile), `release` for packages to ship. ferrolet-docgen writes the man pages and
 # completions under <target>/<profile dir>/packaging/, where the crates' [package.metadata.deb]
-# assets (`target/release/packaging/…`, cargo-deb's name for the profile's dir) take them.
+# assets (`target/release/packaging/…`, cargo-deb's name for the profile's dir) take them, and
+# the binaries ferrolet-cri's package puts beside it (ferrolet-cni, containerd-shim-ferrolet-v1)
+# are staged there too: a glob asset, so the shim is packaged exactly when the workspace builds it.
 # DEB_FAST=1 compresses faster (2-3 s a package instead of 25-30 s, 20% larger): CI's choice.
 # cargo-deb is installed (pinned: a later one may refuse the dev profile, as 3.8 warns it
 # will) when missing, about 1.5 min from crates.io.
@@ -16,6 +18,7 @@ case "$profile" in dev) profile_dir=debug ;; *) profile_dir=$profile ;; esac
 target=$($CARGO metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
 out="$target/debian"
 CARGO_DEB_VERSION=3.8.0
+FERROLET_SHIM=containerd-shim-ferrolet-v1
 step() { echo "deb: $1 took $(( $(date +%s) - $2 ))s"; }
 
 if ! $CARGO deb --version 2>/dev/null | grep -q "^cargo-deb $CARGO_DEB_VERSION$"; then
@@ -34,6 +37,19 @@ t=$(date +%s)
 gen="$target/$profile_dir/packaging"
 rm -rf "$gen"
 "$target/$profile_dir/ferrolet-docgen" "$gen"
+# The binaries ferrolet-cri's package installs beside ferrolet-cri (its asset
+# target/release/packaging/bin/*): ferrolet-cni, and Ferrolet's containerd shim
+# (containerd finds it on its PATH, /usr/bin) once the workspace has a binary of that name.
+mkdir -p "$gen/bin"
+beside=(ferrolet-cni)
+if $CARGO metadata --format-version 1 --no-deps | grep -q "\"name\":\"$FERROLET_SHIM\""; then
+	beside+=("$FERROLET_SHIM")
+fi
+for bin in "${beside[@]}"; do
+	built="$target/$profile_dir/$bin"
+	[ -x "$built" ] || { echo "deb: $built is missing: the workspace declares $bin, but the build made no such binary" >&2; exit 1; }
+	ln -f "$built" "$gen/bin/$bin" 2>/dev/null || cp -f "$built" "$gen/bin/$bin"
+done
 # Debian policy: man pages compressed, reproducibly (-n: no name or time stamp).
 gzip -9n "$gen"/man/*.1
 step "man pages and completions" "$t"

@@ -30,6 +30,14 @@ t=$(date +%s)
 dpkg_root -i "${debs[@]}"
 echo "test-packages: dpkg -i into $root took $(( $(date +%s) - t ))s"
 
+# Ferrolet's containerd shim beside ferrolet-cri, once the workspace builds it.
+FERROLET_SHIM=containerd-shim-ferrolet-v1
+if $CARGO metadata --format-version 1 --no-deps | grep -q "\"name\":\"$FERROLET_SHIM\""; then
+	has "usr/bin/$FERROLET_SHIM"
+	[ -x "$root/usr/bin/$FERROLET_SHIM" ] || fail "/usr/bin/$FERROLET_SHIM is not executable"
+	dpkg-query --admindir="$root/var/lib/dpkg" -L ferrolet-cri | grep -qx "/usr/bin/$FERROLET_SHIM" ||
+		fail "/usr/bin/$FERROLET_SHIM is not ferrolet-cri's"
+fi
 has usr/bin/ferrolet usr/bin/ferrolet-cri usr/bin/ferrolet-cni \
 	usr/lib/systemd/system/kubelet.service usr/lib/systemd/system/ferrolet-cri.service \
 	etc/ferrolet/kubelet.yaml etc/ferrolet/cri.toml etc/kubernetes/manifests
@@ -84,6 +92,7 @@ dpkg_root --purge ferrolet ferrolet-cri
 echo "test-packages: dpkg --purge took $(( $(date +%s) - t ))s"
 [ ! -e "$root/usr/bin/kubelet" ] && [ ! -L "$root/usr/bin/kubelet" ] || fail "/usr/bin/kubelet left after purge"
 [ ! -e "$root/usr/bin/ferrolet" ] || fail "/usr/bin/ferrolet left after purge"
+[ ! -e "$root/usr/bin/$FERROLET_SHIM" ] || fail "/usr/bin/$FERROLET_SHIM left after purge"
 [ ! -e "$root/etc/ferrolet/cri.toml" ] || fail "conffiles left after purge"
 
 if [ "$failures" -gt 0 ]; then

@@ -142,8 +142,10 @@ up() {
     write_config "$pause"
     # Its own session, so a Ctrl-C in make does not reach it; `exec` keeps the recorded pid.
     rm -f "$PID_DIR/containerd-cri.pid"
+    # The environment's shim dir first on PATH (scripts/env.sh): containerd finds Ferrolet's
+    # shim there, as the environment's containerd does.
     setsid bash -c 'echo $$ >"$0"; exec "$@"' "$PID_DIR/containerd-cri.pid" \
-      containerd --config "$CONFIG" </dev/null >>"$LOG" 2>&1 &
+      env PATH="$LIB/shims:$PATH" containerd --config "$CONFIG" </dev/null >>"$LOG" 2>&1 &
     wait_for "containerd-cri's pid file" test -s "$PID_DIR/containerd-cri.pid"
     wait_for containerd-cri ctr --address "$CTRD_SOCK" version
     log "containerd $(ctr --address "$CTRD_SOCK" version | awk '/Version/{print $2; exit}') with its CRI plugin on $CTRD_SOCK"

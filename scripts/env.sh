@@ -17,6 +17,11 @@ CTRD_STATE=$RUN/containerd
 CTRD_SOCK=$RUN/containerd/containerd.sock
 IMAGES=$LIB/images
 CNI_CONF_DIR=/etc/ferrolet/cni/net.d
+# containerd runs a runtime type's shim (containerd-shim-<name>-<version>) from its PATH; this dir
+# comes first there and holds a link to Ferrolet's, which `up` points at FERROLET_SHIM (default:
+# the debug build beside ferrolet-cri). Repointing the link needs no containerd restart.
+SHIM_DIR=$LIB/shims
+FERROLET_SHIM_NAME=containerd-shim-ferrolet-v1
 REG_OPEN=127.0.0.1:5000
 REG_AUTH=127.0.0.1:5001
 AUTH_FILE=$ENV_DIR/registry-auth
@@ -56,12 +61,25 @@ wait_for() {
   die "$what did not come up; see $ENV_DIR/logs"
 }
 
+link_shim() {
+  local built=${FERROLET_SHIM:-${CARGO_TARGET_DIR:-$ROOT_DIR/target}/debug/$FERROLET_SHIM_NAME}
+  mkdir -p "$SHIM_DIR"
+  ln -sfn "$built" "$SHIM_DIR/$FERROLET_SHIM_NAME"
+  if [ -x "$built" ]; then
+    log "containerd finds $FERROLET_SHIM_NAME in $SHIM_DIR (-> $built)"
+  else
+    log "$SHIM_DIR/$FERROLET_SHIM_NAME -> $built, not built yet (cargo build --workspace --bins)"
+  fi
+}
+
 start_containerd() {
+  link_shim
   if alive containerd; then log "containerd already running (pid $(cat "$PID_DIR/containerd.pid"))"; return; fi
   mkdir -p "$CTRD_ROOT" "$CTRD_STATE" "$LIB/containerd-opt"
   sed -e "s|@ROOT@|$CTRD_ROOT|" -e "s|@STATE@|$CTRD_STATE|" -e "s|@SOCKET@|$CTRD_SOCK|g" \
     -e "s|@OPT@|$LIB/containerd-opt|" "$ROOT_DIR/scripts/containerd.toml.in" >"$ENV_DIR/containerd.toml"
-  start containerd "$ENV_DIR/logs/containerd.log" containerd --config "$ENV_DIR/containerd.toml"
+  start containerd "$ENV_DIR/logs/containerd.log" env PATH="$SHIM_DIR:$PATH" \
+    containerd --config "$ENV_DIR/containerd.toml"
   wait_for containerd ctr --address "$CTRD_SOCK" version
   log "containerd $(ctr --address "$CTRD_SOCK" version | awk '/Version/{print $2; exit}') on $CTRD_SOCK"
 }

@@ -43,19 +43,27 @@ pub fn containerd_binary() -> std::path::PathBuf {
     }
 }
 
-/// `command` (running [`containerd_binary`]) with that containerd's own dir first on PATH,
-/// where containerd looks for its runc shim.
+/// `command` (running [`containerd_binary`]) with, first on PATH, the workspace's binary dir
+/// (where the `ferrolet-cri` the tests run is, and beside it Ferrolet's shim
+/// `containerd-shim-ferrolet-v1`), then that containerd's own dir: containerd looks for a
+/// runtime type's shim (`containerd-shim-<name>-<version>`) on its PATH.
 pub fn containerd_command(mut command: std::process::Command) -> std::process::Command {
-    if let Some(dir) = std::env::var_os("FERROLET_CONTAINERD_BIN").filter(|d| !d.is_empty()) {
-        let mut paths = vec![std::path::PathBuf::from(dir)];
-        paths.extend(std::env::split_paths(
-            &std::env::var_os("PATH").unwrap_or_default(),
-        ));
-        if let Ok(joined) = std::env::join_paths(paths) {
-            command.env("PATH", joined);
-        }
-    }
+    command.env("PATH", shim_path());
     command
+}
+
+/// The PATH [`containerd_command`] gives containerd.
+fn shim_path() -> std::ffi::OsString {
+    let mut paths = vec![crate::workspace_bin_dir()];
+    if let Some(dir) = std::env::var_os("FERROLET_CONTAINERD_BIN").filter(|d| !d.is_empty()) {
+        paths.push(PathBuf::from(dir));
+    }
+    paths.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    // A dir holding the PATH separator cannot be on a PATH; the system PATH then, which
+    // finds the runc shim still.
+    std::env::join_paths(paths).unwrap_or_else(|_| std::env::var_os("PATH").unwrap_or_default())
 }
 
 /// The `(major, minor)` version of [`containerd_binary`], from `containerd --version`
@@ -181,6 +189,24 @@ impl TestContainerd {
         }
     }
 
+    /// Stops containerd with SIGTERM, as systemd stops it, and waits for it to exit (SIGKILL
+    /// after 10 s); its shims and their containers live on. It stays down until
+    /// [`TestContainerd::start_again`], as after [`TestContainerd::kill`].
+    pub fn terminate(&self) {
+        if let Ok(mut slot) = CHILD.lock()
+            && let Some(mut child) = slot.take()
+        {
+            let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
     /// Starts containerd again after [`TestContainerd::kill`]; returns once it answers.
     ///
     /// # Panics
@@ -267,6 +293,31 @@ impl TestContainerd {
     }
 }
 
+/// The test containerd down until this is dropped: at the test's word, or when the test
+/// panics meanwhile, so the binary's next test finds containerd running. A test that takes
+/// containerd down has its binary to itself (its tests take turns).
+pub struct ContainerdDown(());
+
+impl ContainerdDown {
+    /// Kills containerd with SIGKILL (a crash).
+    pub fn killed() -> Self {
+        containerd().kill();
+        Self(())
+    }
+
+    /// Stops containerd with SIGTERM (a service stop or restart).
+    pub fn terminated() -> Self {
+        containerd().terminate();
+        Self(())
+    }
+}
+
+impl Drop for ContainerdDown {
+    fn drop(&mut self) {
+        containerd().start_again();
+    }
+}
+
 /// A containerd namespace owned by one test.
 pub struct TestNamespace {
     daemon: &'static TestContainerd,
@@ -289,6 +340,7 @@ impl TestNamespace {
                     .join(&self.name),
             )
             .processes_mentioning(format!("-namespace {} ", self.name))
+            .shims_of(self.daemon.socket(), &self.name)
     }
 
     /// Deletes the namespace; containerd refuses while anything is left in it, which makes
@@ -318,18 +370,7 @@ extern "C" fn stop_at_exit() {
 
 impl TestContainerd {
     fn stop(&self) {
-        if let Ok(mut slot) = CHILD.lock()
-            && let Some(mut child) = slot.take()
-        {
-            let pid = nix::unistd::Pid::from_raw(self.pid() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.terminate();
         // Shims outlive containerd by design; any still running belong to a test that leaked
         // them (its leak check has already failed), so end them before unmounting.
         kill_processes_mentioning(&self.socket.to_string_lossy());

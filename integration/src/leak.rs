@@ -45,6 +45,8 @@ pub enum Leak {
     Mount(PathBuf),
     /// A process.
     Process { pid: u32, cmdline: String },
+    /// A runtime v2 shim's socket left for a sandbox (or ungrouped task) id.
+    ShimSocket { id: String, path: PathBuf },
     /// A containerd object in the test's namespace.
     Containerd { kind: &'static str, id: String },
     /// The checker itself could not look (an unreadable dir, a failed containerd call).
@@ -60,6 +62,7 @@ impl fmt::Display for Leak {
             Leak::CniCache(p) => write!(f, "CNI cache file {}", p.display()),
             Leak::Mount(p) => write!(f, "mount {}", p.display()),
             Leak::Process { pid, cmdline } => write!(f, "process {pid}: {cmdline}"),
+            Leak::ShimSocket { id, path } => write!(f, "shim socket of {id}: {}", path.display()),
             Leak::Containerd { kind, id } => write!(f, "containerd {kind} {id}"),
             Leak::CheckFailed(why) => write!(f, "could not check: {why}"),
         }
@@ -75,6 +78,8 @@ pub struct LeakChecker {
     cni_cache_dirs: Vec<PathBuf>,
     mount_roots: Vec<PathBuf>,
     process_needles: Vec<String>,
+    shims: Vec<ShimScope>,
+    shim_sockets: Vec<(ShimScope, String)>,
     children: bool,
     containerd: Option<Containerd>,
     containerd_images: bool,
@@ -120,6 +125,36 @@ impl LeakChecker {
     /// `needle` is a leak: shims and containers of a test carry its paths or namespace.
     pub fn processes_mentioning(mut self, needle: impl Into<String>) -> Self {
         self.process_needles.push(needle.into());
+        self
+    }
+
+    /// Any runtime v2 shim of the containerd on `address` for `namespace` is a leak: a
+    /// process whose arguments carry `-address <address>` and `-namespace <namespace>`, as
+    /// containerd starts every shim (its runc shim, Ferrolet's), in any order.
+    pub fn shims_of(mut self, address: impl Into<PathBuf>, namespace: impl Into<String>) -> Self {
+        self.shims.push(ShimScope {
+            address: address.into(),
+            namespace: namespace.into(),
+        });
+        self
+    }
+
+    /// A shim socket left for any of `ids` (sandbox ids: a pod's shim is found by its
+    /// sandbox id) of the containerd on `address` and `namespace` is a leak:
+    /// [`shim_socket`] of each.
+    pub fn shim_sockets(
+        mut self,
+        address: impl Into<PathBuf>,
+        namespace: impl Into<String>,
+        ids: impl IntoIterator<Item = String>,
+    ) -> Self {
+        let scope = ShimScope {
+            address: address.into(),
+            namespace: namespace.into(),
+        };
+        for id in ids {
+            self.shim_sockets.push((scope.clone(), id));
+        }
         self
     }
 
@@ -175,8 +210,19 @@ impl LeakChecker {
         for root in &self.mount_roots {
             leaks.extend(scratch::mounts_under(root).into_iter().map(Leak::Mount));
         }
-        if !self.process_needles.is_empty() || self.children {
+        if !self.process_needles.is_empty() || !self.shims.is_empty() || self.children {
             leaks.extend(self.process_leaks());
+        }
+        for (scope, id) in &self.shim_sockets {
+            let path = shim_socket(&scope.address, &scope.namespace, id);
+            match std::fs::symlink_metadata(&path) {
+                Ok(_) => leaks.push(Leak::ShimSocket {
+                    id: id.clone(),
+                    path,
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => leaks.push(Leak::CheckFailed(format!("{}: {e}", path.display()))),
+            }
         }
         if let Some(cd) = &self.containerd {
             leaks.extend(containerd_leaks(cd, self.containerd_images).await);
@@ -200,18 +246,78 @@ impl LeakChecker {
     fn process_leaks(&self) -> Vec<Leak> {
         let me = std::process::id();
         let mut leaks = Vec::new();
-        for (pid, ppid, cmdline) in processes() {
+        for (pid, ppid, argv) in processes() {
             if pid == me || is_daemon(pid) {
                 continue;
             }
+            let cmdline = argv.join(" ");
             let child = self.children && ppid == me;
             let mentions = self.process_needles.iter().any(|n| cmdline.contains(n));
-            if child || mentions {
+            let shim = self.shims.iter().any(|s| s.started(&argv));
+            if child || mentions || shim {
                 leaks.push(Leak::Process { pid, cmdline });
             }
         }
         leaks
     }
+}
+
+/// Pids of the running shims of the containerd on `address` for `namespace` (see
+/// [`LeakChecker::shims_of`]).
+pub fn shim_pids(address: &Path, namespace: &str) -> Vec<u32> {
+    let scope = ShimScope {
+        address: address.to_path_buf(),
+        namespace: namespace.to_string(),
+    };
+    processes()
+        .into_iter()
+        .filter(|(_, _, argv)| scope.started(argv))
+        .map(|(pid, _, _)| pid)
+        .collect()
+}
+
+/// The containerd and namespace shims are looked for in.
+#[derive(Clone, Debug)]
+struct ShimScope {
+    address: PathBuf,
+    namespace: String,
+}
+
+impl ShimScope {
+    /// Whether `argv` is a shim containerd started for this scope.
+    fn started(&self, argv: &[String]) -> bool {
+        let address = self.address.to_string_lossy();
+        flag_value(argv, "address") == Some(&*address)
+            && flag_value(argv, "namespace") == Some(self.namespace.as_str())
+    }
+}
+
+/// The value of Go-style flag `name` in `argv`: `-name v`, `--name v`, `-name=v`.
+fn flag_value<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
+    let mut args = argv.iter();
+    while let Some(arg) = args.next() {
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            continue;
+        };
+        if flag == name {
+            return args.next().map(String::as_str);
+        }
+        if let Some(value) = flag.strip_prefix(name).and_then(|v| v.strip_prefix('=')) {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// Where containerd's shims (its runc shim, Ferrolet's) listen for grouping id `id` (a pod's
+/// sandbox id) of the containerd on `address` in `namespace`: `/run/containerd/s/` and the
+/// SHA-256 of `<address>/<namespace>/<id>`, as containerd's `shim.SocketAddress` (1.6 and 2.x
+/// alike, whatever containerd's own state dir).
+pub fn shim_socket(address: &Path, namespace: &str, id: &str) -> PathBuf {
+    use sha2::Digest;
+    let key = address.join(namespace).join(id);
+    let digest = sha2::Sha256::digest(key.to_string_lossy().as_bytes());
+    Path::new("/run/containerd/s").join(hex::encode(digest))
 }
 
 fn file_name(p: &Path) -> String {
@@ -249,8 +355,8 @@ fn files_under(dir: &Path, leaks: &mut Vec<Leak>) -> Vec<PathBuf> {
     files
 }
 
-/// `(pid, ppid, cmdline)` of every process we can read.
-fn processes() -> Vec<(u32, u32, String)> {
+/// `(pid, ppid, argv)` of every process we can read (a kernel thread's argv: `[name]`).
+fn processes() -> Vec<(u32, u32, Vec<String>)> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -262,11 +368,21 @@ fn processes() -> Vec<(u32, u32, String)> {
             let after = &stat[stat.rfind(')')? + 2..];
             let ppid = after.split(' ').nth(1)?.parse().ok()?;
             let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let mut cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-            if cmdline.is_empty() {
-                cmdline = format!("[{}]", &stat[stat.find('(')? + 1..stat.rfind(')')?]);
+            let mut argv: Vec<String> = raw
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            // The NUL that ends the last argument leaves an empty one.
+            while argv.last().is_some_and(String::is_empty) {
+                argv.pop();
             }
-            Some((pid, ppid, cmdline.trim_end().to_string()))
+            if argv.is_empty() {
+                argv.push(format!(
+                    "[{}]",
+                    &stat[stat.find('(')? + 1..stat.rfind(')')?]
+                ));
+            }
+            Some((pid, ppid, argv))
         })
         .collect()
 }
@@ -344,4 +460,56 @@ async fn list_content(cd: &Containerd) -> Result<Vec<String>, tonic::Status> {
         digests.extend(page.info.into_iter().map(|i| i.digest));
     }
     Ok(digests)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn argv(line: &str) -> Vec<String> {
+        line.split(' ').map(String::from).collect()
+    }
+
+    #[test]
+    fn a_shim_of_either_kind_is_told_by_its_address_and_namespace() {
+        let scope = ShimScope {
+            address: "/tmp/c/containerd.sock".into(),
+            namespace: "t-1".into(),
+        };
+        // The Go shim as containerd 1.6 and 2.x start it, and a shim putting the flags in
+        // another order or spelling.
+        for line in [
+            "/usr/bin/containerd-shim-runc-v2 -namespace t-1 -id abc -address /tmp/c/containerd.sock",
+            "containerd-shim-ferrolet-v1 -id abc -address /tmp/c/containerd.sock -namespace t-1",
+            "containerd-shim-x-v1 --namespace=t-1 --address /tmp/c/containerd.sock",
+        ] {
+            assert!(scope.started(&argv(line)), "{line}");
+        }
+        for line in [
+            // Another test's namespace, whose name ours is a prefix of.
+            "containerd-shim-runc-v2 -namespace t-10 -id abc -address /tmp/c/containerd.sock",
+            // Another containerd.
+            "containerd-shim-runc-v2 -namespace t-1 -id abc -address /run/containerd/containerd.sock",
+            "sleep 100",
+        ] {
+            assert!(!scope.started(&argv(line)), "{line}");
+        }
+    }
+
+    #[test]
+    fn shim_sockets_are_named_as_containerd_names_them() {
+        // sha256("/run/containerd/containerd.sock/k8s.io/abc"), as Go's shim.SocketAddress.
+        assert_eq!(
+            shim_socket(
+                Path::new("/run/containerd/containerd.sock"),
+                "k8s.io",
+                "abc"
+            ),
+            Path::new(
+                "/run/containerd/s/a99a1752d3a0fadfb1f869026f16760475df03a572e20f4ccea9e6c1e5470b72"
+            )
+        );
+    }
 }

@@ -73,6 +73,18 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     }
 }
 
+/// The directory of the workspace's binaries (`target/<profile>`), where the built
+/// `ferrolet-cri` is (or would be): containerd finds Ferrolet's shim there ([`containerd::containerd_command`]).
+pub fn workspace_bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    if dir.join("ferrolet-cri").is_file() {
+        return dir.to_path_buf();
+    }
+    // A test binary in `target/<profile>/deps`.
+    dir.parent().unwrap_or(dir).to_path_buf()
+}
+
 /// A command for a daemon the harness runs: in a process group of its own, as a service
 /// manager starts each daemon. A daemon stopped by a test (SIGSTOP) would otherwise leave our
 /// group orphaned with a stopped member, and the kernel then SIGHUPs the whole group.

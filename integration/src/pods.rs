@@ -268,6 +268,8 @@ impl CriNode {
                 .mounts_under(task_mounts)
                 .mounts_under(self.scratch.path())
                 .processes_mentioning(format!("-namespace {} ", self.ns.name))
+                .shims_of(containerd().socket(), &self.ns.name)
+                .shim_sockets(containerd().socket(), &self.ns.name, ids.clone())
                 .check()
                 .await
                 .iter()

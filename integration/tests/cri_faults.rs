@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ferrolet_integration::containerd::containerd;
+use ferrolet_integration::containerd::ContainerdDown;
 use ferrolet_integration::cri::poll;
 use ferrolet_integration::network::TestNetwork;
 use ferrolet_integration::pods::{ContainerBuilder, CriNode, LONG, NodeOptions};
@@ -29,23 +29,6 @@ use tonic::Code;
 
 /// Tests that kill containerd must not overlap with any other test of this binary.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// containerd killed until this is dropped: at the test's word, or when it panics meanwhile,
-/// so the binary's next test finds containerd running.
-struct Killed;
-
-impl Killed {
-    fn containerd() -> Self {
-        containerd().kill();
-        Killed
-    }
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        containerd().start_again();
-    }
-}
 
 /// A first-in-chain plugin whose first ADD writes its pid to `stalled` beside it and waits for
 /// a `released` file there, then succeeds (`stall-then-pass`) or fails (`stall-then-fail`);
@@ -189,7 +172,7 @@ async fn removals_while_containerd_is_down_fail_and_their_retries_leave_nothing(
         .unwrap();
     assert_eq!(api.wait_exited(&exited, LONG).await.exit_code, 3);
 
-    let down = Killed::containerd();
+    let down = ContainerdDown::killed();
     // Each removal needs containerd: it fails, says why, and the object stays listed.
     let err = api.remove_container(&exited).await.unwrap_err();
     println!("RemoveContainer with containerd down: {err}");
@@ -234,7 +217,7 @@ async fn a_rollback_containerd_could_not_finish_is_finished_by_the_sweeper() {
     // The sandbox's containerd record is made beside CNI ADD.
     node.wait_containerd_records(1).await;
     // ADD fails while containerd is down: the rollback cannot delete the record.
-    let down = Killed::containerd();
+    let down = ContainerdDown::killed();
     release(&node);
     let err = run.await.unwrap().unwrap_err();
     assert!(err.message().contains("stalled then failed"), "{err}");

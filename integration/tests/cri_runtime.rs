@@ -1345,6 +1345,77 @@ fn runtime_state(binary: &str, root: &str, id: &str) -> Option<String> {
     })
 }
 
+/// A handler naming only a runtime type (`[runtimes.go] runtime_type = ...`, as containerd's
+/// `runtimes.<name>.runtime_type`) runs its pods under that shim: its records carry it and the
+/// verbose statuses say it. A runtime type whose shim containerd cannot find fails the pod
+/// with containerd's reason, naming the shim's binary, and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_picks_its_shim_by_runtime_type() {
+    let node = CriNode::start_with(
+        "rtype",
+        NodeOptions {
+            extra_config: "[runtimes.go]\nruntime_type = \"io.containerd.runc.v2\"\n\
+                           [runtimes.absent]\nruntime_type = \"io.containerd.absent.v1\"\n"
+                .into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let api = node.api().await;
+    let image = node.pull("busybox").await;
+
+    let err = api
+        .run_pod_with_handler(&node.pod("on-absent").build(), "absent")
+        .await
+        .unwrap_err();
+    println!("a runtime type without its shim: {err}");
+    assert!(err.message().contains("containerd-shim-absent-v1"), "{err}");
+    assert!(api.list_pods(None).await.unwrap().is_empty());
+    node.assert_no_pod_leaks().await;
+
+    let pod = node.pod("on-go").build();
+    let sandbox = api.run_pod_with_handler(&pod, "go").await.unwrap();
+    let c = ContainerBuilder::new("main", &image.reference)
+        .shell("exec sleep 300")
+        .build();
+    let id = api.run_container(&sandbox, &pod, &c).await.unwrap();
+    assert_eq!(api.exec_ok(&id, &["echo", "exec-ok"]).await, "exec-ok\n");
+    let records = node
+        .ns
+        .client
+        .containers()
+        .list(ferrolet_proto::containerd::services::v1::ListContainersRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .containers;
+    assert_eq!(records.len(), 2, "the sandbox's record and the container's");
+    for r in &records {
+        let name = r.runtime.as_ref().map(|rt| rt.name.as_str());
+        assert_eq!(name, Some("io.containerd.runc.v2"), "record {}", r.id);
+    }
+    let (_, info) = api.container_status_verbose(&id, true).await.unwrap();
+    let info: serde_json::Value = serde_json::from_str(&info["info"]).unwrap();
+    assert_eq!(info["runtimeType"], "io.containerd.runc.v2");
+    let status = api
+        .client()
+        .pod_sandbox_status(ferrolet_proto::cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox.clone(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info: serde_json::Value = serde_json::from_str(&status.info["info"]).unwrap();
+    assert_eq!(
+        (&info["runtimeHandler"], &info["runtimeType"]),
+        (&"go".into(), &"io.containerd.runc.v2".into())
+    );
+    api.stop_pod(&sandbox).await.unwrap();
+    api.remove_pod(&sandbox).await.unwrap();
+    node.teardown().await;
+}
+
 /// A runtime handler with its own OCI runtime binary (`[runtimes.crun]`, containerd's
 /// `runtimes.crun.options.BinaryName`): its pods run under crun (crun knows them, runc does
 /// not), the default handler's under runc, exec works in both, and the CRI Status lists it.

@@ -45,6 +45,26 @@ async fn containerd_answers_with_its_version_and_plugins() {
     ns.delete().await.unwrap();
 }
 
+/// containerd runs a runtime type's shim from its PATH: the built ferrolet-cri's dir comes
+/// first there, where `containerd-shim-ferrolet-v1` is built beside it.
+#[test]
+fn containerd_finds_the_workspace_s_shims_first_on_its_path() {
+    let environ = std::fs::read(format!("/proc/{}/environ", containerd().pid())).unwrap();
+    let path = environ
+        .split(|b| *b == 0)
+        .find_map(|var| var.strip_prefix(b"PATH="))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .expect("containerd has a PATH");
+    let first = path.split(':').next().unwrap();
+    let bin_dir = ferrolet_integration::workspace_bin_dir();
+    assert_eq!(std::path::Path::new(first), bin_dir, "PATH={path}");
+    assert!(
+        bin_dir.join("ferrolet-cri").is_file(),
+        "the dir of the ferrolet-cri the tests run: {}",
+        bin_dir.display()
+    );
+}
+
 #[tokio::test]
 async fn an_image_layout_is_imported_listed_and_removed_without_residue() {
     let scratch = Scratch::new("import");

@@ -101,6 +101,7 @@ const FERROLET_CRI: Rule = Rule {
             &[
                 "completion",
                 "task",
+                "shim_socket",
                 "content",
                 "lease",
                 "store",

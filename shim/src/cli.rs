@@ -78,6 +78,20 @@ pub struct ServerArgs {
     /// Port of the streaming server, 0 for a free one [default: 0].
     #[arg(long, value_name = "PORT")]
     pub stream_server_port: Option<String>,
+    /// containerd runtime (shim) type of the default handler.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        help = concat!(
+            "containerd runtime (shim) type of the default handler and of handlers naming none: \
+             io.containerd.<name>.<version> (containerd runs containerd-shim-<name>-<version> \
+             from its PATH; io.containerd.ferrolet.v1 is Ferrolet's own, installed beside \
+             ferrolet-cri) or a shim's absolute path [default: ",
+            crate::config::default_runtime_type!(),
+            "]"
+        )
+    )]
+    pub runtime_type: Option<String>,
 }
 
 /// The commands.
@@ -126,6 +140,7 @@ impl ServerArgs {
             sandbox_image: later.sandbox_image.or(self.sandbox_image),
             stream_server_address: later.stream_server_address.or(self.stream_server_address),
             stream_server_port: later.stream_server_port.or(self.stream_server_port),
+            runtime_type: later.runtime_type.or(self.runtime_type),
         }
     }
 
@@ -141,6 +156,8 @@ impl ServerArgs {
             Some("--stream-server-address")
         } else if self.stream_server_port.is_some() {
             Some("--stream-server-port")
+        } else if self.runtime_type.is_some() {
+            Some("--runtime-type")
         } else {
             None
         }
@@ -180,6 +197,7 @@ impl Cli {
             set(&mut config.sandbox_image, &s.sandbox_image);
             set(&mut config.stream_server_address, &s.stream_server_address);
             set(&mut config.stream_server_port, &s.stream_server_port);
+            set(&mut config.runtime_type, &s.runtime_type);
         }
         config.validate()?;
         Ok(config)
@@ -242,6 +260,7 @@ mod tests {
             ("sandbox-image", d.sandbox_image.clone()),
             ("stream-server-address", d.stream_server_address.clone()),
             ("stream-server-port", d.stream_server_port.clone()),
+            ("runtime-type", d.runtime_type.clone()),
             ("log-level", d.log_level.clone()),
             ("log-format", format.to_string()),
         ];
@@ -280,6 +299,7 @@ mod tests {
             "--root",
             "--sandbox-image",
             "--stream-server-port",
+            "--runtime-type",
         ] {
             assert!(!h.contains(flag), "{flag} in\n{h}");
         }
@@ -323,6 +343,14 @@ mod tests {
         assert_eq!(c.root, PathBuf::from("/tmp/flag-root"));
         assert_eq!(c.namespace, "flag-ns");
         assert_eq!(c.containerd, "/tmp/file-containerd.sock");
+        assert_eq!(c.runtime_type, crate::config::DEFAULT_RUNTIME_TYPE);
+
+        let c = parse(&["serve", "--runtime-type", crate::config::FERROLET_SHIM])
+            .config()
+            .unwrap();
+        assert_eq!(c.runtime_type, "io.containerd.ferrolet.v1");
+        let err = parse(&["--runtime-type", "runc"]).config().unwrap_err();
+        assert!(err.to_string().contains("runtime_type"), "{err}");
 
         // Without a file: the defaults.
         assert_eq!(parse(&[]).config().unwrap(), Config::default());

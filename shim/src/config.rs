@@ -8,6 +8,21 @@ use serde::Deserialize;
 /// The built-in sandbox (pause) image's name; `ferrolet-cri` imports it at start-up.
 pub const BUILTIN_PAUSE_IMAGE: &str = concat!("ferrolet.local/pause:", env!("CARGO_PKG_VERSION"));
 
+/// [`DEFAULT_RUNTIME_TYPE`] as a literal, for `concat!` (the `--runtime-type` help).
+macro_rules! default_runtime_type {
+    () => {
+        "io.containerd.runc.v2"
+    };
+}
+pub(crate) use default_runtime_type;
+
+/// The runtime (shim) type of the default handler when the config names none: containerd's
+/// runc shim, found by containerd as `containerd-shim-runc-v2` on its PATH.
+pub const DEFAULT_RUNTIME_TYPE: &str = default_runtime_type!();
+
+/// Ferrolet's own shim (`containerd-shim-ferrolet-v1`, installed beside ferrolet-cri).
+pub const FERROLET_SHIM: &str = "io.containerd.ferrolet.v1";
+
 /// containerd's (and the Go streaming server's) default streaming idle timeout.
 const DEFAULT_STREAM_IDLE_TIMEOUT: &str = "4h0m0s";
 
@@ -35,12 +50,18 @@ pub struct Config {
     pub cni_bin_dirs: Vec<PathBuf>,
     /// CNI result cache (DEL after a restart relies on it).
     pub cni_cache_dir: PathBuf,
+    /// The containerd runtime (shim) type of the default handler ("" and "runc") and of
+    /// every handler that names none, as containerd's CRI plugin's
+    /// `runtimes.<name>.runtime_type`: `io.containerd.<name>.<version>` (containerd runs
+    /// `containerd-shim-<name>-<version>` from its PATH) or a shim binary's absolute path.
+    pub runtime_type: String,
     /// Runtime handlers accepted besides the default ("" and "runc" are always accepted),
-    /// run by runc like the default.
+    /// run like the default.
     pub runtime_handlers: Vec<String>,
-    /// Runtime handlers run by another OCI runtime binary through containerd's runc shim
-    /// (`[runtimes.crun] binary_name = "/usr/bin/crun"`), as containerd's CRI plugin's
-    /// `runtimes.<name>.options.BinaryName`.
+    /// Runtime handlers with a shim or OCI runtime binary of their own
+    /// (`[runtimes.crun] binary_name = "/usr/bin/crun"`, `[runtimes.go]
+    /// runtime_type = "io.containerd.runc.v2"`), as containerd's CRI plugin's
+    /// `runtimes.<name>.runtime_type` and `runtimes.<name>.options.BinaryName`.
     pub runtimes: std::collections::BTreeMap<String, RuntimeHandlerConfig>,
     /// Snapshotter images are unpacked into.
     pub snapshotter: String,
@@ -108,12 +129,14 @@ pub struct X509KeyPairStreaming {
     pub tls_key_file: PathBuf,
 }
 
-/// One runtime handler of [`Config::runtimes`].
+/// One runtime handler of [`Config::runtimes`]: it names at least one of the two.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeHandlerConfig {
     /// The OCI runtime binary the shim runs instead of `runc` (a path, or a name on its PATH).
     pub binary_name: String,
+    /// The containerd runtime (shim) type; empty: [`Config::runtime_type`].
+    pub runtime_type: String,
 }
 
 /// Registry configuration, per host (`[registry.hosts."docker.io"]`).
@@ -148,6 +171,7 @@ impl Default for Config {
             cni_conf_dir: "/etc/cni/net.d".into(),
             cni_bin_dirs: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()],
             cni_cache_dir: "/var/lib/cni".into(),
+            runtime_type: DEFAULT_RUNTIME_TYPE.into(),
             runtime_handlers: Vec::new(),
             runtimes: Default::default(),
             snapshotter: "overlayfs".into(),
@@ -277,11 +301,29 @@ impl Config {
                 reason: "enable_tls_streaming needs tls_cert_file and tls_key_file".into(),
             });
         }
-        if let Some((name, _)) = self.runtimes.iter().find(|(_, r)| r.binary_name.is_empty()) {
+        if let Err(why) = check_runtime_type(&self.runtime_type) {
             return Err(ConfigError::Invalid {
-                field: "runtimes",
-                reason: format!("runtime handler {name:?} needs a binary_name"),
+                field: "runtime_type",
+                reason: why,
             });
+        }
+        for (name, handler) in &self.runtimes {
+            if handler.binary_name.is_empty() && handler.runtime_type.is_empty() {
+                return Err(ConfigError::Invalid {
+                    field: "runtimes",
+                    reason: format!(
+                        "runtime handler {name:?} needs a binary_name or a runtime_type"
+                    ),
+                });
+            }
+            if !handler.runtime_type.is_empty()
+                && let Err(why) = check_runtime_type(&handler.runtime_type)
+            {
+                return Err(ConfigError::Invalid {
+                    field: "runtimes",
+                    reason: format!("runtime handler {name:?}: {why}"),
+                });
+            }
         }
         if self.max_concurrent_downloads == 0 {
             return Err(ConfigError::Invalid {
@@ -310,9 +352,44 @@ impl Config {
         Ok(())
     }
 
+    /// The runtime (shim) type of runtime handler `handler`: its own, else the default's.
+    pub fn runtime_type_of(&self, handler: &str) -> &str {
+        match self.runtimes.get(handler) {
+            Some(h) if !h.runtime_type.is_empty() => &h.runtime_type,
+            _ => &self.runtime_type,
+        }
+    }
+
     /// Grace period for in-flight calls at shutdown.
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
+    }
+}
+
+/// Whether containerd can start a shim for `runtime_type`: `io.containerd.<name>.<version>`
+/// (containerd derives the binary `containerd-shim-<name>-<version>` from the last two
+/// parts) or an absolute path to a shim binary. The reason, when it cannot.
+fn check_runtime_type(runtime_type: &str) -> Result<(), String> {
+    if runtime_type.is_empty() {
+        return Err("must not be empty (the default is \"io.containerd.runc.v2\")".into());
+    }
+    if runtime_type.starts_with('/') {
+        return Ok(());
+    }
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
+    match runtime_type
+        .strip_prefix("io.containerd.")
+        .and_then(|rest| rest.split_once('.'))
+    {
+        Some((name, version)) if part_ok(name) && part_ok(version) => Ok(()),
+        _ => Err(format!(
+            "{runtime_type:?} is neither io.containerd.<name>.<version> (containerd runs \
+             containerd-shim-<name>-<version> from its PATH) nor a shim binary's absolute path"
+        )),
     }
 }
 
@@ -366,11 +443,10 @@ mod tests {
         .unwrap();
         c.validate().unwrap();
         let opts = crate::runtime::RuntimeOptions::from_config(&c);
-        assert_eq!(
-            opts.runtime_handlers.get("crun"),
-            Some(&Some("/usr/bin/crun".to_string()))
-        );
-        assert_eq!(opts.runtime_handlers.get("alias"), Some(&None));
+        let crun = &opts.runtime_handlers["crun"];
+        assert_eq!(crun.binary_name.as_deref(), Some("/usr/bin/crun"));
+        assert_eq!(crun.runtime_type, DEFAULT_RUNTIME_TYPE);
+        assert_eq!(opts.runtime_handlers["alias"].binary_name, None);
         // runc under its own name, the default cgroup driver: no options at all.
         assert_eq!(opts.runc_options("alias"), None);
         assert!(opts.runc_options("crun").is_some());
@@ -379,8 +455,94 @@ mod tests {
             .validate()
             .unwrap_err()
             .to_string();
-        assert!(err.contains("crun") && err.contains("binary_name"), "{err}");
+        assert!(
+            err.contains("\"crun\"") && err.contains("binary_name or a runtime_type"),
+            "{err}"
+        );
         assert!(Config::parse("[runtimes.crun]\nbinary = \"x\"\n").is_err());
+    }
+
+    #[test]
+    fn runtime_types_default_per_handler_as_containerd_s() {
+        let c = Config::default();
+        assert_eq!(c.runtime_type, DEFAULT_RUNTIME_TYPE);
+        let c = Config::parse(&format!(
+            "runtime_type = {FERROLET_SHIM:?}\nruntime_handlers = [\"alias\"]\n\
+             [runtimes.go]\nruntime_type = \"io.containerd.runc.v2\"\n\
+             [runtimes.crun]\nbinary_name = \"/usr/bin/crun\"\n\
+             [runtimes.own]\nruntime_type = \"/opt/shims/containerd-shim-own-v1\"\n",
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        let opts = crate::runtime::RuntimeOptions::from_config(&c);
+        // The default handlers and those naming no type of their own take the top-level one.
+        for (handler, want) in [
+            ("", FERROLET_SHIM),
+            ("runc", FERROLET_SHIM),
+            ("alias", FERROLET_SHIM),
+            ("crun", FERROLET_SHIM),
+            ("go", "io.containerd.runc.v2"),
+            ("own", "/opt/shims/containerd-shim-own-v1"),
+        ] {
+            assert_eq!(opts.runtime_type(handler), want, "handler {handler:?}");
+        }
+        // Only a runtime type: runc under the Go shim, no options.
+        assert_eq!(opts.runtime_handlers["go"].binary_name, None);
+        assert_eq!(opts.runc_options("go"), None);
+    }
+
+    #[test]
+    fn a_runtime_type_containerd_cannot_start_is_refused_naming_the_handler() {
+        for bad in [
+            "",
+            "runc",
+            "io.containerd.runc",
+            "io.containerd..v2",
+            "containerd-shim-runc-v2",
+            "io.containerd.runc.v2 ",
+        ] {
+            let err = Config::parse(&format!(
+                "[runtimes.fast]\nruntime_type = {bad:?}\nbinary_name = \"crun\"\n"
+            ))
+            .unwrap()
+            .validate();
+            if bad.is_empty() {
+                // Empty is "not set": the default's.
+                err.unwrap();
+                continue;
+            }
+            let err = err.unwrap_err().to_string();
+            assert!(
+                err.contains("runtime handler \"fast\"") && err.contains(&format!("{bad:?}")),
+                "{bad:?}: {err}"
+            );
+            let err = Config::parse(&format!("runtime_type = {bad:?}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("config field runtime_type"), "{bad:?}: {err}");
+        }
+        let err = Config::parse("runtime_type = \"\"\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("runtime_type") && err.contains("must not be empty"),
+            "{err}"
+        );
+        for good in [
+            "io.containerd.runc.v2",
+            "io.containerd.ferrolet.v1",
+            "io.containerd.kata-qemu.v2",
+            "/usr/local/bin/containerd-shim-x-v1",
+        ] {
+            Config::parse(&format!("runtime_type = {good:?}\n"))
+                .unwrap()
+                .validate()
+                .unwrap();
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@
 //! Foundations:
 //! - [`completion`]: calls that run to their end whatever their client does.
 //! - [`task`]: containerd plumbing: snapshots, container records, tasks.
+//! - [`shim_socket`]: where a pod's containerd shim listens; the socket a killed one left.
 //! - [`content`]: verified blob writes into containerd's content store.
 //! - [`lease`]: containerd leases that expire by themselves.
 //! - [`store`]: in-memory indexes and the records kept under `root`.
@@ -63,6 +64,7 @@ pub mod registry;
 pub mod runtime;
 pub mod sandbox;
 pub mod server;
+pub mod shim_socket;
 pub mod stats;
 pub mod store;
 pub mod streaming;

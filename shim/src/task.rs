@@ -22,8 +22,14 @@ use ferrolet_proto::containerd::InvalidScope;
 
 use crate::lease::{Lease, LeaseError};
 
-/// containerd's runtime (shim) for every task.
+/// containerd's runc shim: the runtime type of every record made before the runtime type was
+/// configurable (`runtime_type`), which keep it.
 pub const RUNC_SHIM: &str = "io.containerd.runc.v2";
+
+/// [`RUNC_SHIM`], for records that predate their runtime type field.
+pub fn legacy_runtime_type() -> String {
+    RUNC_SHIM.to_string()
+}
 
 /// A failed containerd call on a snapshot, container record or task.
 #[derive(Debug, thiserror::Error)]
@@ -230,8 +236,16 @@ pub fn runc_options(
     })
 }
 
-/// A containerd container record with our conventions; `options` are the runc shim's
+/// What runs a record's task: containerd's runtime (shim) type and the shim's options
 /// ([`runc_options`]).
+pub struct RecordRuntime<'a> {
+    /// `io.containerd.runc.v2`, `io.containerd.ferrolet.v1`, or a shim binary's path.
+    pub runtime_type: &'a str,
+    /// The runc shim's options.
+    pub options: Option<ferrolet_proto::prost_types::Any>,
+}
+
+/// A containerd container record with our conventions.
 pub fn container_record(
     id: &str,
     image: &str,
@@ -239,15 +253,15 @@ pub fn container_record(
     labels: HashMap<String, String>,
     spec: ferrolet_proto::prost_types::Any,
     metadata: ferrolet_proto::prost_types::Any,
-    options: Option<ferrolet_proto::prost_types::Any>,
+    runtime: RecordRuntime<'_>,
 ) -> Container {
     Container {
         id: id.to_string(),
         labels,
         image: image.to_string(),
         runtime: Some(Runtime {
-            name: RUNC_SHIM.to_string(),
-            options,
+            name: runtime.runtime_type.to_string(),
+            options: runtime.options,
         }),
         spec: Some(spec),
         snapshotter: snapshotter.to_string(),

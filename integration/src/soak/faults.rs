@@ -129,8 +129,8 @@ impl Soak {
                 format!("containerd pid {pid}, down {down:?}")
             }
             FaultKind::KillShim => {
-                let needle = format!("-namespace {} ", self.cluster.node.node.ns.name);
-                let shims = shims_mentioning(&needle);
+                let ns = &self.cluster.node.node.ns.name;
+                let shims = crate::leak::shim_pids(containerd().socket(), ns);
                 if shims.is_empty() {
                     return None;
                 }
@@ -270,21 +270,6 @@ fn fill(file: &PathBuf) -> u64 {
         written += n as u64;
     }
     written
-}
-
-/// The containerd shims whose command line contains `needle`.
-fn shims_mentioning(needle: &str) -> Vec<u32> {
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let text = String::from_utf8_lossy(&raw).replace('\0', " ");
-            text.contains("containerd-shim") && text.contains(needle)
-        })
-        .collect()
 }
 
 #[cfg(test)]

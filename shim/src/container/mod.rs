@@ -62,6 +62,9 @@ pub struct ContainerMeta {
     pub id: String,
     /// Its sandbox.
     pub sandbox_id: String,
+    /// containerd's runtime (shim) type of its record and task: its sandbox's.
+    #[serde(default = "crate::task::legacy_runtime_type")]
+    pub runtime_type: String,
     /// The CRI reservation key.
     pub name: String,
     /// The request's config.

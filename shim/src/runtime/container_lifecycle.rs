@@ -265,6 +265,8 @@ impl RuntimeInner {
         let meta = ContainerMeta {
             id: id.to_string(),
             sandbox_id: sb.meta.id.clone(),
+            // The pod's shim: a pod's containers share the sandbox's.
+            runtime_type: sb.meta.runtime_type.clone(),
             name: name.to_string(),
             image_id: image.id.clone(),
             image_ref: image
@@ -313,7 +315,10 @@ impl RuntimeInner {
             labels,
             spec_any,
             store::metadata_any(&meta),
-            self.opts.runc_options(&sb.meta.runtime_handler),
+            task::RecordRuntime {
+                runtime_type: &meta.runtime_type,
+                options: self.opts.runc_options(&sb.meta.runtime_handler),
+            },
         );
         // StopPodSandbox and RemovePodSandbox hold the sandbox's lock for their whole run: a
         // container recorded while they run would be missed by them and outlive its pod.

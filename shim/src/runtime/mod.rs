@@ -46,7 +46,6 @@ pub const RUNTIME_NAME: &str = "ferrolet";
 pub const RUNTIME_API_VERSION: &str = "v1";
 /// The kubelet API version field, fixed at "0.1.0" by CRI convention.
 const KUBE_API_VERSION: &str = "0.1.0";
-pub use crate::task::RUNC_SHIM;
 
 /// The `Version` answer.
 pub fn version_response() -> VersionResponse {
@@ -71,9 +70,12 @@ pub struct RuntimeOptions {
     pub sandbox_image: String,
     /// Sandboxes that need no pause process run without one.
     pub drop_infra_container: bool,
-    /// Runtime handlers accepted besides "" and "runc", with the OCI runtime binary of each
-    /// (`None`: runc).
-    pub runtime_handlers: std::collections::BTreeMap<String, Option<String>>,
+    /// containerd's socket, as its shims know it (their sockets are named by it).
+    pub containerd_address: String,
+    /// containerd's runtime (shim) type of the default handlers ("" and "runc").
+    pub runtime_type: String,
+    /// Runtime handlers accepted besides "" and "runc", with what runs each.
+    pub runtime_handlers: std::collections::BTreeMap<String, HandlerRuntime>,
     /// runc drives cgroups through systemd (`systemd_cgroup`).
     pub systemd_cgroup: bool,
 }
@@ -87,15 +89,20 @@ impl RuntimeOptions {
             snapshotter: c.snapshotter.clone(),
             sandbox_image: c.sandbox_image.clone(),
             drop_infra_container: c.drop_infra_container,
+            containerd_address: c.containerd.clone(),
+            runtime_type: c.runtime_type.clone(),
             runtime_handlers: c
                 .runtime_handlers
                 .iter()
-                .map(|h| (h.clone(), None))
-                .chain(
-                    c.runtimes
-                        .iter()
-                        .map(|(h, r)| (h.clone(), Some(r.binary_name.clone()))),
-                )
+                .chain(c.runtimes.keys())
+                .map(|h| {
+                    let binary = c.runtimes.get(h).map(|r| r.binary_name.clone());
+                    let runtime = HandlerRuntime {
+                        runtime_type: c.runtime_type_of(h).to_string(),
+                        binary_name: binary.filter(|b| !b.is_empty()),
+                    };
+                    (h.clone(), runtime)
+                })
                 .collect(),
             systemd_cgroup: c.systemd_cgroup,
         }
@@ -103,9 +110,28 @@ impl RuntimeOptions {
 
     /// The runc shim's options for the containers of a sandbox of runtime `handler`.
     pub fn runc_options(&self, handler: &str) -> Option<ferrolet_proto::prost_types::Any> {
-        let binary = self.runtime_handlers.get(handler).cloned().flatten();
+        let binary = self
+            .runtime_handlers
+            .get(handler)
+            .and_then(|h| h.binary_name.clone());
         crate::task::runc_options(self.systemd_cgroup, binary)
     }
+
+    /// containerd's runtime (shim) type for a new sandbox of runtime `handler`.
+    pub fn runtime_type(&self, handler: &str) -> &str {
+        self.runtime_handlers
+            .get(handler)
+            .map_or(&self.runtime_type, |h| &h.runtime_type)
+    }
+}
+
+/// What runs the tasks of one runtime handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerRuntime {
+    /// containerd's runtime (shim) type.
+    pub runtime_type: String,
+    /// The OCI runtime binary the shim runs; `None`: runc.
+    pub binary_name: Option<String>,
 }
 
 /// The state every runtime call shares.

@@ -69,16 +69,28 @@ fn extension<T: serde::de::DeserializeOwned>(r: &Record) -> Result<T> {
     Ok(store::from_json(&r.id, &any.value)?)
 }
 
+/// The runtime (shim) type containerd runs the record's tasks with: what it was made with,
+/// whatever the config says now.
+fn runtime_type(r: &Record) -> Option<String> {
+    r.runtime
+        .as_ref()
+        .map(|rt| rt.name.clone())
+        .filter(|name| !name.is_empty())
+}
+
 async fn recover_sandbox(inner: &RuntimeInner, r: &Record) -> Result<()> {
     let path = record_path(&inner.opts.root, &r.id);
     // An unreadable record under root falls back to the one on containerd's record.
-    let record = match store::read_record::<SandboxRecord>(&path).await {
+    let mut record = match store::read_record::<SandboxRecord>(&path).await {
         Ok(Some(rec)) => rec,
         Ok(None) | Err(_) => SandboxRecord {
             meta: extension(r)?,
             status: Default::default(),
         },
     };
+    if let Some(runtime_type) = runtime_type(r) {
+        record.meta.runtime_type = runtime_type;
+    }
     let mut status = record.status;
     if let Some(pinned) = &record.meta.pinned {
         // No pause process: it is up if its RunPodSandbox finished (the record says Ready)
@@ -135,10 +147,13 @@ async fn index_sandbox(
 
 async fn recover_container(inner: &RuntimeInner, r: &Record) -> Result<()> {
     let dir = crate::container::record_dir(&inner.opts.root, &r.id);
-    let meta: ContainerMeta = match store::read_record(&dir.join("container.json")).await {
+    let mut meta: ContainerMeta = match store::read_record(&dir.join("container.json")).await {
         Ok(Some(m)) => m,
         Ok(None) | Err(_) => extension(r)?,
     };
+    if let Some(runtime_type) = runtime_type(r) {
+        meta.runtime_type = runtime_type;
+    }
     let status: ContainerStatus = match store::read_record(&dir.join("status.json")).await {
         // None: it never started (its status is first written at the start).
         Ok(status) => status.unwrap_or_default(),

@@ -174,6 +174,7 @@ impl RuntimeInner {
             pinned,
             userns,
             config,
+            runtime_type: self.opts.runtime_type(&runtime_handler).to_string(),
             runtime_handler,
             netns,
             image: self.opts.sandbox_image.clone(),
@@ -373,7 +374,10 @@ impl RuntimeInner {
             labels,
             oci::to_any(&spec)?,
             store::metadata_any(meta),
-            self.opts.runc_options(&meta.runtime_handler),
+            task::RecordRuntime {
+                runtime_type: &meta.runtime_type,
+                options: self.opts.runc_options(&meta.runtime_handler),
+            },
         );
         let mut mounts = snapshot
             .commit(&self.cd, record)
@@ -415,7 +419,10 @@ impl RuntimeInner {
             labels,
             oci::to_any(&spec)?,
             store::metadata_any(meta),
-            self.opts.runc_options(&meta.runtime_handler),
+            task::RecordRuntime {
+                runtime_type: &meta.runtime_type,
+                options: self.opts.runc_options(&meta.runtime_handler),
+            },
         );
         task::create_record(&self.cd, record)
             .instrument(tracing::debug_span!("sandbox_record"))
@@ -433,6 +440,7 @@ impl RuntimeInner {
         let containerd = async {
             // containerd refuses to delete a record that still has a task.
             self.kill_and_delete_task(id).await?;
+            self.remove_dead_shim_socket(id).await?;
             // A user-namespaced pause's idmapped rootfs, before its snapshot goes.
             self.unmount_userns_views(&self.opts.state.join("sandboxes").join(id))
                 .await?;
@@ -476,6 +484,24 @@ impl RuntimeInner {
             store::remove_dir(&base.join("sandboxes").join(id)).await?;
         }
         Ok(())
+    }
+
+    /// Removes the socket the pod's shim left if it was killed (see [`crate::shim_socket`]);
+    /// the pod's tasks are gone, so a shim still listening is on its way out and removes its
+    /// own.
+    async fn remove_dead_shim_socket(&self, id: &str) -> Result<()> {
+        let path = crate::shim_socket::path(&self.opts.containerd_address, self.cd.namespace(), id);
+        match crate::shim_socket::remove_if_dead(&path).await {
+            Ok(true) => {
+                tracing::info!(id, path = %path.display(), "removed the socket of the pod's killed shim");
+                Ok(())
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(RuntimeError::internal(format!(
+                "removing the socket {} of pod sandbox {id}'s shim: {e}",
+                path.display()
+            ))),
+        }
     }
 
     /// Kills a task (the pause process, or what the sweeper finds) and deletes it; no task

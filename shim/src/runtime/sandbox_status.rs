@@ -73,7 +73,7 @@ impl Sandbox {
             "image": if self.meta.pinned.is_none() { self.meta.image.as_str() } else { "" },
             "snapshotKey": self.meta.pinned.is_none().then_some(&self.meta.id),
             "runtimeHandler": self.meta.runtime_handler,
-            "runtimeType": super::RUNC_SHIM,
+            "runtimeType": self.meta.runtime_type,
             "cgroupsPath": self.meta.cgroups_path,
             "files": self.meta.files,
             "ips": s.ips,

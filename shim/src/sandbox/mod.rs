@@ -31,6 +31,9 @@ pub struct SandboxMeta {
     pub config: cri::PodSandboxConfig,
     /// The runtime handler asked for.
     pub runtime_handler: String,
+    /// containerd's runtime (shim) type of its record and tasks, and of its containers'.
+    #[serde(default = "crate::task::legacy_runtime_type")]
+    pub runtime_type: String,
     /// The pinned network namespace; `None` with host networking.
     pub netns: Option<PathBuf>,
     /// hostname, hosts, resolv.conf, shm.
@@ -204,4 +207,24 @@ impl Sandbox {
 /// Where a sandbox's record lives.
 pub fn record_path(root: &std::path::Path, id: &str) -> PathBuf {
     root.join("sandboxes").join(id).join("sandbox.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_made_before_runtime_types_keeps_the_runc_shim() {
+        let mut record = serde_json::json!({
+            "id": "a", "name": "n", "config": "", "runtime_handler": "", "netns": null,
+            "files": {"dir": "/d", "hostname": "/d/h", "hosts": "/d/hosts",
+                      "resolv_conf": "/d/r", "shm": null},
+            "cgroups_path": "", "image": "i", "created_at": 1
+        });
+        let old: SandboxMeta = serde_json::from_value(record.clone()).unwrap();
+        assert_eq!(old.runtime_type, "io.containerd.runc.v2");
+        record["runtime_type"] = "io.containerd.ferrolet.v1".into();
+        let new: SandboxMeta = serde_json::from_value(record).unwrap();
+        assert_eq!(new.runtime_type, "io.containerd.ferrolet.v1");
+    }
 }
