@@ -28,6 +28,8 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// containerd's runc shim.
 const GO_SHIM: &str = "io.containerd.runc.v2";
+/// Ours.
+const FERROLET_SHIM: &str = "io.containerd.ferrolet.v1";
 
 /// What the waiter container runs: exits 7 once the test writes `/trigger/go`, not on a
 /// timer, so a slow machine cannot make it exit before the fault.
@@ -355,4 +357,21 @@ async fn go_shim_a_ferrolet_cri_restart_keeps_the_pod_running() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_shim_a_killed_shim_s_containers_are_reported_exited() {
     a_killed_shim_s_containers_are_reported_exited(GO_SHIM, 137).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ferrolet_shim_a_containerd_restart_keeps_the_pod_running() {
+    a_containerd_restart_keeps_the_pod_running(FERROLET_SHIM).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ferrolet_shim_a_ferrolet_cri_restart_keeps_the_pod_running() {
+    a_ferrolet_cri_restart_keeps_the_pod_running(FERROLET_SHIM).await;
+}
+
+/// Ours reports a killed shim's tasks as the Go shim does: containerd runs its `delete`, which
+/// answers 128 + SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ferrolet_shim_a_killed_shim_s_containers_are_reported_exited() {
+    a_killed_shim_s_containers_are_reported_exited(FERROLET_SHIM, 137).await;
 }

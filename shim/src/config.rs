@@ -11,13 +11,14 @@ pub const BUILTIN_PAUSE_IMAGE: &str = concat!("ferrolet.local/pause:", env!("CAR
 /// [`DEFAULT_RUNTIME_TYPE`] as a literal, for `concat!` (the `--runtime-type` help).
 macro_rules! default_runtime_type {
     () => {
-        "io.containerd.runc.v2"
+        "io.containerd.ferrolet.v1"
     };
 }
 pub(crate) use default_runtime_type;
 
-/// The runtime (shim) type of the default handler when the config names none: containerd's
-/// runc shim, found by containerd as `containerd-shim-runc-v2` on its PATH.
+/// The runtime (shim) type of the default handler when the config names none: Ferrolet's own
+/// shim, found by containerd as `containerd-shim-ferrolet-v1` on its PATH. containerd's runc
+/// shim (`io.containerd.runc.v2`) is one config line away.
 pub const DEFAULT_RUNTIME_TYPE: &str = default_runtime_type!();
 
 /// Ferrolet's own shim (`containerd-shim-ferrolet-v1`, installed beside ferrolet-cri).
@@ -371,7 +372,12 @@ impl Config {
 /// parts) or an absolute path to a shim binary. The reason, when it cannot.
 fn check_runtime_type(runtime_type: &str) -> Result<(), String> {
     if runtime_type.is_empty() {
-        return Err("must not be empty (the default is \"io.containerd.runc.v2\")".into());
+        return Err(concat!(
+            "must not be empty (the default is \"",
+            default_runtime_type!(),
+            "\")"
+        )
+        .into());
     }
     if runtime_type.starts_with('/') {
         return Ok(());
