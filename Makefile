@@ -68,7 +68,7 @@ test-node-containerd2:
 ## test-containerd2: the CRI and kubelet suites again, on containerd 2.x (sid's, fetched by
 # scripts/containerd2.sh into a private directory; the system's runc), ferrolet-cri's and
 # containerd's own CRI alike. The harness prints which containerd each test binary ran on.
-CONTAINERD2_SUITES ?= cri_runtime cri_faults cri_images cri_network cri_node_resources \
+CONTAINERD2_SUITES ?= cri_runtime cri_faults cri_images cri_network cri_node_resources \ task_shim
 	cri_recovery cri_runtime_logs cri_streaming cri_clients cri_cdi kubelet_lifecycle kubelet_static_pods \
 	kubelet_probes kubelet_hooks kubelet_stats kubelet_cgroups kubelet_cpu_manager kubelet_gc \
 	kubelet_logs kubelet_streaming kubelet_volumes kubelet_timeline kubelet_devices kubelet_ephemeral \

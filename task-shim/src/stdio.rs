@@ -133,9 +133,13 @@ fn start_logger(
     let (err_r, err_w) = std::io::pipe().map_err(err)?;
     let (mut ready_r, ready_w) = std::io::pipe().map_err(err)?;
     let mut cmd = Command::new(path);
+    // Each query key, then its value if it has one, as separate arguments (the Go shim's).
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        cmd.arg(format!("{k}={v}"));
+        cmd.arg(k);
+        if !v.is_empty() {
+            cmd.arg(v);
+        }
     }
     cmd.env("CONTAINER_ID", container_id)
         .env("CONTAINER_NAMESPACE", namespace)

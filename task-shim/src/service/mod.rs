@@ -371,7 +371,10 @@ impl Shim {
                     r.exec_id, r.id
                 )));
             }
-            let e = c.execs.remove(&r.exec_id);
+            let mut e = c.execs.remove(&r.exec_id);
+            if let Some(e) = e.as_mut() {
+                self.answer_waiters(e);
+            }
             let resp = e.as_ref().map(|e| api::DeleteResponse {
                 pid: e.pid,
                 exit_status: e.exit_status(),
@@ -415,6 +418,11 @@ impl Shim {
             exit_status: c.init.exit_status(),
             exited_at: c.init.exited_at(),
         };
+        // Waits on what goes now would otherwise never be answered.
+        self.answer_waiters(&mut c.init);
+        for e in c.execs.values_mut() {
+            self.answer_waiters(e);
+        }
         polled::release_container(self, c);
         self.publish(
             "/tasks/delete",
@@ -423,7 +431,8 @@ impl Shim {
                 pid: resp.pid,
                 exit_status: resp.exit_status,
                 exited_at: resp.exited_at,
-                id: r.id,
+                // The Go shim leaves the process id out of TaskDelete.
+                id: String::new(),
             }),
         );
         Ok(resp)
@@ -744,6 +753,18 @@ impl Shim {
             self.answers.push((conn, stream, answer.clone()));
         }
         self.publish("/tasks/exit", to_any(&event));
+    }
+
+    /// Answers `p`'s parked waits with its exit (or "killed" when it never exited).
+    fn answer_waiters(&mut self, p: &mut Process) {
+        let answer = api::WaitResponse {
+            exit_status: p.exit.as_ref().map_or(137, |e| e.0),
+            exited_at: Some(p.exited_at().unwrap_or_else(crate::time::now)),
+        }
+        .encode_to_vec();
+        for (conn, stream) in std::mem::take(&mut p.waiters) {
+            self.answers.push((conn, stream, answer.clone()));
+        }
     }
 
     /// The kernel OOM-killed something in container `id`'s cgroup.
