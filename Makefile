@@ -68,12 +68,12 @@ test-node-containerd2:
 ## test-containerd2: the CRI and kubelet suites again, on containerd 2.x (sid's, fetched by
 # scripts/containerd2.sh into a private directory; the system's runc), ferrolet-cri's and
 # containerd's own CRI alike. The harness prints which containerd each test binary ran on.
-CONTAINERD2_SUITES ?= cri_runtime cri_faults cri_images cri_network cri_node_resources \ task_shim
+CONTAINERD2_SUITES ?= cri_runtime cri_faults cri_images cri_network cri_node_resources \
 	cri_recovery cri_runtime_logs cri_streaming cri_clients cri_cdi kubelet_lifecycle kubelet_static_pods \
 	kubelet_probes kubelet_hooks kubelet_stats kubelet_cgroups kubelet_cpu_manager kubelet_gc \
 	kubelet_logs kubelet_streaming kubelet_volumes kubelet_timeline kubelet_devices kubelet_ephemeral \
 	cri_image_volumes kubelet_image_volumes kubelet_resize cri_resize cri_userns kubelet_userns \
-	cri_shim_recovery
+	cri_shim_recovery task_shim
 test-containerd2: env
 	$(CARGO) build --workspace --bins
 	FERROLET_CONTAINERD_BIN=$$(scripts/containerd2.sh) $(CARGO) test -p ferrolet-integration \
