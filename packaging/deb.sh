@@ -45,8 +45,19 @@ beside=(ferrolet-cni)
 if $CARGO metadata --format-version 1 --no-deps | grep -q "\"name\":\"$FERROLET_SHIM\""; then
 	beside+=("$FERROLET_SHIM")
 fi
+# A release package carries the static shim (`make shim`; Cargo.toml says why): built for the
+# host triple explicitly, so the static flag stays off build scripts and proc macros.
+static_shim=""
+if [ "$profile" != dev ] && [[ " ${beside[*]} " == *" $FERROLET_SHIM "* ]]; then
+	t=$(date +%s)
+	host=$(rustc -vV | sed -n 's/^host: //p')
+	RUSTFLAGS="-C target-feature=+crt-static" $CARGO build --profile "$profile" --target "$host" -p ferrolet-task-shim
+	static_shim="$target/$host/$profile_dir/$FERROLET_SHIM"
+	step "cargo build (static $FERROLET_SHIM)" "$t"
+fi
 for bin in "${beside[@]}"; do
 	built="$target/$profile_dir/$bin"
+	[ "$bin" = "$FERROLET_SHIM" ] && [ -n "$static_shim" ] && built=$static_shim
 	[ -x "$built" ] || { echo "deb: $built is missing: the workspace declares $bin, but the build made no such binary" >&2; exit 1; }
 	ln -f "$built" "$gen/bin/$bin" 2>/dev/null || cp -f "$built" "$gen/bin/$bin"
 done
