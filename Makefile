@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test deb test-packages test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test deb test-packages test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream bench-shim soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -107,15 +107,33 @@ images:
 # bench targets so that switching between them recompiles nothing; the reference containerd
 # (scripts/containerd-cri.sh) is stopped afterwards unless it was already running. Not part
 # of `make test`.
-bench-cri: env
+bench-cri: env bench-shim
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
-	@scripts/bench-cri.sh
+	@BIN=$(BENCH_BIN) scripts/bench-cri.sh
 
 ## bench-kubelet: static-pod start latency of ferrolet (N = 1, 30, 100), RSS and idle CPU, on
 # ferrolet-cri and on containerd's own CRI side by side. Release builds; what it starts it stops.
-bench-kubelet: env
+bench-kubelet: env bench-shim
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
-	@scripts/bench-kubelet.sh
+	@BIN=$(BENCH_BIN) scripts/bench-kubelet.sh
+
+## bench-shim: the Rust shim (containerd-shim-ferrolet-v1, package ferrolet-task-shim) for the
+# benchmarks: a static release build (a dynamic glibc one maps ~1.7 MiB of libc pages into
+# every shim, one per pod), installed beside the release ferrolet-cri, in the directory the
+# benchmarks put first on their containerd's PATH. BENCH_RUNTIME_TYPE=io.containerd.ferrolet.v1
+# makes ferrolet-cri run it. Without that package the benchmarks run the Go shim only.
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+BENCH_BIN ?= $(abspath $(TARGET_DIR))/release
+SHIM_TARGET ?= x86_64-unknown-linux-gnu
+bench-shim:
+	@if $(CARGO) metadata --no-deps --format-version 1 | grep -q '"name":"ferrolet-task-shim"'; then \
+	  RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --target $(SHIM_TARGET) -p ferrolet-task-shim && \
+	  mkdir -p $(BENCH_BIN) && \
+	  install -m 0755 $(TARGET_DIR)/$(SHIM_TARGET)/release/containerd-shim-ferrolet-v1 $(BENCH_BIN)/ && \
+	  echo "installed $(BENCH_BIN)/containerd-shim-ferrolet-v1 (static)"; \
+	else \
+	  echo "no ferrolet-task-shim package in the workspace: the benchmarks run the Go shim only"; \
+	fi
 
 ## bench-api: API pods (created → Running through a watch) on ferrolet joined to the in-memory
 # test API server: N = 1, 30, 100, RSS, steady-state API requests per minute. Release builds.

@@ -3,7 +3,8 @@
 # containerd, and a fresh ferrolet started and stopped around each round.
 # The caller sets CRI, CRI_SOCK, CTRD_SOCK, CRI_NAMESPACE, CNI_CONF_DIR, STATE, LIB and OUT (and
 # KUBELET, CRI_BENCH, PORT, SECURE_PORT for ferrolet), and defines log and die; start_cri sets
-# cri_pid, launch_kubelet sets kubelet_pid and kubelet_endpoint.
+# cri_pid (BENCH_RUNTIME_TYPE, when set, is its `runtime_type`), launch_kubelet sets
+# kubelet_pid and kubelet_endpoint.
 
 # stop PID NAME: SIGTERM, up to 15 s, then SIGKILL.
 stop() {
@@ -33,6 +34,7 @@ state = "$STATE/cri"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
 log_level = "${BENCH_CRI_LOG:-info}"
+${BENCH_RUNTIME_TYPE:+runtime_type = \"$BENCH_RUNTIME_TYPE\"}
 [registry.hosts."127.0.0.1:5000"]
 plain_http = true
 TOML
