@@ -102,6 +102,9 @@ die() { printf '[bench-kubelet] error: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=lib/bench-containerd.sh
 . "$ROOT_DIR/scripts/lib/bench-containerd.sh"
 BENCH_CTRD_NAME=bench-kubelet
+# Every pod of ours carries the run label (the manifests' labels are the sandboxes'); the
+# reference containerd may hold someone else's.
+KUBELET_CLEAN_ALL=0
 
 [ "$(id -u)" = 0 ] || die "run as root (containerd, netns and bridges need it)"
 for b in "$KUBELET" "$CRI" "$BENCH" "$CRI_BENCH"; do
@@ -304,7 +307,7 @@ for runtime in $RUNTIMES; do
       ;;
     containerd-cri | go-kubelet)
       if [ "$runtime" = go-kubelet ] && [ -z "$GO_KUBELET" ]; then
-        go_absent="no Go kubelet: BENCH_GO_KUBELET unset and no kubelet on PATH"
+        go_absent="no Go kubelet: BENCH_GO_KUBELET unset or empty, and no kubelet on PATH"
         log "the Go kubelet's run: not made ($go_absent)"
         continue
       fi

@@ -16,10 +16,11 @@ stop() {
   log "stopped $name (pid $pid)"
 }
 
-unmount_under() { # DIR...: every mount below them, deepest first
+unmount_under() { # DIR...: every mount below them and on them (the Go kubelet bind-mounts its
+  # root dir on itself), deepest first
   local d
   for d in "$@"; do
-    awk -v a="$d" '$5 ~ "^"a"/" {print $5}' /proc/self/mountinfo
+    awk -v a="$d" '$5 == a || $5 ~ "^"a"/" {print $5}' /proc/self/mountinfo
   done | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
@@ -59,8 +60,10 @@ kubelet_pid=
 kubelet_endpoint=
 
 # Stops the running ferrolet (its manifests gone first); whatever pods it left (an interrupted
-# round) are removed through CRI with ferrolet gone, so nothing recreates them. Its dirs are
-# unmounted and removed.
+# round) are removed through CRI with ferrolet gone, so nothing recreates them: all of the
+# endpoint's, or with KUBELET_CLEAN_ALL=0 the benchmark's only (their sandboxes carry the
+# `ferrolet.bench/run` label; the reference containerd may serve someone else's pods too).
+# Its dirs are unmounted and removed.
 stop_kubelet() {
   [ -z "$kubelet_pid" ] && [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
   rm -f "$STATE/kubelet.pid"
@@ -70,7 +73,9 @@ stop_kubelet() {
     kubelet_pid=
   fi
   if [ -n "$kubelet_endpoint" ]; then
-    "$CRI_BENCH" clean --all --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
+    local scope=(--all)
+    [ "${KUBELET_CLEAN_ALL:-1}" = 0 ] && scope=()
+    "$CRI_BENCH" clean "${scope[@]}" --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
       log "removing the pods left on $kubelet_endpoint failed"
     kubelet_endpoint=
   fi

@@ -52,6 +52,8 @@ bench_containerd_up() {
   done
   ctr --address "$BENCH_CTRD_SOCK" version >/dev/null 2>&1 ||
     die "the benchmark's containerd did not come up on $BENCH_CTRD_SOCK; see $logfile"
+  # It may answer before the loop has read the pid file.
+  bench_ctrd_pid=$(cat "$BENCH_CTRD_PIDFILE")
   # What containerd will exec for a runtime type is decided by its PATH: check it holds $BIN first.
   local path
   path=$(tr '\0' '\n' <"/proc/$bench_ctrd_pid/environ" | sed -n 's/^PATH=//p')

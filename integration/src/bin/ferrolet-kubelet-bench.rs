@@ -26,6 +26,7 @@
 //! A Ctrl-C (or SIGTERM) removes the manifests written and waits for the pods to go before
 //! exiting 130; a second one exits at once.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -833,7 +834,11 @@ impl Bench {
         let stack = match &self.args.containerd {
             Some(socket) => {
                 let (socket, ns) = (socket.clone(), self.args.containerd_namespace.clone());
-                Some(tokio::task::spawn_blocking(move || StackPids::find(&socket, &ns)).await?)
+                let ids = self.pod_ids().await?;
+                Some(
+                    tokio::task::spawn_blocking(move || StackPids::find(&socket, &ns, &ids))
+                        .await?,
+                )
             }
             None => None,
         };
@@ -883,6 +888,45 @@ impl Bench {
             probes,
             node,
         })
+    }
+
+    /// The ids of the benchmark's sandboxes and containers in the runtime: one of them names
+    /// each shim serving its pods (the pod's first task's).
+    async fn pod_ids(&self) -> Result<HashSet<String>> {
+        let mut rt = self.rt.clone();
+        let sandboxes = deadline(
+            self.rpc_timeout,
+            "ListPodSandbox",
+            rt.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
+        )
+        .await?
+        .items;
+        let containers = deadline(
+            self.rpc_timeout,
+            "ListContainers",
+            rt.list_containers(ListContainersRequest { filter: None }),
+        )
+        .await?
+        .containers;
+        let ours = |labels: &std::collections::HashMap<String, String>| {
+            labels.get(NAMESPACE_LABEL).map(String::as_str) == Some(POD_NAMESPACE)
+        };
+        Ok(sandboxes
+            .into_iter()
+            .filter(|s| {
+                ours(&s.labels)
+                    || s.metadata
+                        .as_ref()
+                        .is_some_and(|m| m.namespace == POD_NAMESPACE)
+            })
+            .map(|s| s.id)
+            .chain(
+                containers
+                    .into_iter()
+                    .filter(|c| ours(&c.labels))
+                    .map(|c| c.id),
+            )
+            .collect())
     }
 
     async fn sleep_checked(&self, d: Duration) -> Result<()> {
@@ -1204,7 +1248,9 @@ fn http_body(raw: &[u8]) -> Result<Vec<u8>> {
     }
 }
 
-/// The shims a containerd started for one namespace, and the pause processes under them.
+/// The shims a containerd started for one namespace to serve the benchmark's pods (another
+/// user's pods on the same containerd are not ours to count), and the pause processes under
+/// them.
 struct StackPids {
     shims: Vec<u32>,
     programs: Vec<String>,
@@ -1212,8 +1258,11 @@ struct StackPids {
 }
 
 impl StackPids {
-    fn find(socket: &str, namespace: &str) -> Self {
-        let found = processes::shims(socket, Some(namespace));
+    fn find(socket: &str, namespace: &str, ids: &HashSet<String>) -> Self {
+        let found: Vec<_> = processes::shims(socket, Some(namespace))
+            .into_iter()
+            .filter(|s| ids.contains(&s.id))
+            .collect();
         let shims: Vec<u32> = found.iter().map(|s| s.pid).collect();
         let mut programs: Vec<String> = found.into_iter().map(|s| s.program).collect();
         programs.sort();
