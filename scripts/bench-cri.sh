@@ -129,6 +129,8 @@ ref_pid=$(cat "$PID_DIR/containerd-cri.pid")
 
 # start_cri ACCEPT_ANY_AUTHORITY LOG: ferrolet-cri in its own session (a Ctrl-C reaches the
 # benchmark, which then still needs it to clean up); `exec` keeps the pid the pid file records.
+# Its pods' network namespaces are pinned in its own dir: a run once lost one from the shared
+# /var/run/netns to someone else.
 start_cri() {
   mkdir -p "$CRI_ROOT" "$CRI_STATE"
   cat >"$CRI_STATE/ferrolet-cri.toml" <<TOML
@@ -137,6 +139,7 @@ containerd = "$CTRD_SOCK"
 namespace = "$CRI_NAMESPACE"
 root = "$CRI_ROOT"
 state = "$CRI_STATE/state"
+netns_dir = "$CRI_STATE/netns"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
 log_level = "info"

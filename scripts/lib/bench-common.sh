@@ -32,6 +32,7 @@ containerd = "$CTRD_SOCK"
 namespace = "$CRI_NAMESPACE"
 root = "$LIB/cri"
 state = "$STATE/cri"
+netns_dir = "$STATE/cri-netns"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
 log_level = "${BENCH_CRI_LOG:-info}"

@@ -124,22 +124,31 @@ pub fn total_rss_kib(pids: &[u32]) -> u64 {
 }
 
 /// CPU time `pids` have used so far, nanoseconds (those gone count nothing): the scheduler's
-/// own account (`/proc/<pid>/schedstat`'s first field, exact), or utime + stime where the
-/// kernel has no schedstat. Ticks come in 10 ms steps: an idle shim uses less than one in a
-/// window of seconds, so ticks would read 0 for every shim alike.
+/// own account, summed over each process's threads (`/proc/<pid>/task/*/schedstat`; the
+/// process's own `schedstat` is its main thread's only), or utime + stime where the kernel
+/// keeps no schedstat. Ticks come in 10 ms steps: an idle shim uses less than one in a window
+/// of seconds, so ticks would read 0 for every shim alike. A thread that ends takes its time
+/// out of the sum: fine across an idle window, where daemons start and end none.
 pub fn total_cpu_ns(pids: &[u32]) -> u64 {
-    let tick_ns = 1e9 / ticks_per_s();
-    pids.iter()
-        .filter_map(|pid| {
-            let exact = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
-                .ok()
-                .and_then(|s| parse_schedstat_ns(&s));
-            exact.or_else(|| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                Some((super::parse_stat_ticks(&stat)? as f64 * tick_ns) as u64)
-            })
-        })
-        .sum()
+    pids.iter().filter_map(|pid| process_cpu_ns(*pid)).sum()
+}
+
+/// One process's CPU time as [`total_cpu_ns`] reads it.
+fn process_cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut exact = None;
+    for task in tasks.flatten() {
+        let ns = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| parse_schedstat_ns(&s));
+        if let Some(ns) = ns {
+            exact = Some(exact.unwrap_or(0) + ns);
+        }
+    }
+    exact.or_else(|| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some((super::parse_stat_ticks(&stat)? as f64 * 1e9 / ticks_per_s()) as u64)
+    })
 }
 
 /// The time on a CPU from the text of `/proc/<pid>/schedstat`, nanoseconds.
@@ -219,12 +228,18 @@ mod tests {
     fn this_process_is_sampled() {
         let me = std::process::id();
         let spent = total_cpu_ns(&[me]);
-        // Some work, then the account has grown.
-        let mut x = 0u64;
-        for i in 0..5_000_000u64 {
-            x = std::hint::black_box(x.wrapping_add(i));
-        }
-        assert!(total_cpu_ns(&[me, u32::MAX]) > spent, "{x}");
+        // Some work on another thread, then the account has grown: every thread counts.
+        let worker = std::thread::spawn(|| {
+            let mut x = 0u64;
+            for i in 0..5_000_000u64 {
+                x = std::hint::black_box(x.wrapping_add(i));
+            }
+            // Still running when measured: a thread that ended takes its time with it.
+            let now = total_cpu_ns(&[std::process::id(), u32::MAX]);
+            (x, now)
+        });
+        let (x, now) = worker.join().unwrap();
+        assert!(now > spent, "{x}");
         assert!(rss_kib(me).unwrap() > 0);
         assert_eq!(rss_kib(u32::MAX), None);
         assert!(ticks_per_s() > 0.0);
