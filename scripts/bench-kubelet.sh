@@ -43,6 +43,8 @@
 #                         the Go kubelet on containerd's CRI; the others: ferrolet on that runtime)
 #   BENCH_GO_KUBELET=PATH   the Go kubelet (default: `kubelet` on PATH)
 #   BENCH_GO_KUBELET_PODS=100   its rounds
+#   BENCH_CONTAINERS=1    containers per pod (issue #39 weighs pods of 2; issue #6's goals are
+#                         for 1), in every run but the probe runs
 #   BENCH_RUNTIME_TYPE=   ferrolet-cri's `runtime_type` (io.containerd.ferrolet.v1: the Rust
 #                         shim; io.containerd.runc.v2: the Go shim); empty: its default
 #   BENCH_KUBELET_CONFIG=YAML   extra KubeletConfiguration lines for every ferrolet (e.g.
@@ -224,7 +226,7 @@ bench() {
   "$BENCH" --manifest-dir "$LIB/manifests" --read-only "127.0.0.1:$PORT" --endpoint "$endpoint" \
     --containerd "$containerd" --containerd-namespace "$namespace" \
     --containerd-pid "$containerd_pid" --pid "$kubelet_pid" --pods "$PODS" --idle-s "$IDLE_S" \
-    --label "$label" --json "$@" >"$OUT/$label.json" || rc=$?
+    --containers "${BENCH_CONTAINERS:-1}" --label "$label" --json "$@" >"$OUT/$label.json" || rc=$?
   judge "$rc" "$label" "$OUT/$label.json" "$OUT/ferrolet-$label.log"
   stop_kubelet
 }

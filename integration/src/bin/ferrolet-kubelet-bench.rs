@@ -206,6 +206,9 @@ struct RunArgs {
     /// Period of those probes, seconds.
     #[arg(long, default_value_t = 1)]
     probe_period_s: u32,
+    /// Containers per pod without probes (the first `sleep`, the others `sleep-1`, ...).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    containers: u32,
     /// The containerd under the CRI runtime (socket): the app containers' task starts are read
     /// from its `/tasks/start` events.
     #[arg(long)]
@@ -554,17 +557,18 @@ impl Bench {
             .map(|i| {
                 let path = self.manifest_path(i);
                 let tmp = self.manifest_dir.join(format!(".{}.tmp", self.pod_name(i)));
-                let body = with_limits(
-                    manifest_with(
-                        &self.pod_name(i),
-                        &self.run_id,
-                        i,
-                        &self.args.image,
-                        self.args.probes,
-                        self.args.probe_period_s,
-                    ),
-                    &self.args.extended_resources,
+                let mut body = manifest_with(
+                    &self.pod_name(i),
+                    &self.run_id,
+                    i,
+                    &self.args.image,
+                    self.args.probes,
+                    self.args.probe_period_s,
                 );
+                if self.args.probes == ProbeMode::None {
+                    body = with_containers(body, self.args.containers);
+                }
+                let body = with_limits(body, &self.args.extended_resources);
                 (path, tmp, body)
             })
             .collect();
@@ -965,6 +969,30 @@ fn manifest_with(
         "command": ["sh", "-c", COMMAND],
     });
     pod_manifest(name, run_id, index, vec![sleep])
+}
+
+/// `manifest` with its first container repeated until the pod has `n` (named `<name>-1`,
+/// `<name>-2`, ...).
+fn with_containers(manifest: Vec<u8>, n: u32) -> Vec<u8> {
+    if n <= 1 {
+        return manifest;
+    }
+    let Ok(mut pod) = serde_json::from_slice::<Value>(&manifest) else {
+        return manifest;
+    };
+    if let Some(containers) = pod["spec"]["containers"].as_array_mut()
+        && let Some(first) = containers.first().cloned()
+    {
+        let name = first["name"].as_str().unwrap_or("c").to_string();
+        for i in 1..n {
+            let mut c = first.clone();
+            c["name"] = Value::String(format!("{name}-{i}"));
+            containers.push(c);
+        }
+    }
+    let mut out = pod.to_string().into_bytes();
+    out.push(b'\n');
+    out
 }
 
 /// `NAME=COUNT`.
@@ -1917,6 +1945,22 @@ mod tests {
         let c = &m["spec"]["containers"][0];
         assert_eq!(c["imagePullPolicy"], "IfNotPresent");
         assert_eq!(c["command"][2], COMMAND);
+    }
+
+    #[test]
+    fn pods_get_the_containers_asked_for() {
+        let m = with_containers(manifest("bench-ab-1", "ab", 1, "img:1"), 3);
+        let m: Value = serde_json::from_slice(&m).unwrap();
+        let names: Vec<&str> = m["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["sleep", "sleep-1", "sleep-2"]);
+        assert_eq!(m["spec"]["containers"][2]["command"][2], COMMAND);
+        let one = manifest("bench-ab-1", "ab", 1, "img:1");
+        assert_eq!(with_containers(one.clone(), 1), one);
     }
 
     #[test]
