@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 CRI_SOCK ?= unix:///run/ferrolet/cri.sock
 
-.PHONY: node test deb shim test-packages test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream soak
+.PHONY: node test deb shim test-packages test-node test-node-containerd2 test-containerd2 env stop status build lint unit images fuzz bench-cri bench-kubelet bench-api bench-stream bench-shim soak
 
 ## node: environment, build, then ferrolet-cri and ferrolet in standalone mode on examples/static-pods
 node: env build
@@ -30,9 +30,10 @@ deb:
 # benchmarks run (a dynamic one has 1.7 MiB of libc.so pages in every shim's RSS), in
 # target/<host triple>/release/. For the host triple explicitly, so the static flag stays off
 # build scripts and proc macros.
+SHIM_TARGET ?= $(shell rustc -vV | sed -n 's/^host: //p')
 shim:
-	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release \
-		--target $$(rustc -vV | sed -n 's/^host: //p') -p ferrolet-task-shim
+	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --target $(SHIM_TARGET) \
+		-p ferrolet-task-shim
 
 ## test-packages: the .debs of `make deb` installed with dpkg into a scratch root (its own empty
 # dpkg database; nothing outside it touched), their files, units, conffiles, the kubelet
@@ -116,15 +117,24 @@ images:
 # bench targets so that switching between them recompiles nothing; the reference containerd
 # (scripts/containerd-cri.sh) is stopped afterwards unless it was already running. Not part
 # of `make test`.
-bench-cri: env
+bench-cri: env bench-shim
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
-	@scripts/bench-cri.sh
+	@BIN=$(BENCH_BIN) scripts/bench-cri.sh
 
 ## bench-kubelet: static-pod start latency of ferrolet (N = 1, 30, 100), RSS and idle CPU, on
 # ferrolet-cri and on containerd's own CRI side by side. Release builds; what it starts it stops.
-bench-kubelet: env
+bench-kubelet: env bench-shim
 	$(CARGO) build --release -p ferrolet -p ferrolet-cri -p ferrolet-integration
-	@scripts/bench-kubelet.sh
+	@BIN=$(BENCH_BIN) scripts/bench-kubelet.sh
+
+## bench-shim: `make shim`'s static shim installed beside the release ferrolet-cri, in the
+# directory the benchmarks put first on their containerd's PATH; ferrolet-cri runs it by
+# default (BENCH_RUNTIME_TYPE=io.containerd.runc.v2 runs its pods under the Go shim instead).
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+BENCH_BIN ?= $(abspath $(TARGET_DIR))/release
+bench-shim: shim
+	mkdir -p $(BENCH_BIN)
+	install -m 0755 $(TARGET_DIR)/$(SHIM_TARGET)/release/containerd-shim-ferrolet-v1 $(BENCH_BIN)/
 
 ## bench-api: API pods (created → Running through a watch) on ferrolet joined to the in-memory
 # test API server: N = 1, 30, 100, RSS, steady-state API requests per minute. Release builds.

@@ -15,10 +15,20 @@
 # running at once, which a turn of N/turns pods is not. Not splitting is simpler than an extra
 # full-N run per runtime for memory alone, and costs no pods; read latency ratios from N = 30.
 #
+# The runs of 100 pods are also issue #39's benchmark of the shims: their pods have
+# BENCH_FULL_CONTAINERS containers each (2), and with all of them running each side's shims
+# (the runtime v2 shim processes its containerd started: `-address <its socket>` on their
+# command line, serving one of the run's pods) and the pause processes under them are sampled:
+# RSS in all and per pod, and their CPU over a BENCH_IDLE_S window; `compare` prints the
+# shims' goals (StartContainer and RunPodSandbox p50 ratios, shim RSS per pod, idle CPU) and
+# the whole stack's RSS (runtime + containerd + shims + pause).
+#
 # Needs the environment (`scripts/env.sh up`) and release builds of ferrolet-cri and
 # ferrolet-cri-bench (the Makefile target does both). It starts the reference containerd
-# (scripts/containerd-cri.sh) unless it already runs, and a ferrolet-cri of its own on the
-# environment's containerd; it stops what it started, also on error or Ctrl-C.
+# (scripts/containerd-cri.sh) unless it already runs, and a containerd and ferrolet-cri of its
+# own (scripts/lib/bench-containerd.sh: BIN first on that containerd's PATH, so the shim
+# installed beside ferrolet-cri is the one it runs); it stops what it started, also on error or
+# Ctrl-C.
 #
 #   BENCH_PODS="30 100"  pod counts      BENCH_WARMUP=2  untimed pods first, per runtime
 #   BENCH_ALTERNATE=5    turns per runtime for each N below 100 (each runs its share of the pods)
@@ -26,6 +36,11 @@
 #                        against ferrolet-cri without it (accept_any_authority = false),
 #                        twice each, alternating; 0 skips it
 #   BENCH_ARGS=...       extra flags for ferrolet-cri-bench (e.g. --cni-check)
+#   BENCH_FULL_PODS=100  runs of this many pods or more are the memory runs described above
+#   BENCH_CONTAINERS=1   containers per pod below 100 pods   BENCH_FULL_CONTAINERS=2  at 100+
+#   BENCH_IDLE_S=30      idle window of the 100-pod runs (shims' and runtimes' CPU); 0: none
+#   BENCH_RUNTIME_TYPE=  ferrolet-cri's `runtime_type` (io.containerd.ferrolet.v1: the Rust
+#                        shim; io.containerd.runc.v2: the Go shim); empty: its default
 #   BIN=target/release   where the binaries are
 set -euo pipefail
 
@@ -36,12 +51,15 @@ BENCH=$BIN/ferrolet-cri-bench
 PODS=${BENCH_PODS:-30 100}
 TURNS=${BENCH_ALTERNATE:-5}
 # Runs of this many pods or more are not split into turns: see the header.
-FULL_PODS=100
+FULL_PODS=${BENCH_FULL_PODS:-100}
+CONTAINERS=${BENCH_CONTAINERS:-1}
+FULL_CONTAINERS=${BENCH_FULL_CONTAINERS:-2}
+IDLE_S=${BENCH_IDLE_S:-30}
+RUNTIME_TYPE=${BENCH_RUNTIME_TYPE:-}
 WARMUP=${BENCH_WARMUP:-2}
 AUTHORITY_PODS=${BENCH_AUTHORITY_PODS:-100}
 read -r -a EXTRA <<<"${BENCH_ARGS:-}"
 PID_DIR=/run/ferrolet/env
-CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
 REF_SOCK=/run/ferrolet/containerd-cri/containerd.sock
 # This ferrolet-cri's own places, apart from a node's ferrolet-cri on the same containerd.
 CRI_ROOT=/var/lib/ferrolet/bench-cri
@@ -53,8 +71,16 @@ OUT=$ROOT_DIR/target/bench-cri/$(date +%Y%m%d-%H%M%S)
 
 log() { printf '[bench-cri] %s\n' "$*" >&2; }
 die() { printf '[bench-cri] error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=lib/bench-containerd.sh
+. "$ROOT_DIR/scripts/lib/bench-containerd.sh"
+BENCH_CTRD_NAME=bench-cri
 
 [[ "$TURNS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_ALTERNATE must be a whole number >= 1"
+for v in "$CONTAINERS" "$FULL_CONTAINERS"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONTAINERS and BENCH_FULL_CONTAINERS must be whole numbers >= 1"
+done
+[[ "$IDLE_S" =~ ^[0-9]+$ ]] || die "BENCH_IDLE_S must be a whole number of seconds"
+[[ "$FULL_PODS" =~ ^[1-9][0-9]*$ ]] || die "BENCH_FULL_PODS must be a whole number >= 1"
 for n in $PODS; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || die "BENCH_PODS must be whole numbers >= 1, not $n"
 done
@@ -87,6 +113,7 @@ cleanup() {
     awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
   rm -rf "$CRI_ROOT" "$CRI_STATE"
+  bench_containerd_down
   if [ "$started_ref" = 1 ]; then
     FERROLET_CRI_BENCH=$BENCH "$ROOT_DIR/scripts/containerd-cri.sh" down || true
   fi
@@ -99,10 +126,11 @@ trap 'exit 130' INT TERM
 if ! "$ROOT_DIR/scripts/containerd-cri.sh" status | grep -q running; then started_ref=1; fi
 FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up
 ref_pid=$(cat "$PID_DIR/containerd-cri.pid")
-ctrd_pid=$(cat "$PID_DIR/containerd.pid")
 
 # start_cri ACCEPT_ANY_AUTHORITY LOG: ferrolet-cri in its own session (a Ctrl-C reaches the
 # benchmark, which then still needs it to clean up); `exec` keeps the pid the pid file records.
+# Its pods' network namespaces are pinned in its own dir: a run once lost one from the shared
+# /var/run/netns to someone else.
 start_cri() {
   mkdir -p "$CRI_ROOT" "$CRI_STATE"
   cat >"$CRI_STATE/ferrolet-cri.toml" <<TOML
@@ -111,10 +139,12 @@ containerd = "$CTRD_SOCK"
 namespace = "$CRI_NAMESPACE"
 root = "$CRI_ROOT"
 state = "$CRI_STATE/state"
+netns_dir = "$CRI_STATE/netns"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
 log_level = "info"
 accept_any_authority = $1
+${RUNTIME_TYPE:+runtime_type = \"$RUNTIME_TYPE\"}
 TOML
   rm -f "$CRI_STATE/pid"
   cri_pid=
@@ -143,8 +173,12 @@ stop_cri() {
 
 rm -rf "$CRI_ROOT" "$CRI_STATE"
 mkdir -p "$OUT"
+bench_containerd_up "$OUT/containerd.log"
+CTRD_SOCK=$BENCH_CTRD_SOCK
+ctrd_pid=$bench_ctrd_pid
+if [ -n "$RUNTIME_TYPE" ]; then bench_check_shim "$RUNTIME_TYPE"; fi
 start_cri true "$OUT/ferrolet-cri.log"
-log "ferrolet-cri (pid $cri_pid) on $CRI_SOCK, containerd $CTRD_SOCK namespace $CRI_NAMESPACE"
+log "ferrolet-cri (pid $cri_pid) on $CRI_SOCK, containerd $CTRD_SOCK namespace $CRI_NAMESPACE, runtime type ${RUNTIME_TYPE:-its default}"
 log "containerd CRI (pid $ref_pid) on $REF_SOCK; results in $OUT"
 
 status=0
@@ -169,14 +203,16 @@ if [ "$WARMUP" -gt 0 ]; then
   bench ferrolet-cri "unix://$CRI_SOCK" "$WARMUP" /dev/null "$OUT/warmup-ferrolet-cri.log" --settle-ms 0
 fi
 
-# turn LABEL N TURN PODS: turn TURN of LABEL's runtime in the run of N pods, PODS of them, its
-# report in $OUT/LABEL-N-turnTURN.json.
+# turn LABEL N TURN PODS FLAGS...: turn TURN of LABEL's runtime in the run of N pods, PODS of
+# them, its report in $OUT/LABEL-N-turnTURN.json; the shims sampled are its containerd's.
 turn() {
   local label=$1 pods=$4 out=$OUT/$1-$2-turn$3.json
+  shift 4
   case $label in
-    containerd-cri) bench "$label" "unix://$REF_SOCK" "$pods" "$out" - --json --pid "$ref_pid" ;;
+    containerd-cri) bench "$label" "unix://$REF_SOCK" "$pods" "$out" - --json --pid "$ref_pid" \
+      --containerd-address "$REF_SOCK" "$@" ;;
     ferrolet-cri) bench "$label" "unix://$CRI_SOCK" "$pods" "$out" - --json --pid "$cri_pid" \
-      --backend-pid "$ctrd_pid" ;;
+      --backend-pid "$ctrd_pid" --containerd-address "$CTRD_SOCK" "$@" ;;
   esac
 }
 
@@ -192,22 +228,26 @@ merge() {
 
 for n in $PODS; do
   turns=$TURNS
-  [ "$n" -ge "$FULL_PODS" ] && turns=1
+  flags=(--containers "$CONTAINERS")
+  if [ "$n" -ge "$FULL_PODS" ]; then
+    turns=1
+    flags=(--containers "$FULL_CONTAINERS" --idle-s "$IDLE_S")
+  fi
   [ "$turns" -gt "$n" ] && turns=$n
   if [ "$turns" = 1 ]; then
-    log "$n pods: one run per runtime, containerd's CRI first"
+    log "$n pods (${flags[*]}): one run per runtime, containerd's CRI first"
   else
-    log "$n pods: $turns turns per runtime, the order flipped every turn"
+    log "$n pods (${flags[*]}): $turns turns per runtime, the order flipped every turn"
   fi
   for t in $(seq 1 "$turns"); do
     # N/turns pods a turn, one more in the first N%turns turns.
     pods=$(( n / turns + (t <= n % turns ? 1 : 0) ))
     if [ $((t % 2)) = 1 ]; then
-      turn containerd-cri "$n" "$t" "$pods"
-      turn ferrolet-cri "$n" "$t" "$pods"
+      turn containerd-cri "$n" "$t" "$pods" "${flags[@]}"
+      turn ferrolet-cri "$n" "$t" "$pods" "${flags[@]}"
     else
-      turn ferrolet-cri "$n" "$t" "$pods"
-      turn containerd-cri "$n" "$t" "$pods"
+      turn ferrolet-cri "$n" "$t" "$pods" "${flags[@]}"
+      turn containerd-cri "$n" "$t" "$pods" "${flags[@]}"
     fi
   done
   merge containerd-cri "$n" "$turns"
@@ -216,7 +256,8 @@ for n in $PODS; do
   ours=$OUT/ferrolet-cri-$n.json
   if [ -s "$ref" ] && [ -s "$ours" ]; then
     limit=()
-    [ "$n" -ge "$FULL_PODS" ] && limit=(--max-rss-mib 30)
+    # The RSS goal is for 100 pods.
+    [ "$n" -ge 100 ] && limit=(--max-rss-mib 30)
     "$BENCH" compare "$ours" "$ref" "${limit[@]}" | tee "$OUT/compare-$n.txt"
   fi
 done

@@ -24,12 +24,29 @@
 # Then, on ferrolet-cri only, the probe overhead (issue #7): pods with three probes each at a
 # 1 s period (tcp/http, and separately exec), ferrolet's CPU over the idle window.
 #
+# With the largest N running, each run also samples the node's runtime overhead (issue #39):
+# kubelet + CRI runtime + containerd + the shims that containerd started (`-address <its socket>`
+# on their command lines) + the pause processes under them, and the shims' idle CPU. ferrolet-cri
+# runs on a containerd of the benchmark's own (scripts/lib/bench-containerd.sh: BIN first on its
+# PATH, so the shim installed beside ferrolet-cri is the one it runs). The last run is the Go
+# kubelet (BENCH_GO_KUBELET, a v1.28+ binary; default `kubelet` on PATH) on containerd's own CRI
+# with the same pods (BENCH_GO_KUBELET_PODS), and `ferrolet-kubelet-bench node` puts ferrolet +
+# ferrolet-cri's overhead beside it, goal <= 0.2x. Without a Go kubelet that run is not made, and
+# the comparison says so: the reference is absent, the goal not measured.
+#
 #   BENCH_PODS=1,1,1,1,1,1,1,1,1,1,30,100   pod counts, one round each (the single-pod rounds
 #                         are pooled for the N=1 figures)      BENCH_IDLE_S=30  idle CPU window
 #   BENCH_DIRECT=1        the direct-CRI runs on ferrolet-cri (0: none)
 #   BENCH_PROBES="network exec"   probe modes ("" for none)
 #   BENCH_PROBE_PODS=100  BENCH_EXEC_PROBE_PODS=10   pods of the probe runs
-#   BENCH_RUNTIMES="ferrolet-cri containerd-cri"   which runtimes, in order
+#   BENCH_RUNTIMES="ferrolet-cri containerd-cri go-kubelet"   which runs, in order (go-kubelet:
+#                         the Go kubelet on containerd's CRI; the others: ferrolet on that runtime)
+#   BENCH_GO_KUBELET=PATH   the Go kubelet (default: `kubelet` on PATH)
+#   BENCH_GO_KUBELET_PODS=100   its rounds
+#   BENCH_CONTAINERS=1    containers per pod (issue #39 weighs pods of 2; issue #6's goals are
+#                         for 1), in every run but the probe runs
+#   BENCH_RUNTIME_TYPE=   ferrolet-cri's `runtime_type` (io.containerd.ferrolet.v1: the Rust
+#                         shim; io.containerd.runc.v2: the Go shim); empty: its default
 #   BENCH_KUBELET_CONFIG=YAML   extra KubeletConfiguration lines for every ferrolet (e.g.
 #                         "cgroupsPerQOS: false\nenforceNodeAllocatable: []" to time pod starts
 #                         without the container manager's cgroups)
@@ -52,7 +69,11 @@ CRI_BENCH=$BIN/ferrolet-cri-bench
 PODS=${BENCH_PODS:-1,1,1,1,1,1,1,1,1,1,30,100}
 DIRECT=${BENCH_DIRECT:-1}
 IDLE_S=${BENCH_IDLE_S:-30}
-RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri}
+RUNTIMES=${BENCH_RUNTIMES:-ferrolet-cri containerd-cri go-kubelet}
+GO_KUBELET=${BENCH_GO_KUBELET-$(command -v kubelet || true)}
+GO_PODS=${BENCH_GO_KUBELET_PODS:-100}
+# The Go kubelet's cgroup root (it must exist before it starts), removed after its run.
+GO_CGROUP_ROOT=/ferrolet-bench-gokubelet
 PROBES=${BENCH_PROBES-network exec}
 BASELINE=${BENCH_KUBELET_BASELINE:-}
 KUBELET_EXTRA=${BENCH_KUBELET_CONFIG:-}
@@ -62,7 +83,6 @@ fi
 PROBE_PODS=${BENCH_PROBE_PODS:-100}
 EXEC_PROBE_PODS=${BENCH_EXEC_PROBE_PODS:-10}
 PID_DIR=/run/ferrolet/env
-CTRD_SOCK=/run/ferrolet/containerd/containerd.sock
 REF_SOCK=/run/ferrolet/containerd-cri/containerd.sock
 # Our own places, apart from a node's (make node) and bench-cri's.
 STATE=/run/ferrolet/bench-kubelet
@@ -70,6 +90,8 @@ LIB=/var/lib/ferrolet/bench-kubelet
 CRI_SOCK=$STATE/cri.sock
 CRI_NAMESPACE=ferrolet-bench-kubelet
 CNI_CONF_DIR=/etc/ferrolet/cni/net.d
+# The benchmark's pods' namespace (ferrolet-kubelet-bench's POD_NAMESPACE).
+POD_NAMESPACE=ferrolet-bench
 PORT=${BENCH_PORT:-10355}
 # The secure API (port) runs as in production, on its own loopback port.
 SECURE_PORT=${BENCH_SECURE_PORT:-10356}
@@ -79,6 +101,12 @@ log() { printf '[bench-kubelet] %s\n' "$*" >&2; }
 die() { printf '[bench-kubelet] error: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=lib/bench-common.sh
 . "$ROOT_DIR/scripts/lib/bench-common.sh"
+# shellcheck source=lib/bench-containerd.sh
+. "$ROOT_DIR/scripts/lib/bench-containerd.sh"
+BENCH_CTRD_NAME=bench-kubelet
+# Every pod of ours carries the run label (the manifests' labels are the sandboxes'); the
+# reference containerd may hold someone else's.
+KUBELET_CLEAN_ALL=0
 
 [ "$(id -u)" = 0 ] || die "run as root (containerd, netns and bridges need it)"
 for b in "$KUBELET" "$CRI" "$BENCH" "$CRI_BENCH"; do
@@ -102,6 +130,8 @@ cleanup() {
   fi
   unmount_under "$STATE" "$LIB"
   rm -rf "$STATE" "$LIB"
+  bench_containerd_down
+  go_cgroups rmdir
   if [ "$started_ref" = 1 ]; then
     FERROLET_CRI_BENCH=$CRI_BENCH "$ROOT_DIR/scripts/containerd-cri.sh" down >&2 || true
   fi
@@ -112,6 +142,47 @@ trap 'exit 130' INT TERM
 
 rm -rf "$STATE" "$LIB"
 mkdir -p "$STATE" "$LIB" "$OUT"
+
+# go_cgroups mkdir|rmdir: the Go kubelet's cgroup root in every hierarchy (rmdir: what is
+# under it too, deepest first; only empty cgroups go).
+go_cgroups() {
+  local d
+  for d in /sys/fs/cgroup /sys/fs/cgroup/*; do
+    [ -f "$d/cgroup.procs" ] && [ ! -L "$d" ] || continue
+    if [ "$1" = mkdir ]; then
+      mkdir -p "$d$GO_CGROUP_ROOT"
+    elif [ -d "$d$GO_CGROUP_ROOT" ]; then
+      find "$d$GO_CGROUP_ROOT" -depth -type d -exec rmdir {} + 2>/dev/null || true
+    fi
+  done
+}
+
+# start_go_kubelet ENDPOINT: the Go kubelet, standalone on an empty manifest dir, with what
+# ferrolet's runs are given (manifest check period, max pods, ports) and what it needs on this
+# machine: cgroupfs under its own root, anonymous read-only access, eviction thresholds low
+# enough that a full disk of test images is no pressure.
+start_go_kubelet() {
+  mkdir -p "$LIB"
+  go_cgroups mkdir
+  cat >"$LIB/kubelet-config.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+fileCheckFrequency: 20s
+maxPods: 110
+cgroupDriver: cgroupfs
+cgroupRoot: $GO_CGROUP_ROOT
+failSwapOn: false
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+YAML
+  local ours=$KUBELET
+  KUBELET=$GO_KUBELET
+  launch_kubelet go-kubelet "$1"
+  KUBELET=$ours
+}
 
 # start_kubelet LABEL ENDPOINT: a fresh ferrolet on an empty manifest dir.
 start_kubelet() {
@@ -140,16 +211,22 @@ judge() {
   fi
 }
 
-# bench LABEL ENDPOINT CONTAINERD NAMESPACE: one full run of the benchmark through a fresh
-# ferrolet; the runtime keeps its containers in NAMESPACE of the containerd at CONTAINERD, whose
-# /tasks/start events time the app containers' tasks.
+# bench LABEL ENDPOINT CONTAINERD NAMESPACE CONTAINERD_PID [FLAGS...]: one full run of the
+# benchmark through a fresh ferrolet (for LABEL go-kubelet: the Go kubelet); the runtime keeps
+# its containers in NAMESPACE of the containerd at CONTAINERD, whose /tasks/start events time
+# the app containers' tasks and whose shims count in the node overhead.
 bench() {
-  local label=$1 endpoint=$2 containerd=$3 namespace=$4 rc=0
-  start_kubelet "$label" "$endpoint"
+  local label=$1 endpoint=$2 containerd=$3 namespace=$4 containerd_pid=$5 rc=0
+  shift 5
+  if [ "$label" = go-kubelet ]; then
+    start_go_kubelet "$endpoint"
+  else
+    start_kubelet "$label" "$endpoint"
+  fi
   "$BENCH" --manifest-dir "$LIB/manifests" --read-only "127.0.0.1:$PORT" --endpoint "$endpoint" \
     --containerd "$containerd" --containerd-namespace "$namespace" \
-    --pid "$kubelet_pid" --pods "$PODS" --idle-s "$IDLE_S" --label "$label" --json \
-    >"$OUT/$label.json" || rc=$?
+    --containerd-pid "$containerd_pid" --pid "$kubelet_pid" --pods "$PODS" --idle-s "$IDLE_S" \
+    --containers "${BENCH_CONTAINERS:-1}" --label "$label" --json "$@" >"$OUT/$label.json" || rc=$?
   judge "$rc" "$label" "$OUT/$label.json" "$OUT/ferrolet-$label.log"
   stop_kubelet
 }
@@ -190,12 +267,19 @@ bench_probes() {
   stop_kubelet
 }
 
+# Why the Go kubelet's run was not made, for the node comparison (empty: it was).
+go_absent="not in BENCH_RUNTIMES ($RUNTIMES)"
 for runtime in $RUNTIMES; do
   case $runtime in
     ferrolet-cri)
+      bench_containerd_up "$OUT/containerd.log"
+      CTRD_SOCK=$BENCH_CTRD_SOCK
+      if [ -n "${BENCH_RUNTIME_TYPE:-}" ]; then bench_check_shim "$BENCH_RUNTIME_TYPE"; fi
       start_cri
+      log "ferrolet-cri's runtime type: ${BENCH_RUNTIME_TYPE:-its default}"
       if [ "$DIRECT" = 1 ]; then direct_cri before; fi
-      bench ferrolet-cri "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE"
+      bench ferrolet-cri "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE" "$bench_ctrd_pid" \
+        --runtime-pid "$cri_pid"
       if [ "$DIRECT" = 1 ]; then
         direct_cri after
         if [ -s "$OUT/ferrolet-cri.json" ] && compgen -G "$OUT/direct-*.json" >/dev/null; then
@@ -207,7 +291,8 @@ for runtime in $RUNTIMES; do
         new_kubelet=$KUBELET
         KUBELET=$BASELINE
         KUBELET_EXTRA=${BENCH_KUBELET_BASELINE_CONFIG-${BENCH_KUBELET_CONFIG:-}}
-        bench baseline "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE"
+        bench baseline "unix://$CRI_SOCK" "$CTRD_SOCK" "$CRI_NAMESPACE" "$bench_ctrd_pid" \
+          --runtime-pid "$cri_pid"
         KUBELET=$new_kubelet
         KUBELET_EXTRA=${BENCH_KUBELET_CONFIG:-}
         if [ -s "$OUT/ferrolet-cri.json" ] && [ -s "$OUT/baseline.json" ]; then
@@ -220,19 +305,50 @@ for runtime in $RUNTIMES; do
       # Idle from now on, but no process of one run should share the machine with the next.
       stop "$cri_pid" ferrolet-cri
       cri_pid=
+      bench_containerd_down
       ;;
-    containerd-cri)
+    containerd-cri | go-kubelet)
+      if [ "$runtime" = go-kubelet ] && [ -z "$GO_KUBELET" ]; then
+        go_absent="no Go kubelet: BENCH_GO_KUBELET unset or empty, and no kubelet on PATH"
+        log "the Go kubelet's run: not made ($go_absent)"
+        continue
+      fi
+      if [ "$runtime" = go-kubelet ] && [ ! -x "$GO_KUBELET" ]; then
+        go_absent="BENCH_GO_KUBELET=$GO_KUBELET is not an executable"
+        log "the Go kubelet's run: not made ($go_absent)"
+        continue
+      fi
       if ! "$ROOT_DIR/scripts/containerd-cri.sh" status | grep -q running; then started_ref=1; fi
       FERROLET_CRI=$CRI "$ROOT_DIR/scripts/containerd-cri.sh" up >&2
-      bench containerd-cri "unix://$REF_SOCK" "$REF_SOCK" k8s.io
+      ref_pid=$(cat "$PID_DIR/containerd-cri.pid")
+      if [ "$runtime" = go-kubelet ]; then
+        go_absent=
+        log "the Go kubelet: $GO_KUBELET ($("$GO_KUBELET" --version 2>/dev/null || echo "version unknown"))"
+        saved_pods=$PODS
+        PODS=$GO_PODS
+        # The Go kubelet removes stopped sandboxes only at its minutely GC.
+        bench go-kubelet "unix://$REF_SOCK" "$REF_SOCK" k8s.io "$ref_pid" --gone-when-stopped
+        PODS=$saved_pods
+        rm -rf /var/log/pods/"${POD_NAMESPACE}"_* /var/log/containers/*_"${POD_NAMESPACE}"_*
+        go_cgroups rmdir
+      else
+        bench containerd-cri "unix://$REF_SOCK" "$REF_SOCK" k8s.io "$ref_pid"
+      fi
       ;;
-    *) die "unknown runtime $runtime (ferrolet-cri, containerd-cri)" ;;
+    *) die "unknown runtime $runtime (ferrolet-cri, containerd-cri, go-kubelet)" ;;
   esac
 done
 
-set -- $RUNTIMES
-if [ $# = 2 ] && [ -s "$OUT/$1.json" ] && [ -s "$OUT/$2.json" ]; then
-  "$BENCH" compare "$OUT/$1.json" "$OUT/$2.json" | tee "$OUT/compare.txt"
+if [ -s "$OUT/ferrolet-cri.json" ] && [ -s "$OUT/containerd-cri.json" ]; then
+  "$BENCH" compare "$OUT/ferrolet-cri.json" "$OUT/containerd-cri.json" | tee "$OUT/compare.txt"
+fi
+if [ -s "$OUT/ferrolet-cri.json" ]; then
+  if [ -z "$go_absent" ] && [ -s "$OUT/go-kubelet.json" ]; then
+    "$BENCH" node "$OUT/ferrolet-cri.json" "$OUT/go-kubelet.json" | tee "$OUT/node.txt"
+  else
+    [ -z "$go_absent" ] && go_absent="its run failed; see $OUT/ferrolet-go-kubelet.log"
+    "$BENCH" node "$OUT/ferrolet-cri.json" --absent "$go_absent" | tee "$OUT/node.txt"
+  fi
 fi
 log "results (JSON reports, comparison, logs) in $OUT"
 exit "$status"

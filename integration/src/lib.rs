@@ -3,7 +3,8 @@
 //!
 //! - [`apiserver`]: an in-memory Kubernetes API server (HTTPS, client certificates and
 //!   tokens, watches, CSR signing) that the kubelet's kube-rs client talks to as to a cluster.
-//! - [`bench`]: what the benchmark programs share (signals, deadlines, percentiles, CPU ticks).
+//! - [`bench`]: what the benchmark programs share (signals, deadlines, percentiles, CPU ticks,
+//!   the runtime stack's processes: shims found by their containerd's socket, pause processes).
 //! - [`cgroups`]: the host's cgroups as tests read them, v1 or v2 alike.
 //! - [`containerd`]: one private containerd per test binary (own root, state, socket), stopped
 //!   and unmounted at process exit; each test gets its own namespace.

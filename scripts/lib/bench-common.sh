@@ -3,7 +3,8 @@
 # containerd, and a fresh ferrolet started and stopped around each round.
 # The caller sets CRI, CRI_SOCK, CTRD_SOCK, CRI_NAMESPACE, CNI_CONF_DIR, STATE, LIB and OUT (and
 # KUBELET, CRI_BENCH, PORT, SECURE_PORT for ferrolet), and defines log and die; start_cri sets
-# cri_pid, launch_kubelet sets kubelet_pid and kubelet_endpoint.
+# cri_pid (BENCH_RUNTIME_TYPE, when set, is its `runtime_type`), launch_kubelet sets
+# kubelet_pid and kubelet_endpoint.
 
 # stop PID NAME: SIGTERM, up to 15 s, then SIGKILL.
 stop() {
@@ -15,10 +16,11 @@ stop() {
   log "stopped $name (pid $pid)"
 }
 
-unmount_under() { # DIR...: every mount below them, deepest first
+unmount_under() { # DIR...: every mount below them and on them (the Go kubelet bind-mounts its
+  # root dir on itself), deepest first
   local d
   for d in "$@"; do
-    awk -v a="$d" '$5 ~ "^"a"/" {print $5}' /proc/self/mountinfo
+    awk -v a="$d" '$5 == a || $5 ~ "^"a"/" {print $5}' /proc/self/mountinfo
   done | awk '{print length, $0}' | sort -rn | cut -d' ' -f2- |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
@@ -30,9 +32,11 @@ containerd = "$CTRD_SOCK"
 namespace = "$CRI_NAMESPACE"
 root = "$LIB/cri"
 state = "$STATE/cri"
+netns_dir = "$STATE/cri-netns"
 cni_conf_dir = "$CNI_CONF_DIR"
 cni_bin_dirs = ["/usr/lib/cni"]
 log_level = "${BENCH_CRI_LOG:-info}"
+${BENCH_RUNTIME_TYPE:+runtime_type = \"$BENCH_RUNTIME_TYPE\"}
 [registry.hosts."127.0.0.1:5000"]
 plain_http = true
 TOML
@@ -57,8 +61,10 @@ kubelet_pid=
 kubelet_endpoint=
 
 # Stops the running ferrolet (its manifests gone first); whatever pods it left (an interrupted
-# round) are removed through CRI with ferrolet gone, so nothing recreates them. Its dirs are
-# unmounted and removed.
+# round) are removed through CRI with ferrolet gone, so nothing recreates them: all of the
+# endpoint's, or with KUBELET_CLEAN_ALL=0 the benchmark's only (their sandboxes carry the
+# `ferrolet.bench/run` label; the reference containerd may serve someone else's pods too).
+# Its dirs are unmounted and removed.
 stop_kubelet() {
   [ -z "$kubelet_pid" ] && [ -s "$STATE/kubelet.pid" ] && kubelet_pid=$(cat "$STATE/kubelet.pid")
   rm -f "$STATE/kubelet.pid"
@@ -68,7 +74,9 @@ stop_kubelet() {
     kubelet_pid=
   fi
   if [ -n "$kubelet_endpoint" ]; then
-    "$CRI_BENCH" clean --all --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
+    local scope=(--all)
+    [ "${KUBELET_CLEAN_ALL:-1}" = 0 ] && scope=()
+    "$CRI_BENCH" clean "${scope[@]}" --endpoint "$kubelet_endpoint" >/dev/null 2>&1 ||
       log "removing the pods left on $kubelet_endpoint failed"
     kubelet_endpoint=
   fi

@@ -1,8 +1,10 @@
 //! `ferrolet-cri-bench`: a pod lifecycle benchmark for any CRI endpoint (ferrolet-cri, containerd's
-//! CRI plugin, ...). It runs N sandboxes with one container each (RunPodSandbox → CreateContainer →
-//! StartContainer), samples the runtime's RSS with all N running, then tears them down
-//! (StopContainer → RemoveContainer → StopPodSandbox → RemovePodSandbox), and reports p50/p99 per
-//! RPC, wall time and memory. `compare A.json B.json` puts two runs side by side; `merge` pools
+//! CRI plugin, ...). It runs N sandboxes with one container each, or `--containers` each
+//! (RunPodSandbox → CreateContainer → StartContainer), samples the runtime's RSS with all N
+//! running, and that of the shims serving the pods (with their pause processes; with
+//! `--idle-s`, their CPU over an idle window too), then tears them down (StopContainer →
+//! RemoveContainer → StopPodSandbox → RemovePodSandbox), and reports p50/p99 per RPC, wall
+//! time and memory. `compare A.json B.json` puts two runs side by side; `merge` pools
 //! the reports of several short runs of one runtime (turns taken with another runtime, so that
 //! both meet the same drift of the machine); `clean` removes what an interrupted run might have
 //! left.
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use ferrolet_integration::bench::processes::{self, PAUSE_COMM, Shim};
 use ferrolet_integration::bench::{
     deadline, ensure_image, install_signal_thread, parse_stat_ticks, percentile, run_id,
 };
@@ -132,9 +135,22 @@ struct RunArgs {
     /// CRI endpoint (runtime and image service), unix:///path.
     #[arg(long, default_value = "unix:///run/ferrolet/cri.sock")]
     endpoint: String,
-    /// Number of pods (one sandbox and one container each).
+    /// Number of pods (one sandbox and `--containers` containers each).
     #[arg(short = 'n', long = "pods", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pods: u32,
+    /// Containers per pod, created and started one after the other (the first is `bench`,
+    /// the others `bench-1`, `bench-2`, ...).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    containers: u32,
+    /// The socket of the containerd under the runtime: only shims carrying it (`-address` on
+    /// their command line) are sampled. Without it, a shim of any containerd serving one of
+    /// the run's sandboxes or containers is.
+    #[arg(long)]
+    containerd_address: Option<String>,
+    /// With all pods running, an idle window over which the CPU of the shims, their pause
+    /// processes and the runtime is measured, seconds (0: none).
+    #[arg(long, default_value_t = 0)]
+    idle_s: u64,
     /// Container image; pulled through the ImageService first if the runtime lacks it.
     #[arg(long, default_value = "127.0.0.1:5000/ferrolet/busybox:1")]
     image: String,
@@ -228,13 +244,44 @@ struct Memory {
     running_mib: f64,
     /// CPU time they used during the run (user + system), seconds.
     cpu_s: f64,
+    /// Their CPU over the idle window (`--idle-s`), percent of one core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idle_cpu_pct: Option<f64>,
 }
 
-/// The shims serving the run's pods, sampled with all pods running.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// The shims serving the run's pods, and the pause processes under them, sampled with all
+/// pods running.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 struct Shims {
     count: usize,
     total_mib: f64,
+    /// The pods they serve (the run's: a merged report's sum of its turns').
+    #[serde(default)]
+    pods: u32,
+    /// Their programs' names (`containerd-shim-runc-v2`, `containerd-shim-ferrolet-v1`).
+    #[serde(default)]
+    programs: Vec<String>,
+    /// Pause processes under them (a sandbox with a pause container has one).
+    #[serde(default)]
+    pause_count: usize,
+    #[serde(default)]
+    pause_mib: f64,
+    /// The shims' CPU over the idle window (`--idle-s`), percent of one core; the pause
+    /// processes' apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idle_cpu_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pause_idle_cpu_pct: Option<f64>,
+    /// That window, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    idle_window_s: Option<f64>,
+}
+
+impl Shims {
+    /// The shims' RSS per pod, MiB (None when no pod was sampled).
+    fn per_pod_mib(&self) -> Option<f64> {
+        (self.pods > 0).then(|| self.total_mib / f64::from(self.pods))
+    }
 }
 
 /// Everything one run measured; `--json` prints it, `compare` reads it back.
@@ -249,6 +296,9 @@ struct Report {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     running_pods: Option<u32>,
     concurrency: u32,
+    /// Containers per pod (reports written before `--containers` had one).
+    #[serde(default = "one")]
+    containers: u32,
     image: String,
     rpcs: Vec<RpcStats>,
     wall_s: f64,
@@ -295,6 +345,10 @@ fn main() -> Result<()> {
     }
 }
 
+fn one() -> u32 {
+    1
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -319,11 +373,12 @@ fn read_report(path: &Path) -> Result<Report> {
 ///   holds what the earlier runs' pods made the process allocate; CPU time summed, the work
 ///   for all the pods, like the summed wall time; the pids of all runs. A run without a
 ///   sample leaves the others' figures as they are;
-/// - shims summed: each run sampled its own pods' shims, so the sum covers every pod;
+/// - shims summed (count, RSS, pause processes, idle CPU): each run sampled its own pods'
+///   shims, so the sum covers every pod;
 /// - the CNI checks' distinct verdicts joined;
 /// - `running_pods`: the largest run's pods, as the RSS was sampled with at most that many.
 ///
-/// Runs of different labels, runtimes, images or concurrency are refused: pooling them would
+/// Runs of different labels, runtimes, images, concurrency or containers per pod are refused: pooling them would
 /// mix what a comparison is meant to set apart. A single report comes back as it is.
 fn merge_reports(reports: Vec<Report>) -> Result<Report> {
     let mut reports = reports.into_iter();
@@ -334,16 +389,17 @@ fn merge_reports(reports: Vec<Report>) -> Result<Report> {
     for (i, r) in reports.enumerate() {
         let what = |r: &Report| {
             format!(
-                "{} ({}, image {}, concurrency {})",
-                r.label, r.runtime, r.image, r.concurrency
+                "{} ({}, image {}, concurrency {}, {} containers a pod)",
+                r.label, r.runtime, r.image, r.concurrency, r.containers
             )
         };
-        if (&r.label, &r.runtime, &r.image, r.concurrency)
+        if (&r.label, &r.runtime, &r.image, r.concurrency, r.containers)
             != (
                 &merged.label,
                 &merged.runtime,
                 &merged.image,
                 merged.concurrency,
+                merged.containers,
             )
         {
             bail!(
@@ -372,10 +428,7 @@ fn merge_reports(reports: Vec<Report>) -> Result<Report> {
         merged.runtime_memory = merge_memory(merged.runtime_memory.take(), r.runtime_memory);
         merged.backend_memory = merge_memory(merged.backend_memory.take(), r.backend_memory);
         merged.shims = match (merged.shims.take(), r.shims) {
-            (Some(a), Some(b)) => Some(Shims {
-                count: a.count + b.count,
-                total_mib: a.total_mib + b.total_mib,
-            }),
+            (Some(a), Some(b)) => Some(merge_shims(a, b)),
             (a, b) => a.or(b),
         };
         merged.cni_check = match (merged.cni_check.take(), r.cni_check) {
@@ -386,11 +439,41 @@ fn merge_reports(reports: Vec<Report>) -> Result<Report> {
     Ok(merged)
 }
 
-/// One process set's memory over two runs, as `merge_reports` describes.
+/// Two runs' shims: each sampled its own pods' shims, so counts, RSS and idle CPU add up
+/// (the idle CPU then stands for all the pods' shims over one window, each run's window
+/// being as long).
+fn merge_shims(a: Shims, b: Shims) -> Shims {
+    let add = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, y) => x.or(y),
+    };
+    let mut programs = a.programs;
+    programs.extend(b.programs);
+    programs.sort();
+    programs.dedup();
+    Shims {
+        count: a.count + b.count,
+        total_mib: a.total_mib + b.total_mib,
+        pods: a.pods + b.pods,
+        programs,
+        pause_count: a.pause_count + b.pause_count,
+        pause_mib: a.pause_mib + b.pause_mib,
+        idle_cpu_pct: add(a.idle_cpu_pct, b.idle_cpu_pct),
+        pause_idle_cpu_pct: add(a.pause_idle_cpu_pct, b.pause_idle_cpu_pct),
+        idle_window_s: a.idle_window_s.or(b.idle_window_s),
+    }
+}
+
+/// One process set's memory over two runs, as `merge_reports` describes; of two idle
+/// windows' CPU the larger (the same processes, measured twice).
 fn merge_memory(first: Option<Memory>, next: Option<Memory>) -> Option<Memory> {
     match (first, next) {
         (Some(mut a), Some(b)) => {
             a.running_mib = a.running_mib.max(b.running_mib);
+            a.idle_cpu_pct = match (a.idle_cpu_pct, b.idle_cpu_pct) {
+                (Some(x), Some(y)) => Some(x.max(y)),
+                (x, y) => x.or(y),
+            };
             a.cpu_s += b.cpu_s;
             a.pids.extend(b.pids);
             a.pids.sort_unstable();
@@ -427,6 +510,8 @@ struct Bench {
     sandbox_seccomp: bool,
     /// `--kubelet-namespaces`.
     kubelet_namespaces: bool,
+    /// `--containers`.
+    containers: u32,
     cancel: Arc<AtomicBool>,
     timings: Mutex<BTreeMap<Rpc, Vec<Duration>>>,
     created: Mutex<Created>,
@@ -435,7 +520,8 @@ struct Bench {
 /// One running pod.
 struct Pod {
     sandbox: String,
-    container: String,
+    /// Its containers, in the order they were started.
+    containers: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -506,10 +592,15 @@ impl Bench {
         })
     }
 
-    fn container_config(&self) -> ContainerConfig {
+    /// The pod's `index`th container (0: `bench`, then `bench-1`, ...).
+    fn container_config(&self, index: u32) -> ContainerConfig {
+        let name = match index {
+            0 => "bench".to_string(),
+            i => format!("bench-{i}"),
+        };
         ContainerConfig {
             metadata: Some(ContainerMetadata {
-                name: "bench".into(),
+                name: name.clone(),
                 attempt: 0,
             }),
             // As the kubelet does: the image id, with the name the user wrote.
@@ -519,7 +610,7 @@ impl Bench {
                 ..Default::default()
             }),
             command: vec!["sh".into(), "-c".into(), self.command.clone()],
-            log_path: "bench.log".into(),
+            log_path: format!("{name}.log"),
             labels: run_labels(&self.run_id),
             linux: self.kubelet_namespaces.then(|| LinuxContainerConfig {
                 security_context: Some(LinuxContainerSecurityContext {
@@ -550,68 +641,76 @@ impl Bench {
             .await?
             .pod_sandbox_id;
         lock(&self.created).sandboxes.push(sandbox.clone());
-        self.check()?;
-        let container = self
-            .timed(
-                Rpc::CreateContainer,
-                rt.create_container(CreateContainerRequest {
-                    pod_sandbox_id: sandbox.clone(),
-                    config: Some(self.container_config()),
-                    sandbox_config: Some(config),
+        let mut containers = Vec::new();
+        for k in 0..self.containers {
+            self.check()?;
+            let container = self
+                .timed(
+                    Rpc::CreateContainer,
+                    rt.create_container(CreateContainerRequest {
+                        pod_sandbox_id: sandbox.clone(),
+                        config: Some(self.container_config(k)),
+                        sandbox_config: Some(config.clone()),
+                    }),
+                )
+                .await
+                .with_context(|| format!("in sandbox {sandbox}"))?
+                .container_id;
+            lock(&self.created).containers.push(container.clone());
+            self.check()?;
+            self.timed(
+                Rpc::StartContainer,
+                rt.start_container(StartContainerRequest {
+                    container_id: container.clone(),
                 }),
             )
             .await
-            .with_context(|| format!("in sandbox {sandbox}"))?
-            .container_id;
-        lock(&self.created).containers.push(container.clone());
-        self.check()?;
-        self.timed(
-            Rpc::StartContainer,
-            rt.start_container(StartContainerRequest {
-                container_id: container.clone(),
-            }),
-        )
-        .await
-        .with_context(|| format!("container {container}"))?;
-        // The calls a kubelet makes most once pods run: cheap on the runtime, so they show what
-        // the transport costs (the :authority rewrite, for one).
-        self.timed(
-            Rpc::ContainerStatus,
-            rt.container_status(ContainerStatusRequest {
-                container_id: container.clone(),
-                verbose: false,
-            }),
-        )
-        .await
-        .with_context(|| format!("container {container}"))?;
+            .with_context(|| format!("container {container}"))?;
+            // The calls a kubelet makes most once pods run: cheap on the runtime, so they show
+            // what the transport costs (the :authority rewrite, for one).
+            self.timed(
+                Rpc::ContainerStatus,
+                rt.container_status(ContainerStatusRequest {
+                    container_id: container.clone(),
+                    verbose: false,
+                }),
+            )
+            .await
+            .with_context(|| format!("container {container}"))?;
+            containers.push(container);
+        }
         self.timed(Rpc::Version, rt.version(VersionRequest::default()))
             .await?;
-        Ok(Pod { sandbox, container })
+        Ok(Pod {
+            sandbox,
+            containers,
+        })
     }
 
     /// Tears one pod down; a failure is reported but the pod stays in `created` for cleanup.
     async fn stop_pod(&self, pod: &Pod) -> Result<()> {
         let mut rt = self.rt.clone();
-        let container = &pod.container;
         let sandbox = &pod.sandbox;
-        self.timed(
-            Rpc::StopContainer,
-            rt.stop_container(StopContainerRequest {
-                container_id: container.clone(),
-                timeout: self.stop_timeout,
-            }),
-        )
-        .await
-        .with_context(|| format!("container {container}"))?;
-        self.timed(
-            Rpc::RemoveContainer,
-            rt.remove_container(RemoveContainerRequest {
-                container_id: container.clone(),
-            }),
-        )
-        .await
-        .with_context(|| format!("container {container}"))?;
-        lock(&self.created).containers.retain(|c| c != container);
+        for container in &pod.containers {
+            self.timed(
+                Rpc::StopContainer,
+                rt.stop_container(StopContainerRequest {
+                    container_id: container.clone(),
+                    timeout: self.stop_timeout,
+                }),
+            )
+            .await
+            .with_context(|| format!("container {container}"))?;
+            self.timed(
+                Rpc::RemoveContainer,
+                rt.remove_container(RemoveContainerRequest {
+                    container_id: container.clone(),
+                }),
+            )
+            .await
+            .with_context(|| format!("container {container}"))?;
+            lock(&self.created).containers.retain(|c| c != container);
+        }
         self.timed(
             Rpc::StopPodSandbox,
             rt.stop_pod_sandbox(StopPodSandboxRequest {
@@ -917,13 +1016,14 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         log_dir: log_dir.path().to_path_buf(),
         sandbox_seccomp: args.sandbox_seccomp,
         kubelet_namespaces: args.kubelet_namespaces,
+        containers: args.containers,
         cancel,
         timings: Mutex::new(BTreeMap::new()),
         created: Mutex::new(Created::default()),
     };
     eprintln!(
-        "{label}: {runtime} at {}, run {run_id}: {} pods, concurrency {}, image {}",
-        args.endpoint, args.pods, args.concurrency, args.image
+        "{label}: {runtime} at {}, run {run_id}: {} pods of {} containers, concurrency {}, image {}",
+        args.endpoint, args.pods, args.containers, args.concurrency, args.image
     );
 
     let outcome = measure(&bench, &args, &pids, &backend).await;
@@ -965,17 +1065,25 @@ async fn run(args: RunArgs, cancel: Arc<AtomicBool>) -> Result<()> {
         pods: args.pods,
         running_pods: None,
         concurrency: args.concurrency,
+        containers: args.containers,
         image: args.image.clone(),
         rpcs,
         wall_s: (measured.setup + measured.teardown).as_secs_f64(),
         setup_s: measured.setup.as_secs_f64(),
         teardown_s: measured.teardown.as_secs_f64(),
-        runtime_memory: memory(&pids, idle, measured.running_rss, cpu_before),
+        runtime_memory: memory(
+            &pids,
+            idle,
+            measured.running_rss,
+            cpu_before,
+            measured.runtime_idle_cpu,
+        ),
         backend_memory: memory(
             &backend,
             backend_idle,
             measured.backend_rss,
             backend_cpu_before,
+            measured.backend_idle_cpu,
         ),
         shims: measured.shims,
         cni_check: measured.cni_check,
@@ -995,12 +1103,14 @@ fn memory(
     idle: Option<u64>,
     running: Option<u64>,
     cpu_before: f64,
+    idle_cpu_pct: Option<f64>,
 ) -> Option<Memory> {
     Some(Memory {
         pids: pids.to_vec(),
         idle_mib: mib(idle?),
         running_mib: mib(running?),
         cpu_s: cpu_seconds(pids) - cpu_before,
+        idle_cpu_pct,
     })
 }
 
@@ -1012,6 +1122,9 @@ struct Measured {
     backend_rss: Option<u64>,
     shims: Option<Shims>,
     cni_check: Option<String>,
+    /// The runtime's and the backend's CPU over the idle window, percent of one core.
+    runtime_idle_cpu: Option<f64>,
+    backend_idle_cpu: Option<f64>,
 }
 
 async fn measure(bench: &Bench, args: &RunArgs, pids: &[u32], backend: &[u32]) -> Result<Measured> {
@@ -1031,7 +1144,9 @@ async fn measure(bench: &Bench, args: &RunArgs, pids: &[u32], backend: &[u32]) -
         .await?;
     let setup = start.elapsed();
 
-    bench.check_running(pods.len()).await?;
+    bench
+        .check_running(pods.len() * bench.containers as usize)
+        .await?;
     let cni_check = if args.cni_check {
         Some(bench.cni_check(&pods).await?)
     } else {
@@ -1043,10 +1158,31 @@ async fn measure(bench: &Bench, args: &RunArgs, pids: &[u32], backend: &[u32]) -
     let backend_rss = sample_rss(backend).await;
     let ids: HashSet<String> = pods
         .iter()
-        .flat_map(|p| [p.sandbox.clone(), p.container.clone()])
+        .flat_map(|p| std::iter::once(p.sandbox.clone()).chain(p.containers.iter().cloned()))
         .collect();
-    let shims = sample_shims(ids).await;
+    let address = args.containerd_address.clone();
+    let (mut shims, shim_pids, pause_pids) =
+        tokio::task::spawn_blocking(move || sample_shims(&ids, address.as_deref(), n))
+            .await
+            .context("sampling the shims")?;
     bench.check()?;
+    let (mut runtime_idle_cpu, mut backend_idle_cpu) = (None, None);
+    if args.idle_s > 0 {
+        eprintln!(
+            "  {} pods running: {} s of idle CPU sampling",
+            pods.len(),
+            args.idle_s
+        );
+        let window = Duration::from_secs(args.idle_s);
+        let (secs, pct) =
+            idle_cpu(bench, window, &[&shim_pids, &pause_pids, pids, backend]).await?;
+        shims.idle_cpu_pct = Some(pct[0]);
+        shims.pause_idle_cpu_pct = Some(pct[1]);
+        shims.idle_window_s = Some(secs);
+        runtime_idle_cpu = (!pids.is_empty()).then_some(pct[2]);
+        backend_idle_cpu = (!backend.is_empty()).then_some(pct[3]);
+    }
+    let shims = Some(shims);
 
     let start = Instant::now();
     let results: Vec<Result<()>> = futures::stream::iter(pods.iter())
@@ -1073,7 +1209,29 @@ async fn measure(bench: &Bench, args: &RunArgs, pids: &[u32], backend: &[u32]) -
         backend_rss,
         shims,
         cni_check,
+        runtime_idle_cpu,
+        backend_idle_cpu,
     })
+}
+
+/// The CPU each set of pids uses over `window`, percent of one core, with the window's length
+/// in seconds (a process gone during it counts nothing).
+async fn idle_cpu(bench: &Bench, window: Duration, sets: &[&[u32]]) -> Result<(f64, Vec<f64>)> {
+    let before: Vec<u64> = sets.iter().map(|p| processes::total_cpu_ns(p)).collect();
+    let start = Instant::now();
+    while start.elapsed() < window {
+        bench.check()?;
+        let left = window.saturating_sub(start.elapsed());
+        tokio::time::sleep(left.min(Duration::from_millis(200))).await;
+    }
+    let after: Vec<u64> = sets.iter().map(|p| processes::total_cpu_ns(p)).collect();
+    let secs = start.elapsed().as_secs_f64();
+    let pct = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| a.saturating_sub(*b) as f64 / 1e9 / secs * 100.0)
+        .collect();
+    Ok((secs, pct))
 }
 
 impl RpcStats {
@@ -1178,61 +1336,43 @@ fn cpu_seconds(pids: &[u32]) -> f64 {
         .sum()
 }
 
-/// The `-id` of a containerd shim, from its NUL-separated command line; None for other programs.
-fn shim_id(cmdline: &[u8]) -> Option<String> {
-    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-    let prog = Path::new(std::str::from_utf8(args.first()?).ok()?);
-    if !prog.file_name()?.to_str()?.starts_with("containerd-shim") {
-        return None;
-    }
-    let at = args.iter().position(|a| *a == b"-id")?;
-    let id = std::str::from_utf8(args.get(at + 1)?).ok()?;
-    Some(id.to_string())
-}
-
-/// Count and total RSS of the shims whose `-id` is one of the run's sandbox or container ids
-/// (containerd's CRI runs one shim per pod under the sandbox id; a runtime without grouping
-/// may run one per container).
-async fn sample_shims(ids: HashSet<String>) -> Option<Shims> {
-    tokio::task::spawn_blocking(move || {
-        let mut count = 0;
-        let mut total = 0;
-        for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-            let path = entry.path();
-            let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
-                continue;
-            };
-            let Some(id) = shim_id(&cmdline) else {
-                continue;
-            };
-            if !ids.contains(&id) {
-                continue;
-            }
-            let Some(rss) = std::fs::read_to_string(path.join("status"))
-                .ok()
-                .and_then(|s| parse_vm_rss(&s))
-            else {
-                continue;
-            };
-            count += 1;
-            total += rss;
-        }
-        Some(Shims {
-            count,
-            total_mib: mib(total),
-        })
-    })
-    .await
-    .ok()
-    .flatten()
+/// The shims serving a run's `pods` pods: those whose `-id` is one of the run's sandbox or
+/// container ids (containerd's CRI and ferrolet-cri run one shim per pod, under the id of the
+/// pod's first task; a runtime without grouping would run one per container), started by the
+/// containerd at `address` when given; and the pause processes under them. Returns the
+/// sample with the shims' and the pause processes' pids.
+fn sample_shims(
+    ids: &HashSet<String>,
+    address: Option<&str>,
+    pods: u32,
+) -> (Shims, Vec<u32>, Vec<u32>) {
+    let found: Vec<Shim> = processes::all_shims()
+        .into_iter()
+        .filter(|s| ids.contains(&s.id) && address.is_none_or(|a| s.address == a))
+        .collect();
+    let shim_pids: Vec<u32> = found.iter().map(|s| s.pid).collect();
+    let pause_pids = processes::children_named(&shim_pids, PAUSE_COMM);
+    let mut programs: Vec<String> = found.iter().map(|s| s.program.clone()).collect();
+    programs.sort();
+    programs.dedup();
+    let shims = Shims {
+        count: found.len(),
+        total_mib: processes::kib_to_mib(processes::total_rss_kib(&shim_pids)),
+        pods,
+        programs,
+        pause_count: pause_pids.len(),
+        pause_mib: processes::kib_to_mib(processes::total_rss_kib(&pause_pids)),
+        ..Shims::default()
+    };
+    (shims, shim_pids, pause_pids)
 }
 
 fn render_table(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n{} ({}; {}), {} pods, concurrency {}",
-        r.label, r.runtime, r.endpoint, r.pods, r.concurrency
+        "\n{} ({}; {}), {} pods of {} containers, concurrency {}",
+        r.label, r.runtime, r.endpoint, r.pods, r.containers, r.concurrency
     );
     let _ = writeln!(
         s,
@@ -1279,22 +1419,143 @@ fn render_table(r: &Report) -> String {
             m.cpu_s
         );
     }
+    let idle_cpu = |m: &Option<Memory>| m.as_ref().and_then(|m| m.idle_cpu_pct);
     if let Some(sh) = &r.shims {
+        s.push_str(&render_shims(sh));
+        if let (Some(cpu), Some(window)) = (sh.idle_cpu_pct, sh.idle_window_s) {
+            let _ = writeln!(
+                s,
+                "idle CPU over {window:.0} s: shims {cpu:.3}% of a core, pause {:.3}%, {} {}, backend {}",
+                sh.pause_idle_cpu_pct.unwrap_or_default(),
+                r.label,
+                pct(idle_cpu(&r.runtime_memory)),
+                pct(idle_cpu(&r.backend_memory))
+            );
+        }
+    }
+    if let Some(total) = r.stack_mib() {
         let _ = writeln!(
             s,
-            "shims: {} processes, {:.1} MiB total ({:.1} MiB each)",
-            sh.count,
-            sh.total_mib,
-            if sh.count > 0 {
-                sh.total_mib / sh.count as f64
-            } else {
-                0.0
-            }
+            "runtime stack RSS (runtime + backend + shims + pause): {total:.1} MiB"
         );
     }
     if let Some(c) = &r.cni_check {
         let _ = writeln!(s, "CNI check: {c}");
     }
+    s
+}
+
+/// The shims line of a table: count, programs, RSS in all and per pod, pause processes.
+fn render_shims(sh: &Shims) -> String {
+    let programs = if sh.programs.is_empty() {
+        "none found".to_string()
+    } else {
+        sh.programs.join(", ")
+    };
+    let per_pod = sh
+        .per_pod_mib()
+        .map_or("-".to_string(), |m| format!("{m:.2} MiB"));
+    let mut line = format!(
+        "shims ({programs}): {} processes for {} pods, {:.1} MiB total, {per_pod} per pod; pause: {} processes, {:.1} MiB\n",
+        sh.count, sh.pods, sh.total_mib, sh.pause_count, sh.pause_mib
+    );
+    if sh.pods > 0 && sh.count != sh.pods as usize {
+        let _ = writeln!(
+            line,
+            "  note: {} shims for {} pods (one per pod expected)",
+            sh.count, sh.pods
+        );
+    }
+    line
+}
+
+/// A percentage of a core, or `-`.
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |v| format!("{v:.3}%"))
+}
+
+/// Issue #39's goals for the shim (A against the reference B, same run): StartContainer p50
+/// <= 0.85x, RunPodSandbox p50 no slower, shim RSS <= 2 MiB per pod, the shims' idle CPU no
+/// more than the reference's.
+fn render_shim_goals(a: &Report, b: &Report) -> String {
+    let mut s = String::new();
+    let programs = |r: &Report| {
+        r.shims
+            .as_ref()
+            .filter(|sh| !sh.programs.is_empty())
+            .map_or("no shims sampled".to_string(), |sh| sh.programs.join(", "))
+    };
+    let _ = writeln!(
+        s,
+        "issue #39 goals, {} ({}) against {} ({}):",
+        a.label,
+        programs(a),
+        b.label,
+        programs(b)
+    );
+    let p50 = |r: &Report, rpc: Rpc| {
+        r.rpcs
+            .iter()
+            .find(|x| x.rpc == rpc.name())
+            .map(|x| x.p50_ms)
+    };
+    let verdict = |v: Option<f64>, goal: f64| match v {
+        Some(v) if v <= goal => "met",
+        Some(_) => "NOT met",
+        None => "not measured",
+    };
+    let fmt =
+        |v: Option<f64>, digits: usize| v.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    for (rpc, goal) in [(Rpc::StartContainer, 0.85), (Rpc::RunPodSandbox, 1.0)] {
+        let r = p50(a, rpc)
+            .zip(p50(b, rpc))
+            .filter(|(_, y)| *y > 0.0)
+            .map(|(x, y)| x / y);
+        let _ = writeln!(
+            s,
+            "  {} p50 {} / {} <= {goal:.2}: ratio {} ({} ms / {} ms): {}",
+            rpc.name(),
+            a.label,
+            b.label,
+            fmt(r, 2),
+            fmt(p50(a, rpc), 2),
+            fmt(p50(b, rpc), 2),
+            verdict(r, goal)
+        );
+    }
+    let per_pod = |r: &Report| r.shims.as_ref().and_then(Shims::per_pod_mib);
+    let rss_ratio = per_pod(a)
+        .zip(per_pod(b))
+        .filter(|(_, y)| *y > 0.0)
+        .map(|(x, y)| x / y);
+    let _ = writeln!(
+        s,
+        "  shim RSS per pod <= 2 MiB ({}): {} MiB against {} MiB, ratio {}: {}",
+        a.pods_running(),
+        fmt(per_pod(a), 2),
+        fmt(per_pod(b), 2),
+        fmt(rss_ratio, 2),
+        verdict(per_pod(a), 2.0)
+    );
+    let cpu = |r: &Report| r.shims.as_ref().and_then(|sh| sh.idle_cpu_pct);
+    let cpu_ratio = cpu(a)
+        .zip(cpu(b))
+        .filter(|(_, y)| *y > 0.0)
+        .map(|(x, y)| x / y);
+    let _ = writeln!(
+        s,
+        "  shims' idle CPU {} <= {}: {} against {} of a core, ratio {}: {}",
+        a.label,
+        b.label,
+        pct(cpu(a)),
+        pct(cpu(b)),
+        fmt(cpu_ratio, 2),
+        match (cpu(a), cpu(b)) {
+            (Some(x), Some(y)) if x <= y => "met",
+            (Some(_), Some(_)) => "NOT met",
+            _ => "not measured (--idle-s)",
+        }
+    );
     s
 }
 
@@ -1350,13 +1611,30 @@ fn render_compare(a: &Report, b: &Report, max_rss_mib: Option<f64>) -> String {
         );
     }
     if let (Some(x), Some(y)) = (&a.shims, &b.shims) {
+        let mut row = |name: &str, x: f64, y: f64, digits: usize| {
+            let _ = writeln!(
+                s,
+                "{name:<18} {x:>17.digits$} {y:>17.digits$} {:>8}",
+                ratio(x, y)
+            );
+        };
+        row("shims MiB", x.total_mib, y.total_mib, 1);
+        if let (Some(xp), Some(yp)) = (x.per_pod_mib(), y.per_pod_mib()) {
+            row("shims MiB per pod", xp, yp, 2);
+        }
+        row("pause MiB", x.pause_mib, y.pause_mib, 1);
+        if let (Some(xc), Some(yc)) = (x.idle_cpu_pct, y.idle_cpu_pct) {
+            row("shims idle CPU %", xc, yc, 3);
+        }
+    }
+    if let (Some(x), Some(y)) = (a.stack_mib(), b.stack_mib()) {
         let _ = writeln!(
             s,
             "{:<18} {:>17.1} {:>17.1} {:>8}",
-            "shims MiB",
-            x.total_mib,
-            y.total_mib,
-            ratio(x.total_mib, y.total_mib)
+            "stack MiB",
+            x,
+            y,
+            ratio(x, y)
         );
     }
     if slower.is_empty() {
@@ -1369,6 +1647,9 @@ fn render_compare(a: &Report, b: &Report, max_rss_mib: Option<f64>) -> String {
             b.label,
             slower.join(", ")
         );
+    }
+    if a.shims.is_some() || b.shims.is_some() {
+        s.push_str(&render_shim_goals(a, b));
     }
     if let Some(limit) = max_rss_mib {
         let verdict = match &a.runtime_memory {
@@ -1387,6 +1668,21 @@ fn render_compare(a: &Report, b: &Report, max_rss_mib: Option<f64>) -> String {
 }
 
 impl Report {
+    /// RSS of the whole runtime stack with the pods running, MiB: the runtime, its backend
+    /// (ferrolet-cri's containerd), the shims and the pause processes (None without shims or
+    /// the runtime's RSS).
+    /// A merged report whose turns ran fewer pods at once has none: its shims are every
+    /// turn's, its runtime's RSS one turn's peak.
+    fn stack_mib(&self) -> Option<f64> {
+        if self.running_pods.is_some_and(|k| k < self.pods) {
+            return None;
+        }
+        let shims = self.shims.as_ref()?;
+        let runtime = self.runtime_memory.as_ref()?.running_mib;
+        let backend = self.backend_memory.as_ref().map_or(0.0, |m| m.running_mib);
+        Some(runtime + backend + shims.total_mib + shims.pause_mib)
+    }
+
     /// The pods the RSS figures were sampled with: all of them, or for a merged report only
     /// its largest run's.
     fn pods_running(&self) -> String {
@@ -1457,15 +1753,6 @@ mod tests {
     }
 
     #[test]
-    fn shims_are_recognised_by_program_and_id() {
-        let shim = b"/usr/bin/containerd-shim-runc-v2\0-namespace\0k8s.io\0-id\0abc\0-address\0/run/x.sock\0";
-        assert_eq!(shim_id(shim).as_deref(), Some("abc"));
-        assert_eq!(shim_id(b"/usr/bin/containerd\0-id\0abc\0"), None);
-        assert_eq!(shim_id(b"containerd-shim-runc-v2\0-namespace\0x\0"), None);
-        assert_eq!(shim_id(b""), None);
-    }
-
-    #[test]
     fn selectors_match_by_run_label() {
         let mine = run_labels("r1");
         let other = run_labels("r2");
@@ -1499,13 +1786,18 @@ mod tests {
                 idle_mib: 10.0,
                 running_mib: 20.0,
                 cpu_s: 0.25,
+                idle_cpu_pct: None,
             }),
             backend_memory: None,
             shims: Some(Shims {
                 count: 2,
                 total_mib: 16.0,
+                pods: 2,
+                programs: vec!["containerd-shim-runc-v2".into()],
+                ..Shims::default()
             }),
             cni_check: None,
+            containers: 1,
         }
     }
 
@@ -1524,7 +1816,11 @@ mod tests {
         }
         assert!(t.contains("20.0 MiB with 2 pods running"), "{t}");
         assert!(
-            t.contains("shims: 2 processes, 16.0 MiB total (8.0 MiB each)"),
+            t.contains("shims (containerd-shim-runc-v2): 2 processes for 2 pods, 16.0 MiB total, 8.00 MiB per pod; pause: 0 processes"),
+            "{t}"
+        );
+        assert!(
+            t.contains("runtime stack RSS (runtime + backend + shims + pause): 36.0 MiB"),
             "{t}"
         );
         assert!(t.contains("total wall 1.50 s"), "{t}");
@@ -1605,10 +1901,16 @@ mod tests {
             idle_mib: 15.0,
             running_mib: 25.0,
             cpu_s: 0.5,
+            idle_cpu_pct: None,
         });
         b.shims = Some(Shims {
             count: 3,
             total_mib: 24.0,
+            pods: 3,
+            programs: vec!["containerd-shim-ferrolet-v1".into()],
+            pause_count: 3,
+            pause_mib: 0.75,
+            ..Shims::default()
         });
         a.cni_check = Some("3 distinct IPs, all answer ping".into());
         b.cni_check = Some("2 distinct IPs, all answer ping".into());
@@ -1628,9 +1930,19 @@ mod tests {
             m.shims,
             Some(Shims {
                 count: 7,
-                total_mib: 56.0
+                total_mib: 56.0,
+                pods: 7,
+                programs: vec![
+                    "containerd-shim-ferrolet-v1".into(),
+                    "containerd-shim-runc-v2".into()
+                ],
+                pause_count: 3,
+                pause_mib: 0.75,
+                ..Shims::default()
             })
         );
+        // Every turn's shims, but one turn's runtime peak: no stack figure.
+        assert_eq!(m.stack_mib(), None);
         assert_eq!(
             m.cni_check.as_deref(),
             Some("3 distinct IPs, all answer ping; 2 distinct IPs, all answer ping")
@@ -1642,6 +1954,64 @@ mod tests {
         // Merging merged reports keeps the largest run.
         let again = merge_reports(vec![m.clone(), turn(2, &[5])]).unwrap();
         assert_eq!((again.pods, again.running_pods), (10, Some(3)));
+    }
+
+    #[test]
+    fn compare_judges_the_shim_goals() {
+        let mut a = report("ferrolet-cri", 10);
+        let mut b = report("containerd-cri", 20);
+        // StartContainer 10 against 20 ms: 0.50; RunPodSandbox likewise.
+        let shims = |mib: f64, cpu: f64, program: &str| Shims {
+            count: 100,
+            total_mib: mib,
+            pods: 100,
+            programs: vec![program.into()],
+            pause_count: 100,
+            pause_mib: 50.0,
+            idle_cpu_pct: Some(cpu),
+            pause_idle_cpu_pct: Some(0.0),
+            idle_window_s: Some(30.0),
+        };
+        a.pods = 100;
+        b.pods = 100;
+        a.shims = Some(shims(150.0, 0.2, "containerd-shim-ferrolet-v1"));
+        b.shims = Some(shims(1300.0, 0.4, "containerd-shim-runc-v2"));
+        let t = render_compare(&a, &b, None);
+        assert!(t.contains("issue #39 goals, ferrolet-cri (containerd-shim-ferrolet-v1) against containerd-cri (containerd-shim-runc-v2)"), "{t}");
+        assert!(t.contains("StartContainer p50 ferrolet-cri / containerd-cri <= 0.85: ratio 0.50 (10.00 ms / 20.00 ms): met"), "{t}");
+        assert!(
+            t.contains("RunPodSandbox p50 ferrolet-cri / containerd-cri <= 1.00: ratio 0.50"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "shim RSS per pod <= 2 MiB (100 pods): 1.50 MiB against 13.00 MiB, ratio 0.12: met"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("shims' idle CPU ferrolet-cri <= containerd-cri: 0.200% against 0.400% of a core, ratio 0.50: met"), "{t}");
+        let per_pod = t
+            .lines()
+            .find(|l| l.starts_with("shims MiB per pod"))
+            .unwrap();
+        assert!(
+            per_pod.contains("1.50") && per_pod.ends_with("0.12"),
+            "{per_pod}"
+        );
+        // 20 + 150 + 50 against 20 + 1300 + 50.
+        let stack = t.lines().find(|l| l.starts_with("stack MiB")).unwrap();
+        assert!(
+            stack.contains("220.0") && stack.contains("1370.0"),
+            "{stack}"
+        );
+        a.shims = Some(shims(1300.0, 0.5, "containerd-shim-runc-v2"));
+        a.shims.as_mut().unwrap().idle_cpu_pct = None;
+        let t = render_compare(&a, &b, None);
+        assert!(
+            t.contains("13.00 MiB against 13.00 MiB, ratio 1.00: NOT met"),
+            "{t}"
+        );
+        assert!(t.contains("not measured (--idle-s)"), "{t}");
     }
 
     #[test]
@@ -1677,6 +2047,7 @@ mod tests {
             log_dir: PathBuf::from("/tmp/logs"),
             sandbox_seccomp: false,
             kubelet_namespaces: true,
+            containers: 2,
             cancel: Arc::new(AtomicBool::new(false)),
             timings: Mutex::new(BTreeMap::new()),
             created: Mutex::new(Created::default()),
@@ -1694,7 +2065,11 @@ mod tests {
         let pid = |o: Option<NamespaceOption>| o.unwrap().pid;
         let own = NamespaceMode::Container as i32;
         assert_eq!(pid(linux.security_context.unwrap().namespace_options), own);
-        let c = bench.container_config();
+        let c = bench.container_config(0);
+        assert_eq!(c.metadata.as_ref().unwrap().name, "bench");
+        let second = bench.container_config(1);
+        assert_eq!(second.metadata.unwrap().name, "bench-1");
+        assert_eq!(second.log_path, "bench-1.log");
         let sc = c.linux.clone().unwrap().security_context.unwrap();
         assert_eq!(pid(sc.namespace_options), own);
         assert_eq!(c.image.unwrap().image, "sha256:1");

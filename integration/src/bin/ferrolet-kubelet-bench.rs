@@ -9,6 +9,14 @@
 //! `/tasks/start` events (the same clock for every runtime and kubelet on that containerd). `compare A.json B.json`
 //! prints two runs side by side with the issue's goals.
 //!
+//! With the largest N running it also samples the node's runtime overhead (issue #39): the
+//! kubelet, the CRI runtime (`--runtime-pid`, when it is not containerd itself), containerd
+//! (`--containerd-pid`), the shims that containerd started for the namespace (`-address <its
+//! socket>` on their command lines) and the pause processes under them; RSS at the end of the
+//! idle window, the shims' CPU over it. `node OURS.json REFERENCE.json` puts two stacks' figures
+//! side by side (ferrolet on ferrolet-cri against the Go kubelet on containerd's own CRI), or
+//! says why the reference is absent.
+//!
 //! With `--probes network` (or `exec`) every pod carries three probes at a 1 s period (issue
 //! #7, "Performance"): a web container with a tcpSocket liveness and an httpGet readiness probe
 //! on its busybox httpd, and a sidecar with an httpGet readiness probe on its own (or, for
@@ -18,6 +26,7 @@
 //! A Ctrl-C (or SIGTERM) removes the manifests written and waits for the pods to go before
 //! exiting 130; a second one exits at once.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -28,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
+use ferrolet_integration::bench::processes::{self, PAUSE_COMM};
 use ferrolet_integration::bench::{deadline, install_signal_thread, parse_stat_ticks, percentile};
 use ferrolet_proto::cri::image_service_client::ImageServiceClient;
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
@@ -93,6 +103,19 @@ enum Command {
         a: PathBuf,
         /// Report of the second run (e.g. on containerd's CRI).
         b: PathBuf,
+    },
+    /// Put the node overhead of one stack beside a reference's (issue #39: ferrolet on
+    /// ferrolet-cri against the Go kubelet on containerd's CRI, same pods, same run), with the
+    /// goal (<= 0.2x the reference). Without a reference, `--absent` says why.
+    Node {
+        /// The report of the stack under test.
+        ours: PathBuf,
+        /// The reference's report.
+        #[arg(required_unless_present = "absent")]
+        reference: Option<PathBuf>,
+        /// Why there is no reference (printed in its place, the goal then not measured).
+        #[arg(long, conflicts_with = "reference")]
+        absent: Option<String>,
     },
     /// Put a run beside the same pods started directly through CRI by `ferrolet-cri-bench`
     /// on the same runtime in the same run, with issue #20's goals.
@@ -183,6 +206,9 @@ struct RunArgs {
     /// Period of those probes, seconds.
     #[arg(long, default_value_t = 1)]
     probe_period_s: u32,
+    /// Containers per pod without probes (the first `sleep`, the others `sleep-1`, ...).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    containers: u32,
     /// The containerd under the CRI runtime (socket): the app containers' task starts are read
     /// from its `/tasks/start` events.
     #[arg(long)]
@@ -190,6 +216,14 @@ struct RunArgs {
     /// The containerd namespace the runtime puts its containers in.
     #[arg(long, default_value = "k8s.io")]
     containerd_namespace: String,
+    /// The CRI runtime's pid, when it is not containerd itself (ferrolet-cri): its RSS is part
+    /// of the node overhead.
+    #[arg(long)]
+    runtime_pid: Option<u32>,
+    /// containerd's pid: its RSS is part of the node overhead (the shims and pause processes
+    /// are those it started, found by `--containerd`'s socket).
+    #[arg(long)]
+    containerd_pid: Option<u32>,
     /// A removed pod counts as gone once its sandbox is no longer ready, not only once the
     /// sandbox is removed (the Go kubelet removes stopped sandboxes only at its minutely GC).
     #[arg(long)]
@@ -255,6 +289,38 @@ struct Idle {
     /// The probes the pods carried during the window, if any.
     #[serde(default)]
     probes: Option<ProbeLoad>,
+    /// The whole runtime stack's footprint in the same window (with `--containerd`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    node: Option<NodeOverhead>,
+}
+
+/// The node's runtime overhead with the idle window's pods running: RSS at the end of the
+/// window, MiB; the shims' CPU over it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+struct NodeOverhead {
+    kubelet_mib: f64,
+    /// The CRI runtime's (None when it is containerd's own plugin, or was not given).
+    runtime_mib: Option<f64>,
+    containerd_mib: Option<f64>,
+    shims: usize,
+    shims_mib: f64,
+    /// The shims' programs (`containerd-shim-runc-v2`, `containerd-shim-ferrolet-v1`).
+    shim_programs: Vec<String>,
+    pause: usize,
+    pause_mib: f64,
+    /// The shims' CPU over the window, percent of one core.
+    shims_cpu_pct: f64,
+}
+
+impl NodeOverhead {
+    /// Everything summed, MiB.
+    fn total_mib(&self) -> f64 {
+        self.kubelet_mib
+            + self.runtime_mib.unwrap_or_default()
+            + self.containerd_mib.unwrap_or_default()
+            + self.shims_mib
+            + self.pause_mib
+    }
 }
 
 /// The probe load during the idle window.
@@ -285,6 +351,19 @@ fn main() -> Result<()> {
         Some(Command::Compare { a, b }) => {
             let (a, b) = (read_report(&a)?, read_report(&b)?);
             print!("{}", render_compare(&a, &b));
+            return Ok(());
+        }
+        Some(Command::Node {
+            ours,
+            reference,
+            absent,
+        }) => {
+            let ours = read_report(&ours)?;
+            let reference = match (reference, absent) {
+                (Some(path), _) => Ok(read_report(&path)?),
+                (None, why) => Err(why.unwrap_or_default()),
+            };
+            print!("{}", render_node(&ours, &reference));
             return Ok(());
         }
         Some(Command::Direct { kubelet, cri }) => {
@@ -478,17 +557,18 @@ impl Bench {
             .map(|i| {
                 let path = self.manifest_path(i);
                 let tmp = self.manifest_dir.join(format!(".{}.tmp", self.pod_name(i)));
-                let body = with_limits(
-                    manifest_with(
-                        &self.pod_name(i),
-                        &self.run_id,
-                        i,
-                        &self.args.image,
-                        self.args.probes,
-                        self.args.probe_period_s,
-                    ),
-                    &self.args.extended_resources,
+                let mut body = manifest_with(
+                    &self.pod_name(i),
+                    &self.run_id,
+                    i,
+                    &self.args.image,
+                    self.args.probes,
+                    self.args.probe_period_s,
                 );
+                if self.args.probes == ProbeMode::None {
+                    body = with_containers(body, self.args.containers);
+                }
+                let body = with_limits(body, &self.args.extended_resources);
                 (path, tmp, body)
             })
             .collect();
@@ -755,12 +835,34 @@ impl Bench {
         } else {
             None
         };
+        let stack = match &self.args.containerd {
+            Some(socket) => {
+                let (socket, ns) = (socket.clone(), self.args.containerd_namespace.clone());
+                let ids = self.pod_ids().await?;
+                Some(
+                    tokio::task::spawn_blocking(move || StackPids::find(&socket, &ns, &ids))
+                        .await?,
+                )
+            }
+            None => None,
+        };
+        let shims_cpu_ns = stack.as_ref().map(|s| processes::total_cpu_ns(&s.shims));
         let t0 = Instant::now();
         let before = read_proc(pid).await?;
         self.sleep_checked(Duration::from_secs(self.args.idle_s))
             .await?;
         let after = read_proc(pid).await?;
         let window = t0.elapsed().as_secs_f64();
+        let node = stack.map(|stack| {
+            let shims_cpu = processes::total_cpu_ns(&stack.shims)
+                .saturating_sub(shims_cpu_ns.unwrap_or_default());
+            stack.overhead(
+                after.rss_kib,
+                self.args.runtime_pid,
+                self.args.containerd_pid,
+                shims_cpu as f64 / 1e9 / window * 100.0,
+            )
+        });
         let probes = if probing {
             let runs_after = self.probe_runs().await;
             let rates = runs_before.zip(runs_after).map(|((t0, f0), (t1, f1))| {
@@ -788,7 +890,47 @@ impl Bench {
             cpu_pct: ticks / hz / window * 100.0,
             window_s: window,
             probes,
+            node,
         })
+    }
+
+    /// The ids of the benchmark's sandboxes and containers in the runtime: one of them names
+    /// each shim serving its pods (the pod's first task's).
+    async fn pod_ids(&self) -> Result<HashSet<String>> {
+        let mut rt = self.rt.clone();
+        let sandboxes = deadline(
+            self.rpc_timeout,
+            "ListPodSandbox",
+            rt.list_pod_sandbox(ListPodSandboxRequest { filter: None }),
+        )
+        .await?
+        .items;
+        let containers = deadline(
+            self.rpc_timeout,
+            "ListContainers",
+            rt.list_containers(ListContainersRequest { filter: None }),
+        )
+        .await?
+        .containers;
+        let ours = |labels: &std::collections::HashMap<String, String>| {
+            labels.get(NAMESPACE_LABEL).map(String::as_str) == Some(POD_NAMESPACE)
+        };
+        Ok(sandboxes
+            .into_iter()
+            .filter(|s| {
+                ours(&s.labels)
+                    || s.metadata
+                        .as_ref()
+                        .is_some_and(|m| m.namespace == POD_NAMESPACE)
+            })
+            .map(|s| s.id)
+            .chain(
+                containers
+                    .into_iter()
+                    .filter(|c| ours(&c.labels))
+                    .map(|c| c.id),
+            )
+            .collect())
     }
 
     async fn sleep_checked(&self, d: Duration) -> Result<()> {
@@ -827,6 +969,30 @@ fn manifest_with(
         "command": ["sh", "-c", COMMAND],
     });
     pod_manifest(name, run_id, index, vec![sleep])
+}
+
+/// `manifest` with its first container repeated until the pod has `n` (named `<name>-1`,
+/// `<name>-2`, ...).
+fn with_containers(manifest: Vec<u8>, n: u32) -> Vec<u8> {
+    if n <= 1 {
+        return manifest;
+    }
+    let Ok(mut pod) = serde_json::from_slice::<Value>(&manifest) else {
+        return manifest;
+    };
+    if let Some(containers) = pod["spec"]["containers"].as_array_mut()
+        && let Some(first) = containers.first().cloned()
+    {
+        let name = first["name"].as_str().unwrap_or("c").to_string();
+        for i in 1..n {
+            let mut c = first.clone();
+            c["name"] = Value::String(format!("{name}-{i}"));
+            containers.push(c);
+        }
+    }
+    let mut out = pod.to_string().into_bytes();
+    out.push(b'\n');
+    out
 }
 
 /// `NAME=COUNT`.
@@ -1110,6 +1276,56 @@ fn http_body(raw: &[u8]) -> Result<Vec<u8>> {
     }
 }
 
+/// The shims a containerd started for one namespace to serve the benchmark's pods (another
+/// user's pods on the same containerd are not ours to count), and the pause processes under
+/// them.
+struct StackPids {
+    shims: Vec<u32>,
+    programs: Vec<String>,
+    pause: Vec<u32>,
+}
+
+impl StackPids {
+    fn find(socket: &str, namespace: &str, ids: &HashSet<String>) -> Self {
+        let found: Vec<_> = processes::shims(socket, Some(namespace))
+            .into_iter()
+            .filter(|s| ids.contains(&s.id))
+            .collect();
+        let shims: Vec<u32> = found.iter().map(|s| s.pid).collect();
+        let mut programs: Vec<String> = found.into_iter().map(|s| s.program).collect();
+        programs.sort();
+        programs.dedup();
+        let pause = processes::children_named(&shims, PAUSE_COMM);
+        Self {
+            shims,
+            programs,
+            pause,
+        }
+    }
+
+    /// The overhead now, with the kubelet's RSS (KiB) and the shims' CPU over the window.
+    fn overhead(
+        self,
+        kubelet_kib: u64,
+        runtime: Option<u32>,
+        containerd: Option<u32>,
+        shims_cpu_pct: f64,
+    ) -> NodeOverhead {
+        let mib = |pid: Option<u32>| pid.and_then(processes::rss_kib).map(processes::kib_to_mib);
+        NodeOverhead {
+            kubelet_mib: processes::kib_to_mib(kubelet_kib),
+            runtime_mib: mib(runtime),
+            containerd_mib: mib(containerd),
+            shims: self.shims.len(),
+            shims_mib: processes::kib_to_mib(processes::total_rss_kib(&self.shims)),
+            shim_programs: self.programs,
+            pause: self.pause.len(),
+            pause_mib: processes::kib_to_mib(processes::total_rss_kib(&self.pause)),
+            shims_cpu_pct,
+        }
+    }
+}
+
 /// What /proc says about a process.
 struct ProcSample {
     rss_kib: u64,
@@ -1218,9 +1434,14 @@ fn render_round(label: &str, r: &Round) -> String {
 }
 
 fn render_idle(label: &str, i: &Idle) -> String {
+    let node = i
+        .node
+        .as_ref()
+        .map(|n| format!("\n[{label}] {}", render_overhead(i.pods, n)))
+        .unwrap_or_default();
     let Some(p) = &i.probes else {
         return format!(
-            "[{label}] idle with {} pods: RSS {:.1} MiB (peak {:.1}), CPU {:.2}% of a core over {:.0} s",
+            "[{label}] idle with {} pods: RSS {:.1} MiB (peak {:.1}), CPU {:.2}% of a core over {:.0} s{node}",
             i.pods, i.rss_mib, i.peak_rss_mib, i.cpu_pct, i.window_s
         );
     };
@@ -1238,9 +1459,144 @@ fn render_idle(label: &str, i: &Idle) -> String {
         _ => format!("goal <= 5% of a core: {}", verdict(Some(i.cpu_pct), 5.0)),
     };
     format!(
-        "[{label}] {} pods x {} {mode} probes every {} s: CPU {:.2}% of a core over {:.0} s, {runs}; RSS {:.1} MiB (peak {:.1}); {goal}",
+        "[{label}] {} pods x {} {mode} probes every {} s: CPU {:.2}% of a core over {:.0} s, {runs}; RSS {:.1} MiB (peak {:.1}); {goal}{node}",
         i.pods, p.per_pod, p.period_s, i.cpu_pct, i.window_s, i.rss_mib, i.peak_rss_mib
     )
+}
+
+/// One line: the node overhead's parts and total.
+fn render_overhead(pods: u32, n: &NodeOverhead) -> String {
+    let part = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    let programs = if n.shim_programs.is_empty() {
+        "none found".to_string()
+    } else {
+        n.shim_programs.join(", ")
+    };
+    format!(
+        "node overhead with {pods} pods, RSS MiB: kubelet {:.1} + CRI runtime {} + containerd {} + {} shims ({programs}) {:.1} ({:.2} per pod) + {} pause {:.1} = {:.1}; shims' idle CPU {:.3}% of a core",
+        n.kubelet_mib,
+        part(n.runtime_mib),
+        part(n.containerd_mib),
+        n.shims,
+        n.shims_mib,
+        n.shims_mib / f64::from(pods.max(1)),
+        n.pause,
+        n.pause_mib,
+        n.total_mib(),
+        n.shims_cpu_pct
+    )
+}
+
+/// The node overhead of `ours` against the reference's (or why there is none), part by part,
+/// with issue #39's goal: ours <= 0.2x the reference.
+fn render_node(ours: &Report, reference: &Result<Report, String>) -> String {
+    let mut out = String::new();
+    let node = |r: &Report| {
+        r.idle
+            .as_ref()
+            .and_then(|i| i.node.clone().map(|n| (i.pods, n)))
+    };
+    let reference = match reference {
+        Ok(r) => Ok(r),
+        Err(why) if why.is_empty() => Err("no reference report"),
+        Err(why) => Err(why.as_str()),
+    };
+    let _ = writeln!(
+        out,
+        "node overhead (kubelet + CRI runtime + containerd + shims + pause), same pods, same run: {} ({}) against {}",
+        ours.label,
+        ours.runtime,
+        match reference {
+            Ok(r) => format!("{} ({})", r.label, r.runtime),
+            Err(why) => format!("the reference, absent: {why}"),
+        }
+    );
+    let a = node(ours);
+    let b = reference.ok().and_then(node);
+    if let Some((pods, n)) = &a {
+        let _ = writeln!(out, "  {}: {}", ours.label, render_overhead(*pods, n));
+    } else {
+        let _ = writeln!(
+            out,
+            "  {}: no node overhead sampled (--containerd)",
+            ours.label
+        );
+    }
+    match (reference, &b) {
+        (Ok(r), Some((pods, n))) => {
+            let _ = writeln!(out, "  {}: {}", r.label, render_overhead(*pods, n));
+        }
+        (Ok(r), None) => {
+            let _ = writeln!(
+                out,
+                "  {}: no node overhead sampled (--containerd)",
+                r.label
+            );
+        }
+        (Err(_), _) => {}
+    }
+    if let (Some((pa, x)), Some((pb, y))) = (&a, &b) {
+        let mut table = String::new();
+        let _ = writeln!(
+            table,
+            "{:<34}{:>16}{:>16}{:>10}",
+            "RSS MiB",
+            ours.label,
+            reference.map(|r| r.label.as_str()).unwrap_or_default(),
+            "ratio"
+        );
+        let parts: [(&str, Option<f64>, Option<f64>); 7] = [
+            ("kubelet", Some(x.kubelet_mib), Some(y.kubelet_mib)),
+            ("CRI runtime", x.runtime_mib, y.runtime_mib),
+            ("containerd", x.containerd_mib, y.containerd_mib),
+            ("shims", Some(x.shims_mib), Some(y.shims_mib)),
+            (
+                "shims per pod",
+                Some(x.shims_mib / f64::from((*pa).max(1))),
+                Some(y.shims_mib / f64::from((*pb).max(1))),
+            ),
+            ("pause", Some(x.pause_mib), Some(y.pause_mib)),
+            ("total", Some(x.total_mib()), Some(y.total_mib())),
+        ];
+        for (name, u, v) in parts {
+            row(&mut table, name, u, v, "MiB", 1);
+        }
+        row(
+            &mut table,
+            "shims' idle CPU",
+            Some(x.shims_cpu_pct),
+            Some(y.shims_cpu_pct),
+            "%",
+            3,
+        );
+        out.push_str(&table);
+        if pa != pb {
+            let _ = writeln!(out, "  note: {pa} pods against {pb}: not the same pods");
+        }
+    }
+    let ratio = a
+        .as_ref()
+        .zip(b.as_ref())
+        .map(|((_, x), (_, y))| (x.total_mib(), y.total_mib()))
+        .filter(|(_, y)| *y > 0.0)
+        .map(|(x, y)| x / y);
+    let why = match (reference, &a, &b) {
+        (Err(why), _, _) => format!("not measured: the reference is absent ({why})"),
+        (Ok(_), None, _) | (Ok(_), _, None) => {
+            "not measured: a stack's overhead was not sampled".to_string()
+        }
+        _ => format!(
+            "ratio {}: {}",
+            ratio.map_or("-".to_string(), |r| format!("{r:.2}")),
+            verdict(ratio, 0.2)
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "goal node overhead {} <= 0.2x the reference: {why}",
+        ours.label
+    );
+    out
 }
 
 fn render_report(r: &Report) -> String {
@@ -1510,6 +1866,43 @@ fn render_compare(a: &Report, b: &Report) -> String {
         "%",
         2,
     );
+    let node = |r: &Report, f: fn(&NodeOverhead) -> f64| {
+        r.idle.as_ref().and_then(|i| i.node.as_ref()).map(f)
+    };
+    if a.idle.iter().chain(&b.idle).any(|i| i.node.is_some()) {
+        row(
+            &mut out,
+            &format!("node overhead, {pods} pods"),
+            node(a, NodeOverhead::total_mib),
+            node(b, NodeOverhead::total_mib),
+            "MiB",
+            1,
+        );
+        row(
+            &mut out,
+            "  of it shims",
+            node(a, |n| n.shims_mib),
+            node(b, |n| n.shims_mib),
+            "MiB",
+            1,
+        );
+        row(
+            &mut out,
+            "  of it pause",
+            node(a, |n| n.pause_mib),
+            node(b, |n| n.pause_mib),
+            "MiB",
+            1,
+        );
+        row(
+            &mut out,
+            "shims' idle CPU",
+            node(a, |n| n.shims_cpu_pct),
+            node(b, |n| n.shims_cpu_pct),
+            "%",
+            3,
+        );
+    }
     let _ = writeln!(out, "goals (issue #6):");
     type Pick = fn(&Report) -> Option<f64>;
     let goals: [(&str, f64, Pick); 4] = [
@@ -1552,6 +1945,22 @@ mod tests {
         let c = &m["spec"]["containers"][0];
         assert_eq!(c["imagePullPolicy"], "IfNotPresent");
         assert_eq!(c["command"][2], COMMAND);
+    }
+
+    #[test]
+    fn pods_get_the_containers_asked_for() {
+        let m = with_containers(manifest("bench-ab-1", "ab", 1, "img:1"), 3);
+        let m: Value = serde_json::from_slice(&m).unwrap();
+        let names: Vec<&str> = m["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["sleep", "sleep-1", "sleep-2"]);
+        assert_eq!(m["spec"]["containers"][2]["command"][2], COMMAND);
+        let one = manifest("bench-ab-1", "ab", 1, "img:1");
+        assert_eq!(with_containers(one.clone(), 1), one);
     }
 
     #[test]
@@ -1624,6 +2033,7 @@ mod tests {
             peak_rss_mib: 21.0,
             cpu_pct: 3.0,
             window_s: 30.0,
+            node: None,
             probes: Some(ProbeLoad {
                 mode: ProbeMode::Network,
                 per_pod: 3,
@@ -1867,6 +2277,7 @@ mod tests {
                 cpu_pct: cpu,
                 window_s: 30.0,
                 probes: None,
+                node: None,
             }),
         }
     }
@@ -1904,6 +2315,71 @@ mod tests {
             let first = line.find("met").unwrap();
             assert!(!line[..first].ends_with("NOT "), "{line}");
         }
+    }
+
+    fn overhead(kubelet: f64, runtime: Option<f64>, shims: f64, cpu: f64) -> NodeOverhead {
+        NodeOverhead {
+            kubelet_mib: kubelet,
+            runtime_mib: runtime,
+            containerd_mib: Some(40.0),
+            shims: 100,
+            shims_mib: shims,
+            shim_programs: vec!["containerd-shim-runc-v2".into()],
+            pause: 100,
+            pause_mib: 30.0,
+            shims_cpu_pct: cpu,
+        }
+    }
+
+    #[test]
+    fn node_overhead_is_judged_against_the_reference_or_its_absence() {
+        let mut ours = report("ferrolet-cri", 500.0, 5.0, 0.5, 20.0);
+        ours.idle.as_mut().unwrap().node = Some(overhead(20.0, Some(30.0), 180.0, 0.1));
+        let mut go = report("go-kubelet", 900.0, 9.0, 2.0, 80.0);
+        go.idle.as_mut().unwrap().node = Some(overhead(80.0, None, 1300.0, 0.2));
+        // 20 + 30 + 40 + 180 + 30 = 300 against 80 + 40 + 1300 + 30 = 1450: 0.21.
+        assert_eq!(
+            ours.idle
+                .as_ref()
+                .unwrap()
+                .node
+                .as_ref()
+                .unwrap()
+                .total_mib(),
+            300.0
+        );
+        let t = render_node(&ours, &Ok(go.clone()));
+        assert!(t.contains("ratio 0.21: NOT met"), "{t}");
+        assert!(t.contains("1.80 per pod"), "{t}");
+        let total = t.lines().find(|l| l.starts_with("total")).unwrap();
+        assert!(
+            total.contains("300.0 MiB") && total.contains("1450.0 MiB"),
+            "{total}"
+        );
+        let cri = t.lines().find(|l| l.starts_with("CRI runtime")).unwrap();
+        assert!(cri.trim_end().ends_with('-'), "{cri}");
+        go.idle.as_mut().unwrap().node = Some(overhead(80.0, None, 1400.0, 0.2));
+        assert!(render_node(&ours, &Ok(go)).contains(": met"));
+        let absent = render_node(&ours, &Err("BENCH_GO_KUBELET unset".into()));
+        assert!(
+            absent.contains("against the reference, absent: BENCH_GO_KUBELET unset"),
+            "{absent}"
+        );
+        assert!(
+            absent.contains("not measured: the reference is absent (BENCH_GO_KUBELET unset)"),
+            "{absent}"
+        );
+        // The overhead joins the idle line and the comparison.
+        let idle = render_idle("x", ours.idle.as_ref().unwrap());
+        assert!(idle.contains("node overhead with 100 pods"), "{idle}");
+        let c = render_compare(&ours, &report("containerd-cri", 1500.0, 12.0, 2.0, 50.0));
+        let line = c.lines().find(|l| l.starts_with("node overhead")).unwrap();
+        assert!(
+            line.contains("300.0 MiB") && line.trim_end().ends_with('-'),
+            "{line}"
+        );
+        let back: Report = serde_json::from_str(&serde_json::to_string(&ours).unwrap()).unwrap();
+        assert_eq!(back, ours);
     }
 
     #[test]

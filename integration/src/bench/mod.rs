@@ -1,6 +1,9 @@
 //! What the benchmark programs (`ferrolet-cri-bench`, `ferrolet-kubelet-bench`,
 //! `ferrolet-stream-bench`) share: the signal thread that lets a run clean up, RPCs under a
-//! deadline, nearest-rank percentiles, CPU ticks from `/proc/<pid>/stat`, run ids and images.
+//! deadline, nearest-rank percentiles, CPU ticks from `/proc/<pid>/stat`, run ids and images;
+//! [`processes`]: the runtime stack's processes (shims, pause) and their RSS and CPU.
+
+pub mod processes;
 
 use std::future::Future;
 use std::sync::Arc;
