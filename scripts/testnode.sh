@@ -210,13 +210,15 @@ echo "runc: $(runc --version | head -n1)"'
 # manager's suite (its tests pin one of two CPUs; the stock UML kernel has one CPU and no
 # cpuset controller) and cri_node_resources (the missing v1 hugetlb hierarchy, a v1 matter).
 # Probes and streaming run on ferrolet-cri only, and of the CRI suite the tests that touch
-# cgroups, to keep the guest's part of CI near 15 minutes (a container run takes seconds in
+# cgroups; the task shim's event comparison with the Go shim and its recovery from a kill and
+# from a containerd restart run on cgroup v2 too; all to keep the guest's part of CI near 15 minutes (a container run takes seconds in
 # the guest).
 read -r -a SUITES <<<"${TESTNODE_SUITES:-kubelet_cgroups kubelet_stats \
 cri_runtime:stats_agree_with_the_cgroup_and_resources_update,a_pod_with_busybox_and_httpd_from_run_to_remove,stopping_a_container_and_its_pod_at_once_succeeds_and_leaks_nothing,exit_codes_reasons_oom_kills_and_the_image_stop_signal,a_handler_with_its_own_binary_runs_its_pods_under_crun \
 kubelet_lifecycle kubelet_resize cri_resize \
 kubelet_probes:a_failing_liveness_probe_restarts_the_container,readiness_follows_http_and_tcp_probes \
-kubelet_streaming:streaming_over_spdy,streaming_over_websocket}"
+kubelet_streaming:streaming_over_spdy,streaming_over_websocket \
+task_shim cri_shim_recovery:ferrolet_shim_a_killed_shim_s_containers_are_reported_exited,ferrolet_shim_a_containerd_restart_keeps_the_pod_running}"
 DRIVER=${FERROLET_CGROUP_DRIVER:-systemd}
 
 # suites: builds the binaries and the suites' test executables here, then runs them in a guest.
