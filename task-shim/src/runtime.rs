@@ -149,6 +149,21 @@ impl Runtime {
         run(cmd, &log, None, None)
     }
 
+    /// Starts a created container (its init waits to `exec` the user's process). For runc,
+    /// done as `runc start` does it without running runc again: read the `exec.fifo` in its
+    /// state dir, which releases the init, and remove it (saving a runc start-up, ~7 ms, from
+    /// every container start). Other runtimes, or no fifo: `<runtime> start`.
+    pub fn start(&self, bundle: &Path, id: &str, pid: u32) -> Result<(), RuntimeError> {
+        let is_runc = Path::new(&self.binary).file_name() == Some(std::ffi::OsStr::new("runc"));
+        let fifo = self.root.join(id).join("exec.fifo");
+        if is_runc && fifo.exists() {
+            return release_through_fifo(&fifo, pid).map_err(|message| RuntimeError::Failed {
+                message: format!("runc start (exec fifo): {message}"),
+            });
+        }
+        self.simple(bundle, &["start"], id)
+    }
+
     /// `kill [--all] id signal`.
     pub fn kill(
         &self,
@@ -258,6 +273,70 @@ fn run(
         }
     });
     Err(RuntimeError::Failed { message })
+}
+
+/// Reads runc's exec fifo: the waiting init writes "0" once a reader opens it, then runs the
+/// user's process. An init that died first never writes, which is checked while waiting.
+fn release_through_fifo(fifo: &Path, pid: u32) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Nonblocking, so the open never waits; then poll for the init's "0" (a FIFO that never
+    // had a writer reports neither data nor hang-up, so poll waits for the init's open).
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(fifo)
+        .map_err(|e| format!("opening {}: {e}", fifo.display()))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: file.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd for a descriptor we own.
+        let n = unsafe { libc::poll(&mut pfd, 1, 50) };
+        if n > 0 {
+            break;
+        }
+        if !alive(pid) {
+            return Err("container process is already dead".into());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(format!(
+                "no word from the init on {} in 10 s",
+                fifo.display()
+            ));
+        }
+    }
+    let mut data = Vec::new();
+    loop {
+        let mut buf = [0u8; 16];
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if !data.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading {}: {e}", fifo.display())),
+        }
+    }
+    if data != b"0" {
+        return Err("container process is already dead".into());
+    }
+    std::fs::remove_file(fifo).map_err(|e| format!("removing {}: {e}", fifo.display()))
+}
+
+/// Whether `pid` runs (a zombie, not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
 }
 
 /// One line of the runtime's JSON log.

@@ -272,7 +272,7 @@ impl Shim {
                 )));
             }
             c.runtime
-                .simple(&c.bundle, &["start"], &r.id)
+                .start(&c.bundle, &r.id, c.init.pid)
                 .map_err(|e| unknown(format!("OCI runtime start failed: {e}")))?;
             c.init.state = State::Running;
             let pid = c.init.pid;
