@@ -76,6 +76,22 @@ fn normalize(line: &str, ns: &str) -> Option<String> {
     Some(format!("{topic} {}", fields.join(" ")))
 }
 
+/// SIGKILLs task `id` and waits until containerd reports it stopped.
+async fn kill_and_wait(ns: &str, id: &str) {
+    ok(ns, &["t", "kill", "-s", "KILL", id]);
+    for _ in 0..100 {
+        let listing = ok(ns, &["t", "ls"]);
+        if listing
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains("STOPPED"))
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("task {id} in {ns} did not stop after SIGKILL");
+}
+
 /// The lifecycle on `runtime`; the normalized events and what the processes said.
 async fn lifecycle(runtime: &str, ns: &TestNamespace) -> (Vec<String>, Vec<String>) {
     let name = ns.name.as_str();
@@ -134,13 +150,7 @@ async fn lifecycle(runtime: &str, ns: &TestNamespace) -> (Vec<String>, Vec<Strin
             .unwrap_or_default(),
     );
     ok(name, &["t", "resume", "c1"]);
-    ok(name, &["t", "kill", "-s", "KILL", "c1"]);
-    for _ in 0..100 {
-        if ok(name, &["t", "ls"]).contains("STOPPED") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    kill_and_wait(name, "c1").await;
     ok(name, &["t", "rm", "c1"]);
     ok(name, &["c", "rm", "c1"]);
     said.push(format!(
@@ -177,13 +187,7 @@ async fn lifecycle(runtime: &str, ns: &TestNamespace) -> (Vec<String>, Vec<Strin
             "echo via-binary; exec sleep 1000",
         ],
     );
-    ok(name, &["t", "kill", "-s", "KILL", "c2"]);
-    for _ in 0..100 {
-        if ok(name, &["t", "ls"]).contains("STOPPED") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    kill_and_wait(name, "c2").await;
     ok(name, &["t", "rm", "c2"]);
     ok(name, &["c", "rm", "c2"]);
     for _ in 0..100 {

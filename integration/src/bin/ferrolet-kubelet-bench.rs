@@ -37,13 +37,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Parser, Subcommand};
-use ferrolet_integration::bench::processes::{self, PAUSE_COMM};
-use ferrolet_integration::bench::{deadline, install_signal_thread, parse_stat_ticks, percentile};
-use ferrolet_proto::cri::image_service_client::ImageServiceClient;
+use ferrolet_integration::bench::processes::{self, PAUSE_COMM, status_kib};
+use ferrolet_integration::bench::{
+    deadline, ensure_image, install_signal_thread, parse_stat_ticks, percentile,
+};
 use ferrolet_proto::cri::runtime_service_client::RuntimeServiceClient;
 use ferrolet_proto::cri::{
-    ContainerStatusRequest, ImageSpec, ImageStatusRequest, ListContainersRequest,
-    ListPodSandboxRequest, PodSandboxState, PullImageRequest, VersionRequest,
+    ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxState,
+    VersionRequest,
 };
 use ferrolet_proto::transport;
 use serde::{Deserialize, Serialize};
@@ -1346,50 +1347,6 @@ async fn read_proc(pid: u32) -> Result<ProcSample> {
         })
     })
     .await?
-}
-
-/// A `kB` field of `/proc/<pid>/status`.
-fn status_kib(status: &str, field: &str) -> Option<u64> {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Pulls the image through the CRI image service unless the runtime has it already.
-async fn ensure_image(channel: Channel, image: &str, t: Duration) -> Result<()> {
-    let mut images = ImageServiceClient::new(channel);
-    let spec = ImageSpec {
-        image: image.into(),
-        ..Default::default()
-    };
-    let status = deadline(
-        t,
-        "ImageStatus",
-        images.image_status(ImageStatusRequest {
-            image: Some(spec.clone()),
-            verbose: false,
-        }),
-    )
-    .await?;
-    if status.image.is_some() {
-        return Ok(());
-    }
-    eprintln!("pulling {image}");
-    deadline(
-        t,
-        "PullImage",
-        images.pull_image(PullImageRequest {
-            image: Some(spec),
-            auth: None,
-            sandbox_config: None,
-        }),
-    )
-    .await?;
-    Ok(())
 }
 
 fn latency(samples: &[Duration]) -> Latency {

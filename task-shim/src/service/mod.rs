@@ -103,10 +103,16 @@ impl Shim {
             .ok_or_else(|| not_found(format!("container {id}: not found")))
     }
 
+    fn process(&self, id: &str, exec_id: &str) -> Result<(&Container, &Process), CallError> {
+        let c = self.container(id)?;
+        let p = c.process(exec_id).ok_or_else(|| no_process(id, exec_id))?;
+        Ok((c, p))
+    }
+
     fn process_mut(&mut self, id: &str, exec_id: &str) -> Result<&mut Process, CallError> {
         self.container_mut(id)?
             .process_mut(exec_id)
-            .ok_or_else(|| not_found(format!("process {exec_id} of container {id}: not found")))
+            .ok_or_else(|| no_process(id, exec_id))
     }
 
     /// Runs one call.
@@ -305,7 +311,7 @@ impl Shim {
         let e = c
             .execs
             .get(exec_id)
-            .ok_or_else(|| not_found(format!("process {exec_id} of container {id}: not found")))?;
+            .ok_or_else(|| no_process(id, exec_id))?;
         if e.state != State::Created || e.pid != 0 {
             return Err(precondition(format!(
                 "process {exec_id} of container {id} was already started"
@@ -359,12 +365,10 @@ impl Shim {
     fn delete(&mut self, r: api::DeleteRequest) -> Result<api::DeleteResponse, CallError> {
         if !r.exec_id.is_empty() {
             let c = self.container_mut(&r.id)?;
-            let e = c.execs.get(&r.exec_id).ok_or_else(|| {
-                not_found(format!(
-                    "process {} of container {}: not found",
-                    r.exec_id, r.id
-                ))
-            })?;
+            let e = c
+                .execs
+                .get(&r.exec_id)
+                .ok_or_else(|| no_process(&r.id, &r.exec_id))?;
             if e.alive() {
                 return Err(precondition(format!(
                     "cannot delete a running process: {} of container {}",
@@ -439,13 +443,7 @@ impl Shim {
     }
 
     fn state(&mut self, r: api::StateRequest) -> Result<api::StateResponse, CallError> {
-        let c = self.container(&r.id)?;
-        let p = c.process(&r.exec_id).ok_or_else(|| {
-            not_found(format!(
-                "process {} of container {}: not found",
-                r.exec_id, r.id
-            ))
-        })?;
+        let (c, p) = self.process(&r.id, &r.exec_id)?;
         Ok(api::StateResponse {
             id: if r.exec_id.is_empty() {
                 r.id.clone()
@@ -466,13 +464,7 @@ impl Shim {
     }
 
     fn kill(&mut self, r: api::KillRequest) -> Result<(), CallError> {
-        let c = self.container(&r.id)?;
-        let p = c.process(&r.exec_id).ok_or_else(|| {
-            not_found(format!(
-                "process {} of container {}: not found",
-                r.exec_id, r.id
-            ))
-        })?;
+        let (c, p) = self.process(&r.id, &r.exec_id)?;
         if p.state == State::Stopped {
             return Err(not_found("process already finished"));
         }
@@ -786,6 +778,10 @@ impl Shim {
             }
         }
     }
+}
+
+fn no_process(id: &str, exec_id: &str) -> CallError {
+    not_found(format!("process {exec_id} of container {id}: not found"))
 }
 
 fn read_pid(path: &Path) -> Result<u32, CallError> {
