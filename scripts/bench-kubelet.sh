@@ -250,6 +250,7 @@ direct_cri() {
     rc=0
     log "direct CRI: $n pods, $k at once"
     "$CRI_BENCH" --endpoint "unix://$CRI_SOCK" -n "$n" --concurrency "$k" --settle-ms 0 --sandbox-seccomp --kubelet-namespaces \
+      --containers "${BENCH_CONTAINERS:-1}" \
       --label "direct-$name" --json >"$OUT/direct-$name.json" 2>>"$OUT/direct.log" || rc=$?
     judge "$rc" "direct CRI ($n pods)" "$OUT/direct-$name.json" "$OUT/direct.log"
   done
