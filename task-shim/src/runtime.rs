@@ -77,18 +77,20 @@ impl Runtime {
         }
     }
 
-    fn command(&self, log: &Path) -> Command {
+    /// The runtime with its global flags, logging into `bundle`'s `log.json` (returned too).
+    fn command(&self, bundle: &Path) -> (Command, PathBuf) {
+        let log = bundle.join("log.json");
         let mut cmd = Command::new(&self.binary);
         cmd.arg("--root")
             .arg(&self.root)
             .arg("--log")
-            .arg(log)
+            .arg(&log)
             .arg("--log-format")
             .arg("json");
         if self.systemd_cgroup {
             cmd.arg("--systemd-cgroup");
         }
-        cmd
+        (cmd, log)
     }
 
     /// `create`: the container's init, stopped before the user's program.
@@ -100,8 +102,7 @@ impl Runtime {
         console_socket: Option<&Path>,
         stdio: ProcessStdio,
     ) -> Result<(), RuntimeError> {
-        let log = bundle.join("log.json");
-        let mut cmd = self.command(&log);
+        let (mut cmd, log) = self.command(bundle);
         cmd.arg("create").arg("--bundle").arg(bundle);
         cmd.arg("--pid-file").arg(pid_file);
         if let Some(socket) = console_socket {
@@ -127,8 +128,7 @@ impl Runtime {
         console_socket: Option<&Path>,
         stdio: ProcessStdio,
     ) -> Result<(), RuntimeError> {
-        let log = bundle.join("log.json");
-        let mut cmd = self.command(&log);
+        let (mut cmd, log) = self.command(bundle);
         cmd.arg("exec")
             .arg("--detach")
             .arg("--process")
@@ -143,8 +143,7 @@ impl Runtime {
 
     /// A subcommand taking just the id (`start`, `pause`, `resume`), or with extra args first.
     pub fn simple(&self, bundle: &Path, args: &[&str], id: &str) -> Result<(), RuntimeError> {
-        let log = bundle.join("log.json");
-        let mut cmd = self.command(&log);
+        let (mut cmd, log) = self.command(bundle);
         cmd.args(args).arg(id);
         run(cmd, &log, None, None)
     }
@@ -172,8 +171,7 @@ impl Runtime {
         signal: u32,
         all: bool,
     ) -> Result<(), RuntimeError> {
-        let log = bundle.join("log.json");
-        let mut cmd = self.command(&log);
+        let (mut cmd, log) = self.command(bundle);
         cmd.arg("kill");
         if all {
             cmd.arg("--all");
@@ -184,16 +182,14 @@ impl Runtime {
 
     /// `update --resources -`: `resources` is the OCI LinuxResources JSON.
     pub fn update(&self, bundle: &Path, id: &str, resources: &[u8]) -> Result<(), RuntimeError> {
-        let log = bundle.join("log.json");
-        let mut cmd = self.command(&log);
+        let (mut cmd, log) = self.command(bundle);
         cmd.arg("update").arg("--resources").arg("-").arg(id);
         run(cmd, &log, None, Some(resources))
     }
 
     /// `delete [--force] id`.
     pub fn delete(&self, bundle: &Path, id: &str, force: bool) -> Result<(), RuntimeError> {
-        let log = bundle.join("log.json");
-        let mut cmd = self.command(&log);
+        let (mut cmd, log) = self.command(bundle);
         cmd.arg("delete");
         if force {
             cmd.arg("--force");

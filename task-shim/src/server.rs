@@ -105,10 +105,7 @@ pub fn serve(namespace: String, ttrpc_address: PathBuf) -> std::io::Result<()> {
                     while let Ok(Some(_)) = signals.read_signal() {}
                     reap(&mut shim);
                 }
-                publisher::TOKEN => {
-                    let registry = shim.registry.try_clone()?;
-                    shim.publisher.pump(&registry);
-                }
+                publisher::TOKEN => shim.publisher.pump(&shim.registry),
                 Token(t) if t >= CONN_BASE => {
                     if let Some(conn) = conns.get_mut(&t) {
                         let open = (!readable || read_conn(conn, t, &mut shim))
@@ -141,8 +138,7 @@ pub fn serve(namespace: String, ttrpc_address: PathBuf) -> std::io::Result<()> {
                 }
             }
         }
-        let registry = shim.registry.try_clone()?;
-        shim.publisher.pump(&registry);
+        shim.publisher.pump(&shim.registry);
         if let Some(at) = shutdown_at
             && (shim.publisher.idle() || at.elapsed() >= DRAIN)
         {

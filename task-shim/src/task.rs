@@ -161,9 +161,7 @@ impl Container {
 
     /// Whether any exec is still running.
     pub fn execs_running(&self) -> bool {
-        self.execs
-            .values()
-            .any(|e| e.state != State::Stopped && e.pid != 0)
+        self.execs.values().any(Process::alive)
     }
 }
 

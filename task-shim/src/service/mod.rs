@@ -377,7 +377,7 @@ impl Shim {
             }
             let mut e = c.execs.remove(&r.exec_id);
             if let Some(e) = e.as_mut() {
-                self.answer_waiters(e);
+                answer_waiters(&mut self.answers, e);
             }
             let resp = e.as_ref().map(|e| api::DeleteResponse {
                 pid: e.pid,
@@ -423,9 +423,9 @@ impl Shim {
             exited_at: c.init.exited_at(),
         };
         // Waits on what goes now would otherwise never be answered.
-        self.answer_waiters(&mut c.init);
+        answer_waiters(&mut self.answers, &mut c.init);
         for e in c.execs.values_mut() {
-            self.answer_waiters(e);
+            answer_waiters(&mut self.answers, e);
         }
         polled::release_container(self, c);
         self.publish(
@@ -736,27 +736,8 @@ impl Shim {
             exit_status: p.exit_status(),
             exited_at: p.exited_at(),
         };
-        let answer = api::WaitResponse {
-            exit_status: event.exit_status,
-            exited_at: event.exited_at,
-        }
-        .encode_to_vec();
-        for (conn, stream) in std::mem::take(&mut p.waiters) {
-            self.answers.push((conn, stream, answer.clone()));
-        }
+        answer_waiters(&mut self.answers, p);
         self.publish("/tasks/exit", to_any(&event));
-    }
-
-    /// Answers `p`'s parked waits with its exit (or "killed" when it never exited).
-    fn answer_waiters(&mut self, p: &mut Process) {
-        let answer = api::WaitResponse {
-            exit_status: p.exit.as_ref().map_or(137, |e| e.0),
-            exited_at: Some(p.exited_at().unwrap_or_else(crate::time::now)),
-        }
-        .encode_to_vec();
-        for (conn, stream) in std::mem::take(&mut p.waiters) {
-            self.answers.push((conn, stream, answer.clone()));
-        }
     }
 
     /// The kernel OOM-killed something in container `id`'s cgroup.
@@ -777,6 +758,18 @@ impl Shim {
                 e.waiters.retain(|w| w.0 != conn);
             }
         }
+    }
+}
+
+/// Queues answers to `p`'s parked waits with its exit (or "killed" when it never exited).
+fn answer_waiters(answers: &mut Vec<Answer>, p: &mut Process) {
+    let answer = api::WaitResponse {
+        exit_status: p.exit.as_ref().map_or(137, |e| e.0),
+        exited_at: Some(p.exited_at().unwrap_or_else(crate::time::now)),
+    }
+    .encode_to_vec();
+    for (conn, stream) in std::mem::take(&mut p.waiters) {
+        answers.push((conn, stream, answer.clone()));
     }
 }
 
